@@ -1,0 +1,43 @@
+# Entry points. Every target installs what it needs first (tools/install-deps.sh is
+# idempotent) and builds through CMakePresets.json, so each works on a fresh Debian 12 machine.
+SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
+FUZZ_SECONDS ?= 300
+
+.PHONY: all deps build release demo test bench fuzz format clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+build: deps
+	cmake --preset dev
+	cmake --build --preset dev
+
+release: deps
+	cmake --preset release
+	cmake --build --preset release
+
+# The main job on bundled sample data: a request trace captured from a real PyTorch training run.
+demo: release
+	build/release/apps/fragscope/fragscope analyze $(SAMPLE)
+
+# Every test: unit + CLI golden tests (dev build), the whole suite again under ASan+UBSan, and
+# the Python tools' tests. Ends with one line of totals.
+test:
+	@tools/install-deps.sh --with-torch
+	@tools/run_tests.sh
+
+bench: deps
+	cmake --preset bench
+	cmake --build --preset bench
+	tools/run_benchmarks.sh
+
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) tools/run_fuzzers.sh
+
+format:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf build

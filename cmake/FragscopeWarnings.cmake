@@ -1,0 +1,10 @@
+# fragscope_set_warnings(target): the house warning set (docs: STYLE.md §9), -Werror when
+# FRAGSCOPE_WERROR is on. Applied per target, never through CMAKE_CXX_FLAGS.
+function(fragscope_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast>
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra>)
+  if(FRAGSCOPE_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what fragscope needs to build, test, fuzz and benchmark, from Debian's packages only.
+# Idempotent: packages already installed are skipped, and apt-get runs only when one is missing.
+# Usage: tools/install-deps.sh [--with-torch]   (python3-torch: only for tools/capture_trace.py)
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  clang libclang-rt-dev            # libFuzzer for make fuzz
+  libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libzstd-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-pytest
+)
+if [[ "${1:-}" == "--with-torch" ]]; then
+  packages+=(python3-torch libopenblas0-pthread)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs every test suite and ends with one line of totals ("TOTAL: N passed, M failed").
+# Suites: ctest on the dev build (unit + CLI tests), ctest on the asan-ubsan build (the same
+# tests under AddressSanitizer + UndefinedBehaviorSanitizer), pytest on tools/tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log_dir=build/test-logs
+mkdir -p "$log_dir"
+passed=0
+failed=0
+status=0
+
+count_ctest() {  # "100% tests passed, 0 tests failed out of 57"
+  local line
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -1)
+  if [[ -z "$line" ]]; then failed=$((failed + 1)); status=1; return; fi
+  local f t
+  f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  passed=$((passed + t - f))
+  failed=$((failed + f))
+}
+
+run_preset() {
+  local preset=$1
+  echo "=== ${preset}: configure and build"
+  if ! { cmake --preset "$preset" >"$log_dir/$preset-configure.log" 2>&1 &&
+         cmake --build --preset "$preset" 2>&1 | tail -n 3; }; then
+    cat "$log_dir/$preset-configure.log"
+    echo "${preset}: build FAILED"
+    failed=$((failed + 1)); status=1; return
+  fi
+  if [[ ${PIPESTATUS[0]:-0} -ne 0 ]]; then echo "${preset}: build FAILED"; status=1; fi
+  echo "=== ${preset}: ctest"
+  ctest --preset "$preset" 2>&1 | tee "$log_dir/$preset-ctest.log" | grep -vE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' 
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  count_ctest "$log_dir/$preset-ctest.log"
+}
+
+run_preset dev
+run_preset asan-ubsan
+
+echo "=== pytest tools/tests"
+/usr/bin/python3 -m pytest -q tools/tests 2>&1 | tee "$log_dir/pytest.log" | tail -n 5
+rc=${PIPESTATUS[0]}
+if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=1; fi
+p=$(grep -oE '[0-9]+ passed' "$log_dir/pytest.log" | tail -1 | grep -oE '[0-9]+' || echo 0)
+f=$(grep -oE '[0-9]+ (failed|error)' "$log_dir/pytest.log" | tail -1 | grep -oE '[0-9]+' || echo 0)
+passed=$((passed + p))
+failed=$((failed + f))
+
+echo
+echo "TOTAL: ${passed} passed, ${failed} failed"
+[[ $failed -eq 0 ]] || status=1
+exit $status
