@@ -1,0 +1,98 @@
+#include "model/size_class.h"
+
+#include <map>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "model/address_index.h"
+#include "model/free_size_index.h"
+
+namespace fragscope::model {
+namespace {
+
+TEST(SizeClassTest, MonotonicAndFloorInverts) {
+  EXPECT_EQ(SizeClass(0), 0);
+  EXPECT_EQ(SizeClass(63), 63);
+  EXPECT_EQ(SizeClass(64), 64);
+  EXPECT_EQ(ClassFloor(SizeClass(1000)), 1000u);  // 1000 = 512 + 61 * 8: a boundary
+  EXPECT_EQ(ClassFloor(SizeClass(7340033)), 7340032u);
+  EXPECT_EQ(SizeClass(~std::uint64_t{0}), kNumSizeClasses - 1);
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint64_t a = rng() >> (rng() % 64);
+    const std::uint64_t b = a + (rng() % 1000);
+    if (b < a) continue;
+    ASSERT_LE(SizeClass(a), SizeClass(b));
+    ASSERT_EQ(SizeClass(ClassFloor(SizeClass(a))), SizeClass(a));
+    ASSERT_LE(ClassFloor(SizeClass(a)), a);
+    // Classes are at most 1/64 of an octave wide.
+    ASSERT_LE(a - ClassFloor(SizeClass(a)), a / 64);
+  }
+}
+
+TEST(ClassFenwickTest, PrefixSumsAndRank) {
+  ClassFenwick f;
+  f.Add(SizeClass(512), 3);
+  f.Add(SizeClass(4096), 2);
+  EXPECT_EQ(f.PrefixSum(SizeClass(512)), 0u);
+  EXPECT_EQ(f.PrefixSum(SizeClass(512) + 1), 3u);
+  EXPECT_EQ(f.FindByRank(0), SizeClass(512));
+  EXPECT_EQ(f.FindByRank(2), SizeClass(512));
+  EXPECT_EQ(f.FindByRank(3), SizeClass(4096));
+  EXPECT_EQ(f.FindByRank(5), kNumSizeClasses);
+}
+
+TEST(FreeSizeIndexTest, MatchesBruteForce) {
+  FreeSizeIndex index;
+  std::multiset<std::uint64_t> truth;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    if (truth.empty() || rng() % 3 != 0) {
+      const std::uint64_t size = 512 * (1 + rng() % 50000);
+      index.Add(size);
+      truth.insert(size);
+    } else {
+      auto it = truth.begin();
+      std::advance(it, static_cast<long>(rng() % truth.size()));
+      index.Remove(*it);
+      truth.erase(it);
+    }
+    if (i % 97 == 0) {
+      const std::uint64_t t = rng() % (512 * 50001);
+      std::uint64_t below = 0, n = 0;
+      for (std::uint64_t s : truth) {
+        if (s < t) { below += s; ++n; }
+      }
+      ASSERT_EQ(index.BytesBelow(t), below);
+      ASSERT_EQ(index.CountBelow(t), n);
+      ASSERT_EQ(index.Largest(), truth.empty() ? 0 : *truth.rbegin());
+      ASSERT_EQ(index.count(), truth.size());
+    }
+  }
+}
+
+TEST(AddressIndexTest, InsertFindEraseAgainstStdMap) {
+  AddressIndex index;
+  std::map<std::uint64_t, std::uint32_t> truth;
+  std::mt19937_64 rng(3);
+  for (std::uint32_t i = 0; i < 200000; ++i) {
+    const std::uint64_t key = (rng() % 5000) * 512;  // many collisions and reuse
+    if (truth.count(key)) {
+      ASSERT_EQ(index.Find(key), truth[key]);
+      index.Erase(key);
+      truth.erase(key);
+      ASSERT_EQ(index.Find(key), AddressIndex::kNotFound);
+    } else {
+      index.Insert(key, i);
+      truth[key] = i;
+    }
+    ASSERT_EQ(index.size(), truth.size());
+  }
+  for (const auto& [k, v] : truth) ASSERT_EQ(index.Find(k), v);
+  EXPECT_EQ(index.Find(~std::uint64_t{0}), AddressIndex::kNotFound);
+}
+
+}  // namespace
+}  // namespace fragscope::model
