@@ -1,0 +1,128 @@
+// AnalysisResult: everything `fragscope analyze` reports about a trace, as plain values. The
+// analysis stage fills it; sinks (text, JSON) only format it.
+#ifndef FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_
+#define FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fragscope/metrics.h"
+#include "fragscope/trace.h"
+#include "model/device_memory.h"
+#include "model/free_size_index.h"
+
+namespace fragscope::analysis {
+
+/// When a value was reached: the event index (0-based, counting events of all devices), the
+/// step in progress (-1 = before the first step marker) and the event time (-1 = unknown).
+struct When {
+  std::uint64_t event_index = 0;
+  std::int64_t step = -1;
+  std::int64_t time_us = -1;
+};
+
+struct Extreme {
+  std::uint64_t bytes = 0;
+  When when;
+  bool seen = false;  // false: no sample qualified (e.g. no segment ever existed)
+};
+
+/// One row of the timeline: the state at the end of a window (a step, or N events) and the
+/// peaks inside it. Rows may cover several steps after downsampling (step_first..step_last).
+struct TimelineSample {
+  std::int64_t step_first = -1;
+  std::int64_t step_last = -1;
+  std::uint64_t first_event = 0;  // event index range [first_event, end_event)
+  std::uint64_t end_event = 0;
+  std::int64_t time_us = -1;      // time of the last event in the window
+  // State at the end of the window.
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t allocated_bytes = 0;
+  std::uint64_t live_requested_bytes = 0;
+  std::uint64_t cached_free_bytes = 0;
+  double fragmentation_ratio = 0;
+  std::uint64_t largest_free_block = 0;
+  std::uint64_t max_allocatable = 0;
+  std::uint64_t stranded_bytes = 0;
+  // Peaks inside the window.
+  std::uint64_t peak_reserved_bytes = 0;
+  std::uint64_t peak_allocated_bytes = 0;
+  std::uint64_t peak_live_requested_bytes = 0;
+  std::uint64_t allocs = 0;  // alloc events in the window
+  std::uint64_t largest_request = 0;
+};
+
+struct LayoutBlock {
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t requested = 0;
+  model::BlockState state = model::BlockState::kFree;
+  bool stranded = false;  // free and smaller than its pool's stranding threshold
+};
+
+struct LayoutSegment {
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  Pool pool = Pool::kLarge;
+  bool expandable = false;
+  std::vector<LayoutBlock> blocks;
+};
+
+struct RequestProfile {
+  std::uint64_t count = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t min = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+  bool exact = true;
+  std::uint64_t distinct_sizes = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> top_sizes;  // (size, count)
+  model::SizeHistogram histogram;
+};
+
+struct DeviceReport {
+  std::int32_t device = 0;
+  std::string name;
+  std::optional<std::uint64_t> capacity_bytes;
+  std::uint64_t events = 0;
+  std::uint64_t allocs = 0;
+  std::uint64_t frees = 0;
+  Extreme peak_reserved;
+  Extreme peak_allocated;
+  Extreme peak_live_requested;
+  Extreme max_cached_free;             // most bytes reserved but not allocated, any event
+  Extreme worst_fragmentation;         // bytes = cached_free at the sample with the max ratio
+  double worst_fragmentation_ratio = 0;
+  Extreme min_largest_free_block;      // over samples with reserved > 0
+  Extreme min_max_allocatable;         // over samples with reserved > 0
+  DeviceMetrics final_metrics;         // allocator traces only
+  std::uint64_t live_requested_bytes = 0;   // at the end
+  std::uint64_t live_requests = 0;          // at the end
+  RequestProfile requests;
+  std::vector<TimelineSample> timeline;
+  std::vector<LayoutSegment> layout;   // final layout, allocator traces only
+  std::uint64_t num_ooms = 0;
+};
+
+struct AnalysisResult {
+  std::string source;                 // file name
+  TraceKind kind = TraceKind::kUnknown;
+  std::vector<std::pair<std::string, std::string>> labels;
+  std::string producer;
+  /// "step" when the timeline follows step markers, else "events" (every `every_events`).
+  std::string timeline_unit = "step";
+  std::uint64_t every_events = 0;
+  std::uint64_t steps_per_sample = 1;  // > 1 after downsampling a long run
+  std::uint64_t total_events = 0;
+  std::uint64_t steps = 0;             // step markers seen
+  double stranded_quantile = 0.5;
+  std::optional<std::uint64_t> stranded_threshold;  // when fixed by the user
+  std::vector<DeviceReport> devices;
+  std::vector<std::string> notes;     // things the reader should know (fallbacks, caps)
+};
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_

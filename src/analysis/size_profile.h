@@ -1,0 +1,71 @@
+// Request-size statistics: SizeProfile (every request of a run: histogram, quantiles, most
+// frequent sizes) and RequestWindow (the last W requests of one pool, whose quantile is the
+// stranding threshold: a free block smaller than what recent requests ask for is stranded).
+//
+// Thread safety: none.
+#ifndef FRAGSCOPE_ANALYSIS_SIZE_PROFILE_H_
+#define FRAGSCOPE_ANALYSIS_SIZE_PROFILE_H_
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "model/free_size_index.h"
+#include "model/size_class.h"
+
+namespace fragscope::analysis {
+
+/// The last `capacity` request sizes; Quantile() is O(log classes).
+class RequestWindow {
+ public:
+  explicit RequestWindow(std::size_t capacity);
+  void Add(std::uint64_t size);
+  /// The q-quantile (0 <= q <= 1) of the sizes in the window, rounded down to its size class
+  /// (at most 1.6% below the exact value); 0 when empty.
+  std::uint64_t Quantile(double q) const;
+  std::size_t size() const { return count_; }
+
+ private:
+  std::vector<std::uint64_t> ring_;
+  std::size_t next_ = 0;
+  std::size_t count_ = 0;
+  model::ClassFenwick classes_;
+};
+
+struct SizeCount {
+  std::uint64_t size = 0;
+  std::uint64_t count = 0;
+};
+
+/// Every request of a run.
+class SizeProfile {
+ public:
+  /// Distinct sizes tracked exactly; beyond this, quantiles fall back to size classes.
+  static constexpr std::size_t kMaxDistinctSizes = std::size_t{1} << 20;
+
+  void Add(std::uint64_t size);
+  std::uint64_t count() const { return count_; }
+  std::uint64_t bytes() const { return bytes_; }
+  std::uint64_t min() const { return count_ ? min_ : 0; }
+  std::uint64_t max() const { return max_; }
+  /// The smallest size s such that at least q of the requests are <= s. Exact while the
+  /// number of distinct sizes is <= kMaxDistinctSizes (exact() is true), else a size-class floor.
+  std::uint64_t Quantile(double q) const;
+  bool exact() const { return !overflowed_; }
+  std::size_t distinct_sizes() const { return by_size_.size(); }
+  /// The n most frequent sizes, most frequent first (ties: larger size first).
+  std::vector<SizeCount> TopSizes(std::size_t n) const;
+  const model::SizeHistogram& histogram() const { return histogram_; }
+
+ private:
+  std::uint64_t count_ = 0, bytes_ = 0, min_ = ~std::uint64_t{0}, max_ = 0;
+  std::unordered_map<std::uint64_t, std::uint64_t> by_size_;
+  bool overflowed_ = false;
+  model::ClassFenwick classes_;
+  model::SizeHistogram histogram_;
+};
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_SIZE_PROFILE_H_

@@ -1,0 +1,437 @@
+#include "analysis/trace_analyzer.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "analysis/metrics.h"
+#include "analysis/size_profile.h"
+#include "analysis/timeline.h"
+#include "common/units.h"
+#include "model/address_index.h"
+
+namespace fragscope::analysis {
+
+namespace {
+
+// Without step markers and without --every, windows start at this many events; the timeline's
+// downsampling widens them as the run grows.
+constexpr std::uint64_t kAutoEveryEvents = 1000;
+
+// The live allocations of a request trace: program id -> requested bytes.
+class LiveRequests {
+ public:
+  bool Contains(std::uint64_t id) const { return index_.Find(id) != model::AddressIndex::kNotFound; }
+  void Insert(std::uint64_t id, std::uint64_t size) {
+    std::uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      sizes_[slot] = size;
+    } else {
+      slot = static_cast<std::uint32_t>(sizes_.size());
+      sizes_.push_back(size);
+    }
+    index_.Insert(id, slot);
+  }
+  /// Removes `id`; returns its size, or nullopt if it is not live.
+  std::optional<std::uint64_t> Erase(std::uint64_t id) {
+    const std::uint32_t slot = index_.Find(id);
+    if (slot == model::AddressIndex::kNotFound) return std::nullopt;
+    index_.Erase(id);
+    free_slots_.push_back(slot);
+    return sizes_[slot];
+  }
+  std::size_t size() const { return index_.size(); }
+
+ private:
+  model::AddressIndex index_;
+  std::vector<std::uint64_t> sizes_;
+  std::vector<std::uint32_t> free_slots_;
+};
+
+// Peaks and counts inside the open timeline window.
+struct Window {
+  std::uint64_t first_event = 0;
+  std::uint64_t events = 0;
+  std::uint64_t peak_reserved = 0;
+  std::uint64_t peak_allocated = 0;
+  std::uint64_t peak_requested = 0;
+  std::uint64_t allocs = 0;
+  std::uint64_t largest_request = 0;
+};
+
+struct DeviceState {
+  DeviceState(std::int32_t dev, const AnalysisOptions& options)
+      : device(dev),
+        small_window(options.request_window),
+        large_window(options.request_window),
+        timeline(options.max_timeline_samples) {}
+
+  std::int32_t device;
+  std::string name;
+  std::optional<std::uint64_t> capacity;
+  std::uint64_t used_by_others = 0;
+  model::DeviceMemory* memory = nullptr;  // allocator traces
+  LiveRequests live;                      // request traces
+  std::unordered_set<std::uint64_t> awaiting_completion;
+  std::uint64_t live_requested = 0;
+  SizeProfile profile;
+  RequestWindow small_window;
+  RequestWindow large_window;
+  Window window;
+  Timeline timeline;
+  DeviceReport report;
+};
+
+void Raise(Extreme& e, std::uint64_t value, const When& when) {
+  if (!e.seen || value > e.bytes) e = Extreme{value, when, true};
+}
+void Lower(Extreme& e, std::uint64_t value, const When& when) {
+  if (!e.seen || value < e.bytes) e = Extreme{value, when, true};
+}
+
+}  // namespace
+
+struct TraceAnalyzer::Impl {
+  TraceHeader header;
+  AnalysisOptions options;
+  model::AllocatorRules rules;
+  model::MemoryModel model;
+  TraceKind kind = TraceKind::kUnknown;
+  std::vector<std::unique_ptr<DeviceState>> devices;  // by device index
+  std::uint64_t events = 0;
+  std::uint64_t steps = 0;
+  std::int64_t current_step = -1;
+  std::int64_t last_time_us = -1;
+  bool step_mode = false;  // the timeline follows step markers
+  std::uint64_t every = 0;
+
+  explicit Impl(model::AllocatorRules r) : rules(r), model(r) {}
+
+  DeviceState& Device(std::int32_t device) {
+    const auto index = static_cast<std::size_t>(device);
+    if (index >= devices.size()) devices.resize(index + 1);
+    if (!devices[index]) {
+      auto state = std::make_unique<DeviceState>(device, options);
+      if (const DeviceInfo* info = header.FindDevice(device)) {
+        state->name = info->name;
+        state->capacity = info->capacity_bytes;
+        state->used_by_others = info->used_by_others_bytes.value_or(0);
+      }
+      state->window.first_event = events;
+      devices[index] = std::move(state);
+    }
+    return *devices[index];
+  }
+
+  When Now() const { return When{events, current_step, last_time_us}; }
+
+  MetricsInputs Inputs(const DeviceState& d) const {
+    MetricsInputs in;
+    if (options.stranded_threshold) {
+      in.small_threshold = *options.stranded_threshold;
+      in.large_threshold = LargePoolThreshold(*options.stranded_threshold);
+    } else {
+      in.small_threshold = d.small_window.Quantile(options.stranded_quantile);
+      in.large_threshold = LargePoolThreshold(d.large_window.Quantile(options.stranded_quantile));
+    }
+    in.capacity_bytes = d.capacity;
+    in.used_by_others_bytes = d.used_by_others;
+    return in;
+  }
+
+  std::uint64_t LiveRequested(const DeviceState& d) const {
+    if (d.memory == nullptr) return d.live_requested;
+    return d.memory->pool(Pool::kSmall).requested + d.memory->pool(Pool::kLarge).requested;
+  }
+
+  // Closes the open window of `d` into a timeline sample.
+  void CloseWindow(DeviceState& d, std::int64_t step) {
+    TimelineSample s;
+    s.step_first = s.step_last = step;
+    s.first_event = d.window.first_event;
+    s.end_event = events;
+    s.time_us = last_time_us;
+    s.live_requested_bytes = LiveRequested(d);
+    s.peak_live_requested_bytes = std::max(d.window.peak_requested, s.live_requested_bytes);
+    s.allocs = d.window.allocs;
+    s.largest_request = d.window.largest_request;
+    if (d.memory != nullptr) {
+      const DeviceMetrics m = ComputeMetrics(*d.memory, Inputs(d));
+      s.reserved_bytes = m.all.reserved_bytes;
+      s.allocated_bytes = m.all.allocated_bytes;
+      s.cached_free_bytes = m.all.cached_free_bytes;
+      s.fragmentation_ratio = m.all.fragmentation_ratio;
+      s.largest_free_block = m.all.largest_free_block;
+      s.max_allocatable = m.max_allocatable;
+      s.stranded_bytes = m.all.stranded_bytes;
+      s.peak_reserved_bytes = std::max(d.window.peak_reserved, s.reserved_bytes);
+      s.peak_allocated_bytes = std::max(d.window.peak_allocated, s.allocated_bytes);
+      const When when{events == 0 ? 0 : events - 1, step, last_time_us};
+      DeviceReport& r = d.report;
+      if (s.reserved_bytes > 0) {
+        if (!r.worst_fragmentation.seen || s.fragmentation_ratio > r.worst_fragmentation_ratio) {
+          r.worst_fragmentation = Extreme{s.cached_free_bytes, when, true};
+          r.worst_fragmentation_ratio = s.fragmentation_ratio;
+        }
+        Lower(r.min_largest_free_block, s.largest_free_block, when);
+        Lower(r.min_max_allocatable, s.max_allocatable, when);
+      }
+    }
+    d.timeline.Add(s);
+    d.window = Window{};
+    d.window.first_event = events;
+  }
+
+  Status OnStep(const Event& e) {
+    ++steps;
+    if (options.every_events == 0 && !step_mode) {
+      // First step marker: the timeline follows steps from now on. Everything before it is one
+      // "setup" window (step -1) whose peaks are the run's peaks so far.
+      step_mode = true;
+      for (auto& d : devices) {
+        if (!d) continue;
+        d->timeline.Clear();
+        d->window.first_event = 0;
+        d->window.peak_reserved = d->report.peak_reserved.bytes;
+        d->window.peak_allocated = d->report.peak_allocated.bytes;
+        d->window.peak_requested = d->report.peak_live_requested.bytes;
+        d->window.allocs = d->report.allocs;
+        d->window.largest_request = d->profile.max();
+        CloseWindow(*d, current_step);
+      }
+    } else if (step_mode) {
+      for (auto& d : devices) {
+        if (d) CloseWindow(*d, current_step);
+      }
+    }
+    current_step = e.step;
+    return Status::Ok();
+  }
+
+  Status ApplyRequestEvent(DeviceState& d, const Event& e) {
+    switch (e.action) {
+      case Action::kAlloc:
+        if (e.size == 0) return Status::Corruption("alloc of 0 bytes");
+        if (d.live.Contains(e.addr)) {
+          return Status::Corruption(fmt::format(
+              "alloc of id {} which is still live (ids must be unique among live allocations)",
+              e.addr));
+        }
+        d.live.Insert(e.addr, e.size);
+        d.live_requested += e.size;
+        d.awaiting_completion.erase(e.addr);
+        return Status::Ok();
+      case Action::kFreeRequested:
+      case Action::kFreeCompleted: {
+        if (e.action == Action::kFreeCompleted && d.awaiting_completion.erase(e.addr) > 0) {
+          return Status::Ok();  // the free_requested of this id already released it
+        }
+        auto size = d.live.Erase(e.addr);
+        if (!size) {
+          return Status::Corruption(fmt::format("{} of id {} which is not live (never allocated, "
+                                                "or freed twice)", ActionName(e.action), e.addr));
+        }
+        if (e.size != 0 && e.size != *size) {
+          return Status::Corruption(fmt::format(
+              "{} of id {}: size {} but it was allocated with {} bytes", ActionName(e.action),
+              e.addr, e.size, *size));
+        }
+        d.live_requested -= *size;
+        if (e.action == Action::kFreeRequested) d.awaiting_completion.insert(e.addr);
+        return Status::Ok();
+      }
+      case Action::kSegmentAlloc:
+      case Action::kSegmentFree:
+      case Action::kSegmentMap:
+      case Action::kSegmentUnmap:
+        return Status::Corruption(fmt::format(
+            "{} in a request trace (segment events belong to allocator traces; a trace's first "
+            "alloc or segment event decides its kind, or the header's \"kind\")",
+            ActionName(e.action)));
+      case Action::kOom:
+        ++d.report.num_ooms;
+        return Status::Ok();
+      default:
+        return Status::Ok();
+    }
+  }
+
+  Status Consume(const Event& e) {
+    if (e.action == Action::kStep) {
+      FRAGSCOPE_RETURN_IF_ERROR(OnStep(e));
+      ++events;
+      return Status::Ok();
+    }
+    if (e.time_us >= 0) last_time_us = e.time_us;
+    if (options.device && e.device != *options.device) {
+      ++events;
+      return Status::Ok();
+    }
+    if (e.device < 0 || e.device >= model::MemoryModel::kMaxDevices) {
+      return Status::Corruption(fmt::format("device {} is outside [0, {})", e.device,
+                                            model::MemoryModel::kMaxDevices));
+    }
+    if (kind == TraceKind::kUnknown) {
+      switch (e.action) {
+        case Action::kAlloc: kind = TraceKind::kRequest; break;
+        case Action::kSegmentAlloc:
+        case Action::kSegmentMap: kind = TraceKind::kAllocator; break;
+        default: break;
+      }
+    }
+    DeviceState& d = Device(e.device);
+    if (kind == TraceKind::kAllocator) {
+      if (d.memory == nullptr) d.memory = &model.Device(e.device);
+      FRAGSCOPE_RETURN_IF_ERROR(d.memory->Apply(e));
+      if (options.check_invariants) FRAGSCOPE_RETURN_IF_ERROR(d.memory->CheckInvariants());
+    } else {
+      FRAGSCOPE_RETURN_IF_ERROR(ApplyRequestEvent(d, e));
+    }
+
+    DeviceReport& r = d.report;
+    ++r.events;
+    const When when = Now();
+    if (e.action == Action::kAlloc) {
+      ++r.allocs;
+      ++d.window.allocs;
+      d.profile.Add(e.size);
+      d.window.largest_request = std::max(d.window.largest_request, e.size);
+      const std::uint64_t rounded = rules.RoundSize(e.size);
+      if (model::AllocatorRules::PoolFor(rounded) == Pool::kSmall) {
+        d.small_window.Add(e.size);
+      } else {
+        d.large_window.Add(e.size);
+      }
+    } else if (e.action == Action::kFreeRequested ||
+               (e.action == Action::kFreeCompleted && kind == TraceKind::kRequest)) {
+      ++r.frees;
+    }
+    const std::uint64_t requested = LiveRequested(d);
+    Raise(r.peak_live_requested, requested, when);
+    d.window.peak_requested = std::max(d.window.peak_requested, requested);
+    if (d.memory != nullptr) {
+      const std::uint64_t reserved = d.memory->reserved();
+      const std::uint64_t allocated = d.memory->allocated();
+      Raise(r.peak_reserved, reserved, when);
+      Raise(r.peak_allocated, allocated, when);
+      Raise(r.max_cached_free, reserved - allocated, when);
+      d.window.peak_reserved = std::max(d.window.peak_reserved, reserved);
+      d.window.peak_allocated = std::max(d.window.peak_allocated, allocated);
+    }
+    ++events;
+    ++d.window.events;
+    if (!step_mode && d.window.events >= every) CloseWindow(d, current_step);
+    return Status::Ok();
+  }
+
+  AnalysisResult Finish(const std::string& source) {
+    AnalysisResult result;
+    result.source = source;
+    result.kind = kind;
+    result.labels = header.labels;
+    result.producer = header.producer;
+    result.total_events = events;
+    result.steps = steps;
+    result.stranded_quantile = options.stranded_quantile;
+    result.stranded_threshold = options.stranded_threshold;
+    result.timeline_unit = step_mode ? "step" : "events";
+    result.every_events = step_mode ? 0 : every;
+    if (!step_mode && options.every_events == 0) {
+      result.notes.push_back(fmt::format(
+          "no step markers in the trace: the timeline samples every {} events instead",
+          every));
+    }
+    if (kind == TraceKind::kRequest) {
+      result.notes.push_back(
+          "request trace: it records what the program asked for, not where the allocator put "
+          "it, so segment-level metrics (reserved, fragmentation, largest free block) need a "
+          "replay through the caching-allocator simulator");
+    }
+    for (auto& dp : devices) {
+      if (!dp) continue;
+      DeviceState& d = *dp;
+      if (d.window.events > 0 || d.timeline.Samples().empty()) CloseWindow(d, current_step);
+      DeviceReport r = d.report;
+      r.device = d.device;
+      r.name = d.name;
+      r.capacity_bytes = d.capacity;
+      r.live_requested_bytes = LiveRequested(d);
+      r.live_requests = d.memory != nullptr ? d.memory->pool(Pool::kSmall).allocated_count +
+                                                  d.memory->pool(Pool::kLarge).allocated_count
+                                            : d.live.size();
+      r.timeline = d.timeline.Samples();
+      result.steps_per_sample = std::max(result.steps_per_sample, d.timeline.windows_per_sample());
+      RequestProfile& p = r.requests;
+      p.count = d.profile.count();
+      p.bytes = d.profile.bytes();
+      p.min = d.profile.min();
+      p.max = d.profile.max();
+      p.p50 = d.profile.Quantile(0.5);
+      p.p90 = d.profile.Quantile(0.9);
+      p.p99 = d.profile.Quantile(0.99);
+      p.exact = d.profile.exact();
+      p.distinct_sizes = d.profile.distinct_sizes();
+      for (const SizeCount& sc : d.profile.TopSizes(10)) p.top_sizes.emplace_back(sc.size, sc.count);
+      p.histogram = d.profile.histogram();
+      if (d.memory != nullptr) {
+        const MetricsInputs in = Inputs(d);
+        r.final_metrics = ComputeMetrics(*d.memory, in);
+        r.num_ooms = d.memory->num_ooms();
+        if (options.keep_layout) {
+          d.memory->ForEachSegment([&](const model::Segment& seg) {
+            LayoutSegment ls;
+            ls.addr = seg.addr;
+            ls.size = seg.size;
+            ls.stream = seg.stream;
+            ls.pool = seg.pool;
+            ls.expandable = seg.expandable;
+            const std::uint64_t threshold =
+                seg.pool == Pool::kSmall ? in.small_threshold : in.large_threshold;
+            d.memory->ForEachBlock(seg, [&](const model::Block& b) {
+              ls.blocks.push_back(LayoutBlock{b.addr, b.size, b.requested, b.state,
+                                              b.state == model::BlockState::kFree &&
+                                                  b.size < threshold});
+            });
+            r.layout.push_back(std::move(ls));
+          });
+        }
+      }
+      result.devices.push_back(std::move(r));
+    }
+    if (result.steps_per_sample > 1) {
+      result.notes.push_back(fmt::format(
+          "long run: each timeline row covers {} {} (at most {} rows are kept)",
+          result.steps_per_sample * (step_mode ? 1 : every), step_mode ? "steps" : "events",
+          options.max_timeline_samples));
+    }
+    return result;
+  }
+};
+
+Result<std::unique_ptr<TraceAnalyzer>> TraceAnalyzer::Create(const TraceHeader& header,
+                                                             const AnalysisOptions& options) {
+  auto rules = model::AllocatorRules::FromSettings(header.allocator_settings);
+  if (!rules.ok()) return rules.status().WithPrefix("trace header");
+  if (!(options.stranded_quantile >= 0.0 && options.stranded_quantile <= 1.0)) {
+    return Status::InvalidArgument(
+        fmt::format("stranded quantile {} is outside [0, 1]", options.stranded_quantile));
+  }
+  auto impl = std::make_unique<Impl>(*rules);
+  impl->header = header;
+  impl->options = options;
+  impl->kind = header.kind;
+  impl->every = options.every_events != 0 ? options.every_events : kAutoEveryEvents;
+  return std::unique_ptr<TraceAnalyzer>(new TraceAnalyzer(std::move(impl)));
+}
+
+TraceAnalyzer::TraceAnalyzer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TraceAnalyzer::~TraceAnalyzer() = default;
+
+Status TraceAnalyzer::Consume(const Event& event) { return impl_->Consume(event); }
+std::uint64_t TraceAnalyzer::events() const { return impl_->events; }
+AnalysisResult TraceAnalyzer::Finish(const std::string& source) { return impl_->Finish(source); }
+
+}  // namespace fragscope::analysis

@@ -1,0 +1,56 @@
+// TraceAnalyzer: consumes a trace's events in order and produces the AnalysisResult that
+// `fragscope analyze` prints. It owns the memory model (allocator traces) or a live-request
+// table (request traces), the request-size profiles, the peaks and the timeline.
+//
+// Thread safety: none; one thread feeds events.
+#ifndef FRAGSCOPE_ANALYSIS_TRACE_ANALYZER_H_
+#define FRAGSCOPE_ANALYSIS_TRACE_ANALYZER_H_
+
+#include <memory>
+#include <optional>
+
+#include "analysis/analysis_result.h"
+#include "fragscope/event.h"
+#include "fragscope/trace.h"
+#include "model/memory_model.h"
+
+namespace fragscope::analysis {
+
+struct AnalysisOptions {
+  std::optional<std::int32_t> device;          // analyze only this device
+  std::uint64_t every_events = 0;              // 0: one sample per step, or auto without steps
+  std::optional<std::uint64_t> stranded_threshold;  // fixed threshold for both pools
+  double stranded_quantile = 0.5;              // quantile of recent requests otherwise
+  std::size_t request_window = 1024;           // recent requests per pool for that quantile
+  std::size_t max_timeline_samples = 4096;     // longer runs are downsampled 2:1 repeatedly
+  bool check_invariants = false;               // O(n) sweep after every event: tests, debug
+  bool keep_layout = true;                     // record the final layout for the memory map
+};
+
+class TraceAnalyzer {
+ public:
+  /// `header` gives the trace kind (or kUnknown: decided by the first alloc/segment event),
+  /// device capacities and allocator settings. Fails on malformed allocator settings.
+  static Result<std::unique_ptr<TraceAnalyzer>> Create(const TraceHeader& header,
+                                                       const AnalysisOptions& options);
+  ~TraceAnalyzer();
+
+  /// Applies one event. Errors (kCorruption) describe the violation without a location; the
+  /// caller prefixes "file:line". After an error the analyzer must not be fed further.
+  Status Consume(const Event& event);
+
+  /// Events consumed so far (for progress).
+  std::uint64_t events() const;
+
+  /// Closes the last timeline window and builds the result. `source` names the input.
+  AnalysisResult Finish(const std::string& source);
+
+ private:
+  struct Impl;
+  explicit TraceAnalyzer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_TRACE_ANALYZER_H_

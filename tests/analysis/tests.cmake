@@ -1,0 +1,3 @@
+fragscope_add_test(analysis/metrics_test.cc LIBS fragscope_analysis)
+fragscope_add_test(analysis/size_profile_test.cc LIBS fragscope_analysis)
+fragscope_add_test(analysis/trace_analyzer_test.cc LIBS fragscope_analysis)

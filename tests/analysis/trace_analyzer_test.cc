@@ -1,0 +1,134 @@
+#include "analysis/trace_analyzer.h"
+
+#include <gtest/gtest.h>
+
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+constexpr std::uint64_t S = std::uint64_t{1} << 32;
+
+Event Ev(Action action, std::uint64_t addr = 0, std::uint64_t size = 0) {
+  Event e;
+  e.action = action;
+  e.addr = addr;
+  e.size = size;
+  return e;
+}
+Event Step(std::int64_t n) {
+  Event e = Ev(Action::kStep);
+  e.step = n;
+  return e;
+}
+
+AnalysisResult Analyze(const std::vector<Event>& events, AnalysisOptions options = {},
+                   TraceHeader header = {}) {
+  options.check_invariants = true;
+  auto analyzer = TraceAnalyzer::Create(header, options);
+  EXPECT_TRUE(analyzer.ok());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    Status st = (*analyzer)->Consume(events[i]);
+    EXPECT_TRUE(st.ok()) << "event " << i << ": " << st.ToString();
+  }
+  return (*analyzer)->Finish("test");
+}
+
+TEST(TraceAnalyzerTest, AllocatorTracePeaksAndStepTimeline) {
+  const std::vector<Event> events = {
+      Ev(Action::kSegmentAlloc, S, 20 * kMiB),  // 0: setup
+      Step(0),                                  // 1
+      Ev(Action::kAlloc, S, 4 * kMiB),          // 2
+      Ev(Action::kAlloc, S + 4 * kMiB, 8 * kMiB),  // 3: peak allocated 12 MiB
+      Ev(Action::kFreeCompleted, S),            // 4
+      Step(1),                                  // 5
+      Ev(Action::kSegmentAlloc, S + 64 * kMiB, 40 * kMiB),  // 6: peak reserved 60 MiB
+      Ev(Action::kFreeCompleted, S + 4 * kMiB),  // 7
+      Ev(Action::kSegmentFree, S + 64 * kMiB),  // 8
+  };
+  TraceHeader header;
+  header.devices.push_back(DeviceInfo{0, "gpu0", 80 * kGiB, std::nullopt});
+  const AnalysisResult r = Analyze(events, {}, header);
+  EXPECT_EQ(r.kind, TraceKind::kAllocator);
+  EXPECT_EQ(r.timeline_unit, "step");
+  EXPECT_EQ(r.steps, 2u);
+  ASSERT_EQ(r.devices.size(), 1u);
+  const DeviceReport& d = r.devices[0];
+  EXPECT_EQ(d.name, "gpu0");
+  EXPECT_EQ(d.peak_allocated.bytes, 12 * kMiB);
+  EXPECT_EQ(d.peak_allocated.when.event_index, 3u);
+  EXPECT_EQ(d.peak_allocated.when.step, 0);
+  EXPECT_EQ(d.peak_reserved.bytes, 60 * kMiB);
+  EXPECT_EQ(d.peak_reserved.when.event_index, 6u);
+  EXPECT_EQ(d.peak_reserved.when.step, 1);
+  ASSERT_EQ(d.timeline.size(), 3u);  // setup, step 0, step 1
+  EXPECT_EQ(d.timeline[0].step_first, -1);
+  EXPECT_EQ(d.timeline[1].step_first, 0);
+  EXPECT_EQ(d.timeline[1].peak_allocated_bytes, 12 * kMiB);
+  EXPECT_EQ(d.timeline[1].allocated_bytes, 8 * kMiB);  // end of step 0
+  EXPECT_DOUBLE_EQ(d.timeline[1].fragmentation_ratio, 12.0 / 20.0);
+  EXPECT_EQ(d.timeline[2].peak_reserved_bytes, 60 * kMiB);
+  EXPECT_EQ(d.timeline[2].reserved_bytes, 20 * kMiB);
+  // Worst fragmentation: ratio 1 (all cached, nothing allocated) is first reached at the end
+  // of setup; the end of step 1 ties and does not replace it (the first time is reported).
+  EXPECT_DOUBLE_EQ(d.worst_fragmentation_ratio, 1.0);
+  EXPECT_EQ(d.worst_fragmentation.when.step, -1);
+  EXPECT_EQ(d.worst_fragmentation.bytes, 20 * kMiB);
+  EXPECT_EQ(d.final_metrics.all.reserved_bytes, 20 * kMiB);
+  EXPECT_EQ(d.layout.size(), 1u);
+  EXPECT_EQ(d.requests.count, 2u);
+}
+
+TEST(TraceAnalyzerTest, RequestTraceTracksLiveBytes) {
+  const std::vector<Event> events = {
+      Step(0), Ev(Action::kAlloc, 1, 1000), Ev(Action::kAlloc, 2, 5000),
+      Ev(Action::kFreeRequested, 1, 1000), Step(1), Ev(Action::kAlloc, 1, 300),
+      Ev(Action::kFreeRequested, 2), Ev(Action::kFreeCompleted, 2)};
+  const AnalysisResult r = Analyze(events);
+  EXPECT_EQ(r.kind, TraceKind::kRequest);
+  const DeviceReport& d = r.devices[0];
+  EXPECT_EQ(d.peak_live_requested.bytes, 6000u);
+  EXPECT_EQ(d.live_requested_bytes, 300u);
+  EXPECT_EQ(d.live_requests, 1u);
+  EXPECT_EQ(d.requests.count, 3u);
+  EXPECT_EQ(d.requests.max, 5000u);
+  ASSERT_EQ(d.timeline.size(), 2u);  // a device's first event came after step 0's marker
+  EXPECT_EQ(d.timeline[0].peak_live_requested_bytes, 6000u);
+  EXPECT_EQ(d.timeline[1].peak_live_requested_bytes, 5300u);
+  EXPECT_FALSE(r.notes.empty());
+}
+
+TEST(TraceAnalyzerTest, WithoutStepsSamplesEveryNEvents) {
+  std::vector<Event> events;
+  for (std::uint64_t i = 0; i < 10; ++i) events.push_back(Ev(Action::kAlloc, i + 1, 100));
+  AnalysisOptions options;
+  options.every_events = 3;
+  const AnalysisResult r = Analyze(events, options);
+  EXPECT_EQ(r.timeline_unit, "events");
+  EXPECT_EQ(r.devices[0].timeline.size(), 4u);  // 3 + 3 + 3 + 1
+  EXPECT_EQ(r.devices[0].timeline[3].end_event, 10u);
+}
+
+TEST(TraceAnalyzerTest, ErrorsNameTheProblem) {
+  auto a = TraceAnalyzer::Create({}, {});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->Consume(Ev(Action::kAlloc, 7, 10)).ok());
+  Status dup = (*a)->Consume(Ev(Action::kAlloc, 7, 10));
+  EXPECT_NE(dup.message().find("still live"), std::string::npos);
+  auto b = TraceAnalyzer::Create({}, {});
+  Status unknown = (*b)->Consume(Ev(Action::kFreeRequested, 9));
+  EXPECT_NE(unknown.message().find("not live"), std::string::npos);
+  auto c = TraceAnalyzer::Create({}, {});
+  ASSERT_TRUE((*c)->Consume(Ev(Action::kAlloc, 1, 10)).ok());
+  Status seg = (*c)->Consume(Ev(Action::kSegmentAlloc, S, 2 * kMiB));
+  EXPECT_NE(seg.message().find("request trace"), std::string::npos);
+  TraceHeader bad;
+  bad.allocator_settings.push_back({"expandable_segments", "maybe"});
+  EXPECT_FALSE(TraceAnalyzer::Create(bad, {}).ok());
+  AnalysisOptions q;
+  q.stranded_quantile = 2;
+  EXPECT_FALSE(TraceAnalyzer::Create({}, q).ok());
+}
+
+}  // namespace
+}  // namespace fragscope::analysis
