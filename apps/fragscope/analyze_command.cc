@@ -1,0 +1,310 @@
+#include "analyze_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "analysis/trace_analyzer.h"
+#include "common/units.h"
+#include "fragscope/trace.h"
+#include "sinks/report/json_report.h"
+#include "sinks/report/text_report.h"
+
+namespace fragscope::cli {
+namespace {
+
+struct AnalyzeFlags {
+  std::string path;
+  bool json = false;
+  std::int32_t device = -1;  // -1: every device
+  std::uint64_t every_events = 0;
+  std::string stranded_threshold;  // a size ("2MiB"); empty: use the quantile
+  double stranded_quantile = 0.5;
+  bool no_map = false;
+  std::size_t map_rows = 32;
+  std::string map_scale = "shared";
+  std::size_t timeline_rows = 60;
+  std::string color = "auto";
+  bool check_invariants = false;
+  std::string max_line_bytes;  // a size; empty: the reader's default
+};
+
+constexpr std::string_view kDescription =
+    "Report peaks, fragmentation, a per-step timeline and a memory map of a trace";
+
+constexpr std::string_view kFooter =
+    R"(Reports, per device: the peaks of reserved and allocated memory and when they happened
+(event index, step, time), the worst fragmentation, the smallest largest-free-block, the final
+state per pool (small and large), a timeline (one row per training step, or per --every N
+events) and a map of the final memory layout.
+
+What the numbers mean (docs/metrics.md has every formula):
+  reserved                memory held from the driver (cudaMalloc'd segments)
+  allocated               bytes of blocks handed to tensors (after rounding)
+  requested               bytes the program asked for
+  cached free             reserved - allocated: cached by the allocator, not in use
+  fragmentation ratio     cached free / reserved
+  largest free block      the biggest request the cache can serve without a new segment
+  external fragmentation  1 - largest free block / cached free: how scattered the free bytes are
+  internal waste          allocated - requested: rounding and split waste
+  stranded                free bytes in blocks smaller than recent requests: unusable gaps
+  max allocatable         the largest single request that would succeed now, by the
+                          allocator's own rules (cached blocks, then a new segment if the
+                          device capacity is known)
+  memory map              one row per segment: # allocated  + pending free  . free
+                          ! stranded
+
+A request trace (only the program's allocs and frees, no segments) gets live requested bytes,
+request-size statistics and per-step peaks; allocator-level numbers need a replay through the
+simulator (`fragscope replay`, coming).
+
+Examples:
+  fragscope analyze trace.jsonl.gz
+  fragscope analyze trace.jsonl.gz --json | jq .devices[0].peak_reserved
+  fragscope analyze trace.jsonl.gz --every 1000 --no-map
+  fragscope analyze trace.jsonl --device 1 --stranded-threshold 2MiB
+
+Exit status: 0 on success; 2 for bad input (the message names file:line) or bad usage.
+JSON schema: docs/json-schema.md. Guide: docs/user-guide.md.)";
+
+// ---------------------------------------------------------------------------------------------
+// Validators: usage errors are reported by CLI11 while parsing, with its "Run with --help" hint.
+// ---------------------------------------------------------------------------------------------
+
+// An integer >= min (CLI11's own PositiveNumber prints its range as a 300-digit double).
+CLI::Validator IntegerAtLeast(std::int64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (ec != std::errc() || ptr != end) return fmt::format("'{}' is not an integer", text);
+        if (value < min) return fmt::format("{} is less than {}", value, min);
+        return "";
+      },
+      fmt::format("INT>={}", min));
+}
+
+// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
+CLI::Validator ByteSize(std::uint64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        Result<std::uint64_t> size = ParseSize(text);
+        if (!size.ok()) return size.status().message();
+        if (*size < min) return fmt::format("'{}' is less than {} bytes", text, min);
+        return "";
+      },
+      "");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress on stderr: only on a terminal, only after a second, at most four times a second.
+// ---------------------------------------------------------------------------------------------
+
+class ProgressLine {
+ public:
+  ProgressLine() : start_(Clock::now()), last_(start_) {
+    enabled_ = isatty(STDERR_FILENO) != 0;
+    // Test hook: how long to wait before the first line (default 1000 ms).
+    if (const char* delay = std::getenv("FRAGSCOPE_PROGRESS_DELAY_MS")) {
+      delay_ = std::chrono::milliseconds(std::strtoll(delay, nullptr, 10));
+    }
+  }
+
+  // Cheap enough to call every few thousand events.
+  void Update(const TraceReader& reader, std::uint64_t events) {
+    if (!enabled_) return;
+    const Clock::time_point now = Clock::now();
+    if (now - start_ < delay_ || (shown_ && now - last_ < std::chrono::milliseconds(250))) return;
+    last_ = now;
+    shown_ = true;
+    const std::uint64_t done = reader.input_bytes_consumed();
+    const std::uint64_t total = reader.input_bytes_total();
+    std::string line = "\rfragscope: ";
+    if (total > 0) {
+      line += fmt::format("{:3.0f}% of {}, ",
+                          100.0 * static_cast<double>(done) / static_cast<double>(total),
+                          FormatBytes(total));
+    } else {
+      line += fmt::format("{} read, ", FormatBytes(done));
+    }
+    line += fmt::format("{:.1f} M events\x1b[K", static_cast<double>(events) / 1e6);
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
+  // Erases the line, if one was printed.
+  void Clear() {
+    if (!shown_) return;
+    std::fputs("\r\x1b[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool enabled_ = false;
+  bool shown_ = false;
+  std::chrono::milliseconds delay_{1000};
+  Clock::time_point start_;
+  Clock::time_point last_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Running
+// ---------------------------------------------------------------------------------------------
+
+int BadInput(std::string_view message) {
+  std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
+  return kExitBadInput;
+}
+
+bool UseColor(const std::string& mode) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const char* term = std::getenv("TERM");
+  return isatty(STDOUT_FILENO) != 0 && std::getenv("NO_COLOR") == nullptr &&
+         !(term != nullptr && std::string_view(term) == "dumb");
+}
+
+int RunAnalyze(const AnalyzeFlags& flags) {
+  // Options first, so a typo fails before a long read.
+  analysis::AnalysisOptions options;
+  if (flags.device >= 0) options.device = flags.device;
+  options.every_events = flags.every_events;
+  options.stranded_quantile = flags.stranded_quantile;
+  options.check_invariants = flags.check_invariants;
+  options.keep_layout = !flags.no_map;
+  // Sizes were validated while parsing; parse errors here would be a bug, reported all the same.
+  if (!flags.stranded_threshold.empty()) {
+    Result<std::uint64_t> threshold = ParseSize(flags.stranded_threshold);
+    if (!threshold.ok()) return BadInput("--stranded-threshold: " + threshold.status().message());
+    options.stranded_threshold = *threshold;
+  }
+  TraceLimits limits;
+  if (!flags.max_line_bytes.empty()) {
+    Result<std::uint64_t> max_line = ParseSize(flags.max_line_bytes);
+    if (!max_line.ok()) return BadInput("--max-line-bytes: " + max_line.status().message());
+    limits.max_line_bytes = static_cast<std::size_t>(
+        std::min<std::uint64_t>(*max_line, std::numeric_limits<std::size_t>::max()));
+  }
+
+  Result<std::unique_ptr<TraceReader>> opened = TraceReader::Open(flags.path, limits);
+  if (!opened.ok()) return BadInput(opened.status().message());
+  TraceReader& reader = **opened;
+
+  Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
+      analysis::TraceAnalyzer::Create(reader.header(), options);
+  if (!created.ok())
+    return BadInput(fmt::format("{}: {}", reader.Where(), created.status().message()));
+  analysis::TraceAnalyzer& analyzer = **created;
+
+  ProgressLine progress;
+  Event event;
+  std::uint64_t events = 0;
+  while (true) {
+    Result<bool> next = reader.Next(&event);
+    if (!next.ok()) {
+      progress.Clear();
+      return BadInput(next.status().message());
+    }
+    if (!*next) break;
+    if (Status s = analyzer.Consume(event); !s.ok()) {
+      progress.Clear();
+      return BadInput(fmt::format("{}: {}", reader.Where(), s.message()));
+    }
+    if ((++events & 0xfff) == 0) progress.Update(reader, events);
+  }
+  progress.Clear();
+
+  const analysis::AnalysisResult result = analyzer.Finish(flags.path);
+  if (flags.device >= 0 && result.devices.empty()) {
+    return BadInput(fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
+  }
+  std::string out;
+  if (flags.json) {
+    sinks::JsonOptions json;
+    json.include_layout = !flags.no_map;
+    out = sinks::RenderJson(result, json);
+  } else {
+    sinks::TextOptions text;
+    text.color = UseColor(flags.color);
+    text.show_map = !flags.no_map;
+    text.max_timeline_rows = flags.timeline_rows == 0 ? SIZE_MAX : flags.timeline_rows;
+    text.map.max_rows = flags.map_rows;
+    text.map.scale =
+        flags.map_scale == "segment" ? sinks::MapScale::kPerSegment : sinks::MapScale::kShared;
+    out = sinks::RenderText(result, text);
+  }
+  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
+    std::fputs("fragscope: cannot write the report to stdout\n", stderr);
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddAnalyzeCommand(CLI::App& app) {
+  auto flags = std::make_shared<AnalyzeFlags>();
+  CLI::App* sub = app.add_subcommand("analyze", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("FILE", flags->path, "Trace to read: JSON Lines, plain, .gz or .zst")
+      ->type_name("PATH")
+      ->required();
+  sub->add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");
+  sub->add_option("--device", flags->device, "Report only this device index")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0));
+  sub->add_option("--every", flags->every_events,
+                  "One timeline row per N events instead of one per training step")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--stranded-threshold", flags->stranded_threshold,
+                  "Fixed stranding threshold for both pools, e.g. 2MiB")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--stranded-quantile", flags->stranded_quantile,
+                  "Else: this quantile of recent request sizes, per pool")
+      ->type_name("Q")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_flag("--no-map", flags->no_map, "Leave out the memory map (JSON: \"layout\")");
+  sub->add_option("--map-rows", flags->map_rows, "Segments drawn in the memory map")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->capture_default_str();
+  sub->add_option("--map-scale", flags->map_scale,
+                  "shared: one scale for all rows; segment: each row fills the width")
+      ->check(CLI::IsMember({"shared", "segment"}))
+      ->capture_default_str();
+  sub->add_option("--timeline-rows", flags->timeline_rows,
+                  "Timeline rows shown in text (0 = all; --json has all)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0))
+      ->capture_default_str();
+  sub->add_option("--color", flags->color, "Color the text: auto = when stdout is a terminal")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  sub->add_flag("--check-invariants", flags->check_invariants,
+                "Check the model's invariants after every event (slow)");
+  sub->add_option("--max-line-bytes", flags->max_line_bytes,
+                  "Longest trace line accepted (default 16MiB)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
+  return Command{sub, [flags] { return RunAnalyze(*flags); }};
+}
+
+}  // namespace fragscope::cli

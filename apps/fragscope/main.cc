@@ -1,0 +1,49 @@
+// fragscope: the command-line tool. A thin main: it parses the command line with CLI11 and
+// runs the chosen subcommand; each subcommand's wiring lives in its own <name>_command.cc.
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "analyze_command.h"
+#include "command.h"
+
+#ifndef FRAGSCOPE_VERSION
+#define FRAGSCOPE_VERSION "unknown"
+#endif
+
+namespace {
+
+constexpr char kIntro[] =
+    "fragscope finds and explains GPU memory fragmentation in PyTorch's CUDA caching\n"
+    "allocator: how much reserved memory sits unused, how scattered the free memory is,\n"
+    "which gaps are too small to ever be used, and the largest allocation that would\n"
+    "still succeed. It reads traces of allocator events (docs/formats.md).";
+
+constexpr char kFooter[] =
+    "Run `fragscope COMMAND --help` for a command's options and examples.\n"
+    "Docs: docs/user-guide.md (walkthrough), docs/metrics.md (every metric).";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using fragscope::cli::Command;
+  CLI::App app(kIntro, "fragscope");
+  app.set_version_flag("--version", std::string("fragscope ") + FRAGSCOPE_VERSION);
+  app.footer(kFooter);
+  app.require_subcommand(1);
+
+  std::vector<Command> commands;
+  commands.push_back(fragscope::cli::AddAnalyzeCommand(app));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 2 whatever CLI11's own code is.
+    return app.exit(e) == 0 ? fragscope::cli::kExitOk : fragscope::cli::kExitBadInput;
+  }
+  for (const Command& command : commands) {
+    if (command.app->parsed()) return command.run();
+  }
+  return fragscope::cli::kExitBadInput;  // unreachable: require_subcommand(1)
+}

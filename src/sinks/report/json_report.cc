@@ -1,0 +1,252 @@
+#include "sinks/report/json_report.h"
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fragscope/event.h"
+#include "model/device_memory.h"
+
+namespace fragscope::sinks {
+namespace {
+
+using analysis::AnalysisResult;
+using analysis::DeviceReport;
+using analysis::Extreme;
+using analysis::LayoutBlock;
+using analysis::LayoutSegment;
+using analysis::RequestProfile;
+using analysis::TimelineSample;
+using analysis::When;
+using Json = nlohmann::ordered_json;
+
+// Keep every key name here in step with docs/json-schema.md.
+
+std::string_view KindName(TraceKind kind) {
+  switch (kind) {
+    case TraceKind::kAllocator: return "allocator";
+    case TraceKind::kRequest: return "request";
+    case TraceKind::kUnknown: break;
+  }
+  return "unknown";
+}
+
+Json TimeOrNull(std::int64_t time_us) { return time_us < 0 ? Json(nullptr) : Json(time_us); }
+
+Json WhenJson(const When& when) {
+  Json j = Json::object();
+  j["event_index"] = when.event_index;
+  j["step"] = when.step;
+  j["time_us"] = TimeOrNull(when.time_us);
+  return j;
+}
+
+Json ExtremeJson(const Extreme& e) {
+  if (!e.seen) return nullptr;
+  Json j = Json::object();
+  j["bytes"] = e.bytes;
+  j["when"] = WhenJson(e.when);
+  return j;
+}
+
+Json PoolJson(const PoolMetrics& p) {
+  Json j = Json::object();
+  j["reserved_bytes"] = p.reserved_bytes;
+  j["allocated_bytes"] = p.allocated_bytes;
+  j["active_bytes"] = p.active_bytes;
+  j["requested_bytes"] = p.requested_bytes;
+  j["cached_free_bytes"] = p.cached_free_bytes;
+  j["fragmentation_ratio"] = p.fragmentation_ratio;
+  j["largest_free_block_bytes"] = p.largest_free_block;
+  j["external_fragmentation"] = p.external_fragmentation;
+  j["internal_waste_bytes"] = p.internal_waste_bytes;
+  j["stranded_bytes"] = p.stranded_bytes;
+  j["stranded_threshold_bytes"] = p.stranded_threshold;
+  j["releasable_bytes"] = p.releasable_bytes;
+  j["segment_count"] = p.segment_count;
+  j["block_count"] = p.block_count;
+  j["allocated_block_count"] = p.allocated_block_count;
+  j["pending_free_block_count"] = p.pending_free_block_count;
+  j["free_block_count"] = p.free_block_count;
+  return j;
+}
+
+Json FinalJson(const DeviceMetrics& m) {
+  Json j = Json::object();
+  j["all"] = PoolJson(m.all);
+  j["small_pool"] = PoolJson(m.small_pool);
+  j["large_pool"] = PoolJson(m.large_pool);
+  j["max_allocatable_bytes"] = m.max_allocatable;
+  j["max_allocatable_cached_bytes"] = m.max_allocatable_cached;
+  j["device_free_bytes"] = m.device_free_bytes ? Json(*m.device_free_bytes) : Json(nullptr);
+  j["ooms"] = m.num_ooms;
+  return j;
+}
+
+// Power-of-two buckets, only the non-empty ones, smallest first.
+Json HistogramJson(const model::SizeHistogram& histogram) {
+  Json out = Json::array();
+  for (int b = 0; b < model::kHistogramBuckets; ++b) {
+    const auto i = static_cast<std::size_t>(b);
+    if (histogram.count[i] == 0) continue;
+    Json h = Json::object();
+    h["min_bytes"] = std::uint64_t{1} << b;
+    // Inclusive, so that bucket 63 still fits in 64 bits.
+    h["max_bytes"] = (std::uint64_t{1} << b) + ((std::uint64_t{1} << b) - 1);
+    h["count"] = histogram.count[i];
+    h["total_bytes"] = histogram.bytes[i];
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+Json RequestsJson(const RequestProfile& p) {
+  Json j = Json::object();
+  j["count"] = p.count;
+  j["total_bytes"] = p.bytes;
+  j["min_bytes"] = p.min;
+  j["p50_bytes"] = p.p50;
+  j["p90_bytes"] = p.p90;
+  j["p99_bytes"] = p.p99;
+  j["max_bytes"] = p.max;
+  j["exact_quantiles"] = p.exact;
+  j["distinct_sizes"] = p.distinct_sizes;
+  Json top = Json::array();
+  for (const auto& [size, count] : p.top_sizes) {
+    Json t = Json::object();
+    t["size_bytes"] = size;
+    t["count"] = count;
+    top.push_back(std::move(t));
+  }
+  j["top_sizes"] = std::move(top);
+  j["histogram"] = HistogramJson(p.histogram);
+  return j;
+}
+
+Json SampleJson(const TimelineSample& s, bool allocator) {
+  auto alloc_only = [allocator](auto value) { return allocator ? Json(value) : Json(nullptr); };
+  Json j = Json::object();
+  j["step_first"] = s.step_first;
+  j["step_last"] = s.step_last;
+  j["first_event"] = s.first_event;
+  j["end_event"] = s.end_event;
+  j["time_us"] = TimeOrNull(s.time_us);
+  j["reserved_bytes"] = alloc_only(s.reserved_bytes);
+  j["allocated_bytes"] = alloc_only(s.allocated_bytes);
+  j["live_requested_bytes"] = s.live_requested_bytes;
+  j["cached_free_bytes"] = alloc_only(s.cached_free_bytes);
+  j["fragmentation_ratio"] = alloc_only(s.fragmentation_ratio);
+  j["largest_free_block_bytes"] = alloc_only(s.largest_free_block);
+  j["max_allocatable_bytes"] = alloc_only(s.max_allocatable);
+  j["stranded_bytes"] = alloc_only(s.stranded_bytes);
+  j["peak_reserved_bytes"] = alloc_only(s.peak_reserved_bytes);
+  j["peak_allocated_bytes"] = alloc_only(s.peak_allocated_bytes);
+  j["peak_live_requested_bytes"] = s.peak_live_requested_bytes;
+  j["allocs"] = s.allocs;
+  j["largest_request_bytes"] = s.largest_request;
+  return j;
+}
+
+Json BlockJson(const LayoutBlock& b) {
+  Json j = Json::object();
+  j["addr"] = b.addr;
+  j["size_bytes"] = b.size;
+  j["state"] = model::BlockStateName(b.state);
+  j["requested_bytes"] = b.state == model::BlockState::kFree ? Json(nullptr) : Json(b.requested);
+  j["stranded"] = b.stranded;
+  return j;
+}
+
+Json SegmentJson(const LayoutSegment& s) {
+  Json j = Json::object();
+  j["addr"] = s.addr;
+  j["size_bytes"] = s.size;
+  j["pool"] = PoolName(s.pool);
+  j["stream"] = s.stream;
+  j["expandable"] = s.expandable;
+  Json blocks = Json::array();
+  for (const LayoutBlock& b : s.blocks) blocks.push_back(BlockJson(b));
+  j["blocks"] = std::move(blocks);
+  return j;
+}
+
+Json DeviceJson(const DeviceReport& d, bool allocator, const JsonOptions& options) {
+  auto alloc_extreme = [allocator](const Extreme& e) {
+    return allocator ? ExtremeJson(e) : Json(nullptr);
+  };
+  Json j = Json::object();
+  j["device"] = d.device;
+  j["name"] = d.name;
+  j["capacity_bytes"] = d.capacity_bytes ? Json(*d.capacity_bytes) : Json(nullptr);
+  j["events"] = d.events;
+  j["allocs"] = d.allocs;
+  j["frees"] = d.frees;
+  j["ooms"] = d.num_ooms;
+  j["peak_reserved"] = alloc_extreme(d.peak_reserved);
+  j["peak_allocated"] = alloc_extreme(d.peak_allocated);
+  j["peak_live_requested"] = ExtremeJson(d.peak_live_requested);
+  j["max_cached_free"] = alloc_extreme(d.max_cached_free);
+  if (allocator && d.worst_fragmentation.seen) {
+    Json w = Json::object();
+    w["ratio"] = d.worst_fragmentation_ratio;
+    w["cached_free_bytes"] = d.worst_fragmentation.bytes;
+    w["when"] = WhenJson(d.worst_fragmentation.when);
+    j["worst_fragmentation"] = std::move(w);
+  } else {
+    j["worst_fragmentation"] = nullptr;
+  }
+  j["min_largest_free_block"] = alloc_extreme(d.min_largest_free_block);
+  j["min_max_allocatable"] = alloc_extreme(d.min_max_allocatable);
+  j["live_requested_bytes"] = d.live_requested_bytes;
+  j["live_requests"] = d.live_requests;
+  j["final"] = allocator ? FinalJson(d.final_metrics) : Json(nullptr);
+  j["free_block_histogram"] = allocator ? HistogramJson(d.free_block_histogram) : Json(nullptr);
+  j["requests"] = RequestsJson(d.requests);
+  Json timeline = Json::array();
+  for (const TimelineSample& s : d.timeline) timeline.push_back(SampleJson(s, allocator));
+  j["timeline"] = std::move(timeline);
+  if (allocator && options.include_layout) {
+    Json layout = Json::array();
+    for (const LayoutSegment& s : d.layout) layout.push_back(SegmentJson(s));
+    j["layout"] = std::move(layout);
+  } else {
+    j["layout"] = nullptr;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string RenderJson(const AnalysisResult& result, const JsonOptions& options) {
+  // Request traces have no allocator state; unknown-kind traces (no alloc ever seen) are
+  // treated as allocator traces with empty numbers, matching the text report.
+  const bool allocator = result.kind != TraceKind::kRequest;
+  Json j = Json::object();
+  j["schema"] = kJsonSchemaName;
+  j["schema_version"] = kJsonSchemaVersion;
+  j["source"] = result.source;
+  j["trace_kind"] = KindName(result.kind);
+  j["producer"] = result.producer;
+  Json labels = Json::object();
+  for (const auto& [key, value] : result.labels) labels[key] = value;
+  j["labels"] = std::move(labels);
+  j["total_events"] = result.total_events;
+  j["steps"] = result.steps;
+  j["timeline_unit"] = result.timeline_unit;
+  j["every_events"] = result.timeline_unit == "step" ? Json(nullptr) : Json(result.every_events);
+  j["steps_per_sample"] = result.steps_per_sample;
+  j["stranded_quantile"] = result.stranded_quantile;
+  j["stranded_threshold_bytes"] =
+      result.stranded_threshold ? Json(*result.stranded_threshold) : Json(nullptr);
+  j["notes"] = result.notes;
+  Json devices = Json::array();
+  for (const DeviceReport& d : result.devices) devices.push_back(DeviceJson(d, allocator, options));
+  j["devices"] = std::move(devices);
+  // Strings come from the trace (labels, names): replace invalid UTF-8 rather than throw.
+  std::string out = j.dump(options.indent, ' ', false, Json::error_handler_t::replace);
+  out += '\n';
+  return out;
+}
+
+}  // namespace fragscope::sinks

@@ -1,0 +1,5 @@
+# Sink tests build AnalysisResult values by hand (tests/sinks/sample_results.h) and check how
+# they are rendered; they never run the analyzer.
+fragscope_add_test(sinks/layout_map_test.cc LIBS fragscope_sinks)
+fragscope_add_test(sinks/text_report_test.cc LIBS fragscope_sinks GTest::gmock)
+fragscope_add_test(sinks/json_report_test.cc LIBS fragscope_sinks nlohmann_json::nlohmann_json)
