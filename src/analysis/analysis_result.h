@@ -98,6 +98,7 @@ struct DeviceReport {
   Extreme min_largest_free_block;      // over samples with reserved > 0
   Extreme min_max_allocatable;         // over samples with reserved > 0
   DeviceMetrics final_metrics;         // allocator traces only
+  model::SizeHistogram free_block_histogram;  // final free blocks, both pools
   std::uint64_t live_requested_bytes = 0;   // at the end
   std::uint64_t live_requests = 0;          // at the end
   RequestProfile requests;

@@ -42,11 +42,12 @@ void SizeProfile::Add(std::uint64_t size) {
   ++histogram_.count[b];
   histogram_.bytes[b] += size;
   if (overflowed_) return;
-  auto it = by_size_.find(size);
-  if (it != by_size_.end()) {
-    ++it->second;
-  } else if (by_size_.size() < kMaxDistinctSizes) {
-    by_size_.emplace(size, 1);
+  const std::uint32_t slot = size_index_.Find(size);
+  if (slot != model::AddressIndex::kNotFound) {
+    ++sizes_[slot].count;
+  } else if (sizes_.size() < kMaxDistinctSizes && size != ~std::uint64_t{0}) {
+    size_index_.Insert(size, static_cast<std::uint32_t>(sizes_.size()));
+    sizes_.push_back({size, 1});
   } else {
     overflowed_ = true;  // counts of the tracked sizes stay, but no longer cover every request
   }
@@ -56,20 +57,19 @@ std::uint64_t SizeProfile::Quantile(double q) const {
   if (count_ == 0) return 0;
   const std::uint64_t rank = QuantileRank(q, count_);
   if (overflowed_) return model::ClassFloor(classes_.FindByRank(rank));
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> sorted(by_size_.begin(), by_size_.end());
-  std::sort(sorted.begin(), sorted.end());
+  std::vector<SizeCount> sorted = sizes_;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const SizeCount& a, const SizeCount& b) { return a.size < b.size; });
   std::uint64_t seen = 0;
-  for (const auto& [size, n] : sorted) {
-    seen += n;
-    if (seen > rank) return size;
+  for (const SizeCount& sc : sorted) {
+    seen += sc.count;
+    if (seen > rank) return sc.size;
   }
   return max_;
 }
 
 std::vector<SizeCount> SizeProfile::TopSizes(std::size_t n) const {
-  std::vector<SizeCount> all;
-  all.reserve(by_size_.size());
-  for (const auto& [size, count] : by_size_) all.push_back({size, count});
+  std::vector<SizeCount> all = sizes_;
   auto better = [](const SizeCount& a, const SizeCount& b) {
     return a.count != b.count ? a.count > b.count : a.size > b.size;
   };

@@ -7,10 +7,10 @@
 #define FRAGSCOPE_ANALYSIS_SIZE_PROFILE_H_
 
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "model/address_index.h"
 #include "model/free_size_index.h"
 #include "model/size_class.h"
 
@@ -53,14 +53,16 @@ class SizeProfile {
   /// number of distinct sizes is <= kMaxDistinctSizes (exact() is true), else a size-class floor.
   std::uint64_t Quantile(double q) const;
   bool exact() const { return !overflowed_; }
-  std::size_t distinct_sizes() const { return by_size_.size(); }
+  std::size_t distinct_sizes() const { return sizes_.size(); }
   /// The n most frequent sizes, most frequent first (ties: larger size first).
   std::vector<SizeCount> TopSizes(std::size_t n) const;
   const model::SizeHistogram& histogram() const { return histogram_; }
 
  private:
   std::uint64_t count_ = 0, bytes_ = 0, min_ = ~std::uint64_t{0}, max_ = 0;
-  std::unordered_map<std::uint64_t, std::uint64_t> by_size_;
+  // size -> index into sizes_ (a flat hash table: Add() runs for every alloc event).
+  model::AddressIndex size_index_;
+  std::vector<SizeCount> sizes_;
   bool overflowed_ = false;
   model::ClassFenwick classes_;
   model::SizeHistogram histogram_;

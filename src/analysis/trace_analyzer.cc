@@ -344,12 +344,6 @@ struct TraceAnalyzer::Impl {
           "no step markers in the trace: the timeline samples every {} events instead",
           every));
     }
-    if (kind == TraceKind::kRequest) {
-      result.notes.push_back(
-          "request trace: it records what the program asked for, not where the allocator put "
-          "it, so segment-level metrics (reserved, fragmentation, largest free block) need a "
-          "replay through the caching-allocator simulator");
-    }
     for (auto& dp : devices) {
       if (!dp) continue;
       DeviceState& d = *dp;
@@ -379,6 +373,15 @@ struct TraceAnalyzer::Impl {
       if (d.memory != nullptr) {
         const MetricsInputs in = Inputs(d);
         r.final_metrics = ComputeMetrics(*d.memory, in);
+        for (Pool pool : {Pool::kSmall, Pool::kLarge}) {
+          const model::SizeHistogram& h = d.memory->pool(pool).free.histogram();
+          for (int b = 0; b < model::kHistogramBuckets; ++b) {
+            r.free_block_histogram.count[static_cast<std::size_t>(b)] +=
+                h.count[static_cast<std::size_t>(b)];
+            r.free_block_histogram.bytes[static_cast<std::size_t>(b)] +=
+                h.bytes[static_cast<std::size_t>(b)];
+          }
+        }
         r.num_ooms = d.memory->num_ooms();
         if (options.keep_layout) {
           d.memory->ForEachSegment([&](const model::Segment& seg) {
