@@ -1,0 +1,14 @@
+# Stage 1, sources: the trace format (src/sources/trace).
+fragscope_add_test(sources/input_stream_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/trace_reader_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
+
+# The fuzz target's corpus, replayed without libFuzzer, so every saved seed and crash input runs
+# in the normal test suite (fuzz/ itself is only added when FRAGSCOPE_BUILD_FUZZ is on).
+add_executable(trace_reader_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/trace_reader_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(trace_reader_fuzz_replay PRIVATE fragscope_sources)
+fragscope_set_warnings(trace_reader_fuzz_replay)
+add_test(NAME trace_reader_fuzz_replay
+  COMMAND trace_reader_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/trace_reader)
