@@ -1,5 +1,7 @@
 #include "model/device_memory.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/units.h"
@@ -62,7 +64,8 @@ void DeviceMemory::DeleteSegment(SegmentId id) {
 }
 
 void DeviceMemory::UpdateReleasable(const Segment& s, bool entering) {
-  if (s.num_blocks != 1 || blocks_[s.first].state != BlockState::kFree) return;
+  // Neighbouring free blocks always merge, so no live block means one free block.
+  if (s.live_blocks != 0) return;
   if (entering) counters(s).releasable += s.size; else counters(s).releasable -= s.size;
 }
 
@@ -287,6 +290,7 @@ Status DeviceMemory::SegmentMap(const Event& e) {
       s->last = r.last;
       s->size += r.size;
       s->num_blocks += r.num_blocks;
+      s->live_blocks += r.live_blocks;
       --counters(r).segment_count;
       DeleteSegment(right);
     }
@@ -368,8 +372,13 @@ Status DeviceMemory::SegmentUnmap(const Event& e) {
     Segment& ls = segments_[sid];
     ls.last = left_last;
     ls.size = (blocks_[left_last].end()) - ls.addr;
-    for (BlockId b = ls.first; b != kNone; b = blocks_[b].next) ++left_blocks;
+    std::uint32_t left_live = 0;
+    for (BlockId b = ls.first; b != kNone; b = blocks_[b].next) {
+      ++left_blocks;
+      left_live += blocks_[b].state != BlockState::kFree;
+    }
     ls.num_blocks = left_blocks;
+    ls.live_blocks = left_live;
     if (left_size > 0) c.free.Add(left_size);
     UpdateReleasable(ls, true);
   } else {
@@ -386,13 +395,15 @@ Status DeviceMemory::SegmentUnmap(const Event& e) {
     rs.first = right_first;
     rs.last = right_last;
     const SegmentId rid = NewSegment(rs);
-    std::uint32_t n = 0;
+    std::uint32_t n = 0, live = 0;
     for (BlockId b = right_first; b != kNone; b = blocks_[b].next) {
       blocks_[b].segment = rid;
       ++n;
+      live += blocks_[b].state != BlockState::kFree;
     }
     Segment& r = segments_[rid];
     r.num_blocks = n;
+    r.live_blocks = live;
     r.size = blocks_[r.last].end() - r.addr;
     ++c.segment_count;
     if (right_size > 0) c.free.Add(right_size);
@@ -450,6 +461,7 @@ Status DeviceMemory::Alloc(const Event& e) {
     ++s.num_blocks;
     c.free.Add(rest.size);
   }
+  ++s.live_blocks;
   Block& ab = blocks_[bid];
   ab.state = BlockState::kAllocated;
   ab.requested = e.size;
@@ -505,6 +517,7 @@ Status DeviceMemory::FreeCompleted(const Event& e) {
   c.active -= b.size;
   --c.pending_count;
   InsertFree(bid);
+  --s.live_blocks;
   UpdateReleasable(s, true);
   return Status::Ok();
 }
@@ -514,7 +527,14 @@ Status DeviceMemory::FreeCompleted(const Event& e) {
 
 Status DeviceMemory::CheckInvariants() const {
   auto fail = [](std::string msg) { return Status::Internal("invariant violated: " + msg); };
-  std::array<PoolCounters, 2> expect;
+  // Recomputed from the blocks; the free-size index is checked through its results.
+  struct Expected {
+    std::uint64_t reserved = 0, allocated = 0, active = 0, requested = 0, releasable = 0;
+    std::uint64_t segment_count = 0, allocated_count = 0, pending_count = 0;
+    std::uint64_t free_count = 0, free_bytes = 0, largest_free = 0;
+    SizeHistogram histogram;
+  };
+  std::array<Expected, 2> expect;
   std::uint64_t prev_end = 0;
   bool first_segment = true;
   std::size_t blocks_seen = 0;
@@ -527,11 +547,11 @@ Status DeviceMemory::CheckInvariants() const {
     }
     first_segment = false;
     prev_end = s.end();
-    PoolCounters& pc = expect[PoolIndex(s.pool)];
+    Expected& pc = expect[PoolIndex(s.pool)];
     pc.reserved += s.size;
     ++pc.segment_count;
     std::uint64_t cursor = s.addr, total = 0;
-    std::uint32_t n = 0;
+    std::uint32_t n = 0, live = 0;
     BlockId prev = kNone;
     bool prev_free = false;
     for (BlockId b = s.first; b != kNone; b = blocks_[b].next) {
@@ -556,7 +576,12 @@ Status DeviceMemory::CheckInvariants() const {
         return fail(fmt::format("neighbouring free blocks at {} were not merged",
                                 FormatAddress(blk.addr)));
       }
-      if (is_free) pc.free.Add(blk.size);
+      if (is_free) {
+        ++pc.free_count;
+        pc.free_bytes += blk.size;
+        pc.largest_free = std::max(pc.largest_free, blk.size);
+        ++pc.histogram.count[static_cast<std::size_t>(HistogramBucket(blk.size))];
+      }
       if (blk.state == BlockState::kAllocated) {
         pc.allocated += blk.size;
         pc.requested += blk.requested;
@@ -564,6 +589,7 @@ Status DeviceMemory::CheckInvariants() const {
       }
       if (blk.state != BlockState::kFree) pc.active += blk.size;
       if (blk.state == BlockState::kPendingFree) ++pc.pending_count;
+      live += !is_free;
       prev_free = is_free;
       cursor += blk.size;
       total += blk.size;
@@ -575,6 +601,10 @@ Status DeviceMemory::CheckInvariants() const {
                               "bytes in {}", FormatAddress(s.addr), total, n, s.size,
                               s.num_blocks));
     }
+    if (live != s.live_blocks) {
+      return fail(fmt::format("segment {} counts {} live blocks, has {}", FormatAddress(s.addr),
+                              s.live_blocks, live));
+    }
     if (n == 1 && blocks_[s.first].state == BlockState::kFree) pc.releasable += s.size;
     blocks_seen += n;
   }
@@ -584,7 +614,7 @@ Status DeviceMemory::CheckInvariants() const {
   }
   for (std::size_t p = 0; p < 2; ++p) {
     const PoolCounters& a = pools_[p];
-    const PoolCounters& x = expect[p];
+    const Expected& x = expect[p];
     const char* name = p == 0 ? "small" : "large";
     auto check = [&](const char* field, std::uint64_t have, std::uint64_t want) -> Status {
       if (have == want) return Status::Ok();
@@ -598,10 +628,10 @@ Status DeviceMemory::CheckInvariants() const {
     FRAGSCOPE_RETURN_IF_ERROR(check("segment_count", a.segment_count, x.segment_count));
     FRAGSCOPE_RETURN_IF_ERROR(check("allocated_count", a.allocated_count, x.allocated_count));
     FRAGSCOPE_RETURN_IF_ERROR(check("pending_count", a.pending_count, x.pending_count));
-    FRAGSCOPE_RETURN_IF_ERROR(check("free count", a.free.count(), x.free.count()));
-    FRAGSCOPE_RETURN_IF_ERROR(check("free bytes", a.free.bytes(), x.free.bytes()));
-    FRAGSCOPE_RETURN_IF_ERROR(check("largest free", a.free.Largest(), x.free.Largest()));
-    if (a.free.histogram().count != x.free.histogram().count) {
+    FRAGSCOPE_RETURN_IF_ERROR(check("free count", a.free.count(), x.free_count));
+    FRAGSCOPE_RETURN_IF_ERROR(check("free bytes", a.free.bytes(), x.free_bytes));
+    FRAGSCOPE_RETURN_IF_ERROR(check("largest free", a.free.Largest(), x.largest_free));
+    if (a.free.histogram().count != x.histogram.count) {
       return fail(fmt::format("{} pool: free histogram differs", name));
     }
   }

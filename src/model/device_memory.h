@@ -64,6 +64,7 @@ struct Segment {
   BlockId first = kNone;
   BlockId last = kNone;
   std::uint32_t num_blocks = 0;
+  std::uint32_t live_blocks = 0;  // allocated or pending-free; 0 <=> one free block
 
   std::uint64_t end() const { return addr + size; }
 };

@@ -96,3 +96,32 @@ TEST(AddressIndexTest, InsertFindEraseAgainstStdMap) {
 
 }  // namespace
 }  // namespace fragscope::model
+
+namespace fragscope::model {
+namespace {
+
+// A hostile trace can put many distinct sizes into one size class; past kMaxFlatSizes the
+// class switches to a tree, and back when it empties. Results must not change.
+TEST(FreeSizeIndexTest, ManyDistinctSizesInOneClass) {
+  FreeSizeIndex index;
+  const std::uint64_t base = std::uint64_t{1} << 30;  // class width: 16 MiB
+  std::vector<std::uint64_t> sizes;
+  for (std::uint64_t i = 0; i < 3 * FreeSizeIndex::kMaxFlatSizes; ++i) {
+    sizes.push_back(base + i * 7);
+    index.Add(sizes.back());
+  }
+  EXPECT_EQ(index.Largest(), sizes.back());
+  EXPECT_EQ(index.CountBelow(base + 7 * 100), 100u);
+  std::uint64_t expect = 0;
+  for (std::uint64_t i = 0; i < 100; ++i) expect += base + i * 7;
+  EXPECT_EQ(index.BytesBelow(base + 7 * 100), expect);
+  for (std::size_t i = sizes.size(); i-- > 1;) index.Remove(sizes[i]);
+  EXPECT_EQ(index.Largest(), base);
+  EXPECT_EQ(index.count(), 1u);
+  index.Remove(base);
+  EXPECT_EQ(index.Largest(), 0u);
+  EXPECT_EQ(index.BytesBelow(~std::uint64_t{0}), 0u);
+}
+
+}  // namespace
+}  // namespace fragscope::model
