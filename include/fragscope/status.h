@@ -8,6 +8,7 @@
 #ifndef FRAGSCOPE_STATUS_H_
 #define FRAGSCOPE_STATUS_H_
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,13 +25,24 @@ enum class StatusCode {
   kNotFound,           // a named file or thing does not exist
   kUnimplemented,      // a valid request for something this build does not do
   kInternal,           // a bug in fragscope
+  kOutOfMemory,        // a simulated allocation failed as PyTorch's would (message = its text)
 };
 
 /// A Status is OK or holds an error code and a human-readable message.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(StatusCode code, std::string message)
+      : code_(code), message_(std::make_unique<std::string>(std::move(message))) {}
+  Status(const Status& other)
+      : code_(other.code_),
+        message_(other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) *this = Status(other);
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string msg) {
@@ -46,23 +58,32 @@ class [[nodiscard]] Status {
     return {StatusCode::kUnimplemented, std::move(msg)};
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status OutOfMemory(std::string msg) {
+    return {StatusCode::kOutOfMemory, std::move(msg)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  /// The message; empty for OK.
+  const std::string& message() const {
+    static const std::string kEmpty;
+    return message_ ? *message_ : kEmpty;
+  }
 
   /// Returns a copy whose message is "prefix: message" (used to add a location).
   Status WithPrefix(std::string_view prefix) const {
     if (ok()) return *this;
-    return Status(code_, std::string(prefix) + ": " + message_);
+    return Status(code_, std::string(prefix) + ": " + message());
   }
 
   /// "OK" or "<code name>: <message>".
   std::string ToString() const;
 
  private:
+  // OK is a null message: the hot path (every applied event returns a Status) never touches
+  // a std::string.
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  std::unique_ptr<std::string> message_;
 };
 
 /// Result<T> holds either a T or a non-OK Status. (std::expected once we move to C++23.)

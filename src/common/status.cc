@@ -13,6 +13,7 @@ const char* CodeName(StatusCode code) {
     case StatusCode::kNotFound: return "not found";
     case StatusCode::kUnimplemented: return "unimplemented";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOutOfMemory: return "out of memory";
   }
   return "unknown";
 }
@@ -20,7 +21,7 @@ const char* CodeName(StatusCode code) {
 
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  return std::string(CodeName(code_)) + ": " + message_;
+  return std::string(CodeName(code_)) + ": " + message();
 }
 
 }  // namespace fragscope
