@@ -37,7 +37,18 @@ BlockId DeviceMemory::NewBlock(const Block& block) {
   return id;
 }
 
+BlockId DeviceMemory::FindBlock(std::uint64_t addr) {
+  if (addr == last_found_addr_ && last_found_ != kNone) return last_found_;
+  const BlockId id = block_index_.Find(addr);
+  if (id != AddressIndex::kNotFound) {
+    last_found_addr_ = addr;
+    last_found_ = id;
+  }
+  return id;
+}
+
 void DeviceMemory::DeleteBlock(BlockId id) {
+  if (id == last_found_) last_found_ = kNone;
   block_index_.Erase(blocks_[id].addr);
   blocks_[id].segment = kNone;
   free_block_ids_.push_back(id);
@@ -413,7 +424,7 @@ Status DeviceMemory::SegmentUnmap(const Event& e) {
 }
 
 Status DeviceMemory::Alloc(const Event& e) {
-  const BlockId bid = block_index_.Find(e.addr);
+  const BlockId bid = FindBlock(e.addr);
   if (bid == AddressIndex::kNotFound) {
     return Status::Corruption(fmt::format("alloc at {}: no free block starts there ({})",
                                           FormatAddress(e.addr), DescribeAddress(e.addr)));
@@ -474,7 +485,7 @@ Status DeviceMemory::Alloc(const Event& e) {
 }
 
 Status DeviceMemory::FreeRequested(const Event& e) {
-  const BlockId bid = block_index_.Find(e.addr);
+  const BlockId bid = FindBlock(e.addr);
   if (bid == AddressIndex::kNotFound || blocks_[bid].state == BlockState::kFree) {
     return Status::Corruption(fmt::format(
         "free_requested at {}: no allocated block starts there ({})", FormatAddress(e.addr),
@@ -501,7 +512,7 @@ Status DeviceMemory::FreeRequested(const Event& e) {
 }
 
 Status DeviceMemory::FreeCompleted(const Event& e) {
-  const BlockId bid = block_index_.Find(e.addr);
+  const BlockId bid = FindBlock(e.addr);
   if (bid == AddressIndex::kNotFound || blocks_[bid].state == BlockState::kFree) {
     return Status::Corruption(fmt::format(
         "free_completed at {}: no allocated block starts there ({})", FormatAddress(e.addr),

@@ -136,6 +136,9 @@ class DeviceMemory {
   Status FreeRequested(const Event& e);
   Status FreeCompleted(const Event& e);
 
+  /// The block starting at addr, or AddressIndex::kNotFound. Remembers the last hit: PyTorch
+  /// records free_completed right after free_requested of the same block.
+  BlockId FindBlock(std::uint64_t addr);
   BlockId NewBlock(const Block& block);
   void DeleteBlock(BlockId id);
   SegmentId NewSegment(const Segment& segment);
@@ -161,6 +164,9 @@ class DeviceMemory {
   std::vector<SegmentId> free_segment_ids_;
   std::map<std::uint64_t, SegmentId> segments_by_addr_;
   AddressIndex block_index_;  // block start address -> block id
+  // FindBlock's memo. A block id keeps its start address until DeleteBlock, which clears it.
+  std::uint64_t last_found_addr_ = 0;
+  BlockId last_found_ = kNone;
   std::uint64_t num_ooms_ = 0;
   std::optional<OomRecord> last_oom_;
 };
