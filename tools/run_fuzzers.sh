@@ -17,6 +17,7 @@ build_dir=build/fuzz  # the fuzz preset's binaryDir
 # 4 KiB line limit, and for small compressed traces; longer inputs only slow the search.
 declare -A max_len=(
   [trace_reader]=16384
+  [alloc_conf]=4096  # a conf string; PyTorch's are < 200 bytes, the parser caps at 64 KiB
 )
 
 targets=("$@")
