@@ -9,7 +9,7 @@
 #include "analysis/size_profile.h"
 #include "analysis/timeline.h"
 #include "common/units.h"
-#include "model/address_index.h"
+#include "model/u64_map.h"
 
 namespace fragscope::analysis {
 
@@ -18,38 +18,6 @@ namespace {
 // Without step markers and without --every, windows start at this many events; the timeline's
 // downsampling widens them as the run grows.
 constexpr std::uint64_t kAutoEveryEvents = 1000;
-
-// The live allocations of a request trace: program id -> requested bytes.
-class LiveRequests {
- public:
-  bool Contains(std::uint64_t id) const { return index_.Find(id) != model::AddressIndex::kNotFound; }
-  void Insert(std::uint64_t id, std::uint64_t size) {
-    std::uint32_t slot;
-    if (!free_slots_.empty()) {
-      slot = free_slots_.back();
-      free_slots_.pop_back();
-      sizes_[slot] = size;
-    } else {
-      slot = static_cast<std::uint32_t>(sizes_.size());
-      sizes_.push_back(size);
-    }
-    index_.Insert(id, slot);
-  }
-  /// Removes `id`; returns its size, or nullopt if it is not live.
-  std::optional<std::uint64_t> Erase(std::uint64_t id) {
-    const std::uint32_t slot = index_.Find(id);
-    if (slot == model::AddressIndex::kNotFound) return std::nullopt;
-    index_.Erase(id);
-    free_slots_.push_back(slot);
-    return sizes_[slot];
-  }
-  std::size_t size() const { return index_.size(); }
-
- private:
-  model::AddressIndex index_;
-  std::vector<std::uint64_t> sizes_;
-  std::vector<std::uint32_t> free_slots_;
-};
 
 // Peaks and counts inside the open timeline window.
 struct Window {
@@ -74,7 +42,7 @@ struct DeviceState {
   std::optional<std::uint64_t> capacity;
   std::uint64_t used_by_others = 0;
   model::DeviceMemory* memory = nullptr;  // allocator traces
-  LiveRequests live;                      // request traces
+  model::U64Map live;                     // request traces: id -> requested bytes
   std::unordered_set<std::uint64_t> awaiting_completion;
   std::uint64_t live_requested = 0;
   SizeProfile profile;
@@ -172,7 +140,10 @@ struct TraceAnalyzer::Impl {
       const When when{events == 0 ? 0 : events - 1, step, last_time_us};
       DeviceReport& r = d.report;
       if (s.reserved_bytes > 0) {
-        if (!r.worst_fragmentation.seen || s.fragmentation_ratio > r.worst_fragmentation_ratio) {
+        // A cache with nothing allocated (start-up, teardown) is 100% "fragmented" by
+        // definition and says nothing: only samples with live blocks compete.
+        if (s.allocated_bytes > 0 &&
+            (!r.worst_fragmentation.seen || s.fragmentation_ratio > r.worst_fragmentation_ratio)) {
           r.worst_fragmentation = Extreme{s.cached_free_bytes, when, true};
           r.worst_fragmentation_ratio = s.fragmentation_ratio;
         }
@@ -215,6 +186,9 @@ struct TraceAnalyzer::Impl {
     switch (e.action) {
       case Action::kAlloc:
         if (e.size == 0) return Status::Corruption("alloc of 0 bytes");
+        if (e.addr == ~std::uint64_t{0}) {
+          return Status::Corruption("alloc of id 18446744073709551615 (reserved)");
+        }
         if (d.live.Contains(e.addr)) {
           return Status::Corruption(fmt::format(
               "alloc of id {} which is still live (ids must be unique among live allocations)",

@@ -69,11 +69,11 @@ TEST(TraceAnalyzerTest, AllocatorTracePeaksAndStepTimeline) {
   EXPECT_DOUBLE_EQ(d.timeline[1].fragmentation_ratio, 12.0 / 20.0);
   EXPECT_EQ(d.timeline[2].peak_reserved_bytes, 60 * kMiB);
   EXPECT_EQ(d.timeline[2].reserved_bytes, 20 * kMiB);
-  // Worst fragmentation: ratio 1 (all cached, nothing allocated) is first reached at the end
-  // of setup; the end of step 1 ties and does not replace it (the first time is reported).
-  EXPECT_DOUBLE_EQ(d.worst_fragmentation_ratio, 1.0);
-  EXPECT_EQ(d.worst_fragmentation.when.step, -1);
-  EXPECT_EQ(d.worst_fragmentation.bytes, 20 * kMiB);
+  // Worst fragmentation: the end of setup and of step 1 hold nothing allocated and do not
+  // count; the end of step 0 has 8 MiB allocated of 20 MiB: 12 / 20 cached free.
+  EXPECT_DOUBLE_EQ(d.worst_fragmentation_ratio, 0.6);
+  EXPECT_EQ(d.worst_fragmentation.when.step, 0);
+  EXPECT_EQ(d.worst_fragmentation.bytes, 12 * kMiB);
   EXPECT_EQ(d.final_metrics.all.reserved_bytes, 20 * kMiB);
   EXPECT_EQ(d.layout.size(), 1u);
   EXPECT_EQ(d.requests.count, 2u);
