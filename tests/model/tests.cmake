@@ -13,3 +13,5 @@ target_link_libraries(alloc_conf_fuzz_replay PRIVATE fragscope_model)
 fragscope_set_warnings(alloc_conf_fuzz_replay)
 add_test(NAME alloc_conf_fuzz_replay
   COMMAND alloc_conf_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/alloc_conf)
+fragscope_add_test(model/caching_allocator_sim_test.cc LIBS fragscope_model)
+fragscope_add_test(model/btree_map_test.cc LIBS fragscope_model)
