@@ -15,3 +15,4 @@ add_test(NAME alloc_conf_fuzz_replay
   COMMAND alloc_conf_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/alloc_conf)
 fragscope_add_test(model/caching_allocator_sim_test.cc LIBS fragscope_model)
 fragscope_add_test(model/btree_map_test.cc LIBS fragscope_model)
+fragscope_add_test(model/sim_differential_test.cc LIBS fragscope_model)

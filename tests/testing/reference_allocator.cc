@@ -41,11 +41,21 @@ std::uint64_t ReferenceAllocator::Malloc(std::uint64_t request, std::vector<Even
     }
   }
   if (best_seg == nullptr) {
-    RefSegment seg;
-    seg.addr = next_address_;
-    seg.small = small;
     const std::uint64_t seg_size = SegmentSize(size);
-    next_address_ += seg_size + 2 * kMiB;  // leave gaps: segments are not contiguous
+    if (reserved() + seg_size > capacity_) {
+      EmptyCache(out);  // PyTorch frees every wholly free cached segment and retries
+      if (reserved() + seg_size > capacity_) return 0;
+    }
+    // Lowest 2 MiB-aligned address from the base where the segment fits.
+    std::uint64_t addr = kBaseAddress;
+    for (const RefSegment& s : segments_) {
+      if (addr + seg_size <= s.addr) break;
+      const std::uint64_t end = s.blocks.back().addr + s.blocks.back().size;
+      addr = std::max(addr, (end + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB));
+    }
+    RefSegment seg;
+    seg.addr = addr;
+    seg.small = small;
     seg.blocks.push_back(RefBlock{seg.addr, seg_size, 0, false});
     out->push_back(Make(Action::kSegmentAlloc, seg.addr, seg_size));
     auto pos = std::lower_bound(segments_.begin(), segments_.end(), seg.addr,
@@ -87,6 +97,14 @@ void ReferenceAllocator::Free(std::uint64_t addr, std::vector<Event>* out) {
       return;
     }
   }
+}
+
+std::uint64_t ReferenceAllocator::reserved() const {
+  std::uint64_t total = 0;
+  for (const RefSegment& s : segments_) {
+    for (const RefBlock& b : s.blocks) total += b.size;
+  }
+  return total;
 }
 
 void ReferenceAllocator::EmptyCache(std::vector<Event>* out) {
