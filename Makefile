@@ -20,7 +20,7 @@ release: deps
 
 # The main job on bundled sample data: a request trace captured from a real PyTorch training run.
 demo: release
-	build/release/apps/fragscope/fragscope analyze $(SAMPLE)
+	SAMPLE=$(SAMPLE) tools/demo.sh
 
 # Every test: unit + CLI golden tests (dev build), the whole suite again under ASan+UBSan, and
 # the Python tools' tests. Ends with one line of totals.

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "analysis/trace_analyzer.h"
+#include "cli_util.h"
 #include "common/units.h"
 #include "fragscope/trace.h"
 #include "sinks/report/json_report.h"
@@ -79,106 +80,6 @@ Examples:
 Exit status: 0 on success; 2 for bad input (the message names file:line) or bad usage.
 JSON schema: docs/json-schema.md. Guide: docs/user-guide.md.)";
 
-// ---------------------------------------------------------------------------------------------
-// Validators: usage errors are reported by CLI11 while parsing, with its "Run with --help" hint.
-// ---------------------------------------------------------------------------------------------
-
-// An integer >= min (CLI11's own PositiveNumber prints its range as a 300-digit double).
-CLI::Validator IntegerAtLeast(std::int64_t min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        std::int64_t value = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-        if (ec != std::errc() || ptr != end) return fmt::format("'{}' is not an integer", text);
-        if (value < min) return fmt::format("{} is less than {}", value, min);
-        return "";
-      },
-      fmt::format("INT>={}", min));
-}
-
-// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
-CLI::Validator ByteSize(std::uint64_t min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        Result<std::uint64_t> size = ParseSize(text);
-        if (!size.ok()) return size.status().message();
-        if (*size < min) return fmt::format("'{}' is less than {} bytes", text, min);
-        return "";
-      },
-      "");
-}
-
-// ---------------------------------------------------------------------------------------------
-// Progress on stderr: only on a terminal, only after a second, at most four times a second.
-// ---------------------------------------------------------------------------------------------
-
-class ProgressLine {
- public:
-  ProgressLine() : start_(Clock::now()), last_(start_) {
-    enabled_ = isatty(STDERR_FILENO) != 0;
-    // Test hook: how long to wait before the first line (default 1000 ms).
-    if (const char* delay = std::getenv("FRAGSCOPE_PROGRESS_DELAY_MS")) {
-      delay_ = std::chrono::milliseconds(std::strtoll(delay, nullptr, 10));
-    }
-  }
-
-  // Cheap enough to call every few thousand events.
-  void Update(const TraceReader& reader, std::uint64_t events) {
-    if (!enabled_) return;
-    const Clock::time_point now = Clock::now();
-    if (now - start_ < delay_ || (shown_ && now - last_ < std::chrono::milliseconds(250))) return;
-    last_ = now;
-    shown_ = true;
-    const std::uint64_t done = reader.input_bytes_consumed();
-    const std::uint64_t total = reader.input_bytes_total();
-    std::string line = "\rfragscope: ";
-    if (total > 0) {
-      line += fmt::format("{:3.0f}% of {}, ",
-                          100.0 * static_cast<double>(done) / static_cast<double>(total),
-                          FormatBytes(total));
-    } else {
-      line += fmt::format("{} read, ", FormatBytes(done));
-    }
-    line += fmt::format("{:.1f} M events\x1b[K", static_cast<double>(events) / 1e6);
-    std::fputs(line.c_str(), stderr);
-    std::fflush(stderr);
-  }
-
-  // Erases the line, if one was printed.
-  void Clear() {
-    if (!shown_) return;
-    std::fputs("\r\x1b[K", stderr);
-    std::fflush(stderr);
-    shown_ = false;
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool enabled_ = false;
-  bool shown_ = false;
-  std::chrono::milliseconds delay_{1000};
-  Clock::time_point start_;
-  Clock::time_point last_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// Running
-// ---------------------------------------------------------------------------------------------
-
-int BadInput(std::string_view message) {
-  std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
-  return kExitBadInput;
-}
-
-bool UseColor(const std::string& mode) {
-  if (mode == "always") return true;
-  if (mode == "never") return false;
-  const char* term = std::getenv("TERM");
-  return isatty(STDOUT_FILENO) != 0 && std::getenv("NO_COLOR") == nullptr &&
-         !(term != nullptr && std::string_view(term) == "dumb");
-}
-
 int RunAnalyze(const AnalyzeFlags& flags) {
   // Options first, so a typo fails before a long read.
   analysis::AnalysisOptions options;
@@ -211,23 +112,9 @@ int RunAnalyze(const AnalyzeFlags& flags) {
     return BadInput(fmt::format("{}: {}", reader.Where(), created.status().message()));
   analysis::TraceAnalyzer& analyzer = **created;
 
-  ProgressLine progress;
-  Event event;
-  std::uint64_t events = 0;
-  while (true) {
-    Result<bool> next = reader.Next(&event);
-    if (!next.ok()) {
-      progress.Clear();
-      return BadInput(next.status().message());
-    }
-    if (!*next) break;
-    if (Status s = analyzer.Consume(event); !s.ok()) {
-      progress.Clear();
-      return BadInput(fmt::format("{}: {}", reader.Where(), s.message()));
-    }
-    if ((++events & 0xfff) == 0) progress.Update(reader, events);
-  }
-  progress.Clear();
+  Result<std::uint64_t> read =
+      ReadAllEvents(reader, [&](const Event& e) { return analyzer.Consume(e); });
+  if (!read.ok()) return BadInput(read.status().message());
 
   const analysis::AnalysisResult result = analyzer.Finish(flags.path);
   if (flags.device >= 0 && result.devices.empty()) {
@@ -248,11 +135,7 @@ int RunAnalyze(const AnalyzeFlags& flags) {
         flags.map_scale == "segment" ? sinks::MapScale::kPerSegment : sinks::MapScale::kShared;
     out = sinks::RenderText(result, text);
   }
-  if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
-    std::fputs("fragscope: cannot write the report to stdout\n", stderr);
-    return kExitFailure;
-  }
-  return kExitOk;
+  return WriteReport(out);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include "analyze_command.h"
+#include "replay_command.h"
+#include "tune_command.h"
 #include "command.h"
 
 #ifndef FRAGSCOPE_VERSION
@@ -35,6 +37,8 @@ int main(int argc, char** argv) {
 
   std::vector<Command> commands;
   commands.push_back(fragscope::cli::AddAnalyzeCommand(app));
+  commands.push_back(fragscope::cli::AddReplayCommand(app));
+  commands.push_back(fragscope::cli::AddTuneCommand(app));
 
   try {
     app.parse(argc, argv);

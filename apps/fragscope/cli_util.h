@@ -1,0 +1,98 @@
+// Pieces every fragscope subcommand shares: option validators, the progress line, error
+// exits, and the read loop over a trace.
+#ifndef FRAGSCOPE_APPS_FRAGSCOPE_CLI_UTIL_H_
+#define FRAGSCOPE_APPS_FRAGSCOPE_CLI_UTIL_H_
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "common/units.h"
+#include "fragscope/event.h"
+#include "fragscope/status.h"
+#include "fragscope/trace.h"
+
+namespace fragscope::cli {
+
+/// An integer >= min (CLI11's own PositiveNumber prints its range as a 300-digit double).
+CLI::Validator IntegerAtLeast(std::int64_t min);
+/// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
+CLI::Validator ByteSize(std::uint64_t min);
+
+/// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
+int BadInput(std::string_view message);
+/// --color=auto|always|never: auto colors only a terminal, and honours NO_COLOR and TERM=dumb.
+bool UseColor(const std::string& mode);
+/// Writes `report` to stdout; on failure says so on stderr and returns kExitFailure, else
+/// kExitOk.
+int WriteReport(const std::string& report);
+
+/// Progress on stderr: only on a terminal, only after a second, at most four times a second.
+class ProgressLine {
+ public:
+  ProgressLine() : start_(Clock::now()), last_(start_) {
+    enabled_ = isatty(STDERR_FILENO) != 0;
+    // Test hook: how long to wait before the first line (default 1000 ms).
+    if (const char* delay = std::getenv("FRAGSCOPE_PROGRESS_DELAY_MS")) {
+      delay_ = std::chrono::milliseconds(std::strtoll(delay, nullptr, 10));
+    }
+  }
+
+  // Cheap enough to call every few thousand events.
+  void Update(const TraceReader& reader, std::uint64_t events) {
+    if (!enabled_) return;
+    const Clock::time_point now = Clock::now();
+    if (now - start_ < delay_ || (shown_ && now - last_ < std::chrono::milliseconds(250))) return;
+    last_ = now;
+    shown_ = true;
+    const std::uint64_t done = reader.input_bytes_consumed();
+    const std::uint64_t total = reader.input_bytes_total();
+    std::string line = "\rfragscope: ";
+    if (total > 0) {
+      line += fmt::format("{:3.0f}% of {}, ",
+                          100.0 * static_cast<double>(done) / static_cast<double>(total),
+                          FormatBytes(total));
+    } else {
+      line += fmt::format("{} read, ", FormatBytes(done));
+    }
+    line += fmt::format("{:.1f} M events\x1b[K", static_cast<double>(events) / 1e6);
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
+  // Erases the line, if one was printed.
+  void Clear() {
+    if (!shown_) return;
+    std::fputs("\r\x1b[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool enabled_ = false;
+  bool shown_ = false;
+  std::chrono::milliseconds delay_{1000};
+  Clock::time_point start_;
+  Clock::time_point last_;
+};
+
+/// Reads every event of `reader` into `consume`, with a progress line. On a reader error
+/// returns its message ("file:line: ..."); on a consumer error, "file:line: " + its message.
+/// `status_out` (optional) receives the consumer's Status (to tell OOMs from bad input).
+Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
+                                    const std::function<Status(const Event&)>& consume,
+                                    Status* status_out = nullptr);
+
+}  // namespace fragscope::cli
+
+#endif  // FRAGSCOPE_APPS_FRAGSCOPE_CLI_UTIL_H_

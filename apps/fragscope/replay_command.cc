@@ -1,0 +1,287 @@
+#include "replay_command.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "analysis/replay_result.h"
+#include "analysis/trace_analyzer.h"
+#include "cli_util.h"
+#include "common/units.h"
+#include "fragscope/trace.h"
+#include "model/alloc_conf.h"
+#include "model/request_replayer.h"
+#include "sinks/report/replay_report.h"
+
+namespace fragscope::cli {
+namespace {
+
+struct ReplayFlags {
+  std::string path;
+  std::string capacity;        // size; empty: from the trace header
+  std::string used_by_others;  // size; empty: from the trace header, else 0
+  std::optional<std::string> alloc_conf;  // unset: the header's allocator_settings
+  std::string torch_version = "newest";
+  bool continue_after_oom = false;
+  bool json = false;
+  std::string emit;
+  std::uint64_t every_events = 0;
+  bool no_map = false;
+  std::size_t timeline_rows = 60;
+  std::string color = "auto";
+  bool check_invariants = false;
+};
+
+constexpr std::string_view kDescription =
+    "Replay a request trace through the caching-allocator simulator on a virtual GPU";
+
+constexpr std::string_view kFooter =
+    R"(Replays what the program asked for (a request trace: allocs and frees of tensors, plus
+replay controls such as record_stream, empty_cache, set_memory_fraction) through a model of
+PyTorch's CUDA caching allocator (docs/simulator.md) on a GPU of --capacity bytes, and reports:
+whether it runs out of memory and where (request event, step) with the exact message PyTorch
+would print; the simulator's memory_stats(); then the same analysis as `fragscope analyze` of
+the allocator trace the simulation produced (peaks, fragmentation per step, memory map).
+
+After an out-of-memory error the replay stops, as an uncaught torch.OutOfMemoryError ends a
+job. With --continue-after-oom it goes on as if the program caught the error: the failed
+tensor never exists and its later free is ignored.
+
+Sizes accept units: 80GiB, 40GB (decimal), 512MiB, 1.5GiB, or plain bytes.
+
+Examples:
+  fragscope replay trace.jsonl.gz --capacity 40GiB
+  fragscope replay trace.jsonl.gz --capacity 16GiB --alloc-conf expandable_segments:True
+  fragscope replay trace.jsonl.gz --capacity 24GiB --used-by-others 600MiB --json | jq .oom
+  fragscope replay trace.jsonl.gz --capacity 24GiB --emit simulated.jsonl.zst
+
+Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
+
+model::ConfigVersion VersionFromFlag(const std::string& v) {
+  if (v == "1.13") return model::ConfigVersion::kV1_13;
+  if (v == "2") return model::ConfigVersion::kV2;
+  return model::ConfigVersion::kNewest;
+}
+
+// The header's allocator_settings as a conf string ("k:v,k:v").
+std::string HeaderConf(const TraceHeader& header) {
+  std::string conf;
+  for (const auto& [key, value] : header.allocator_settings) {
+    if (!conf.empty()) conf += ",";
+    conf += key + ":" + value;
+  }
+  return conf;
+}
+
+int RunReplay(const ReplayFlags& flags) {
+  std::optional<std::uint64_t> capacity, used_by_others;
+  if (!flags.capacity.empty()) {
+    Result<std::uint64_t> c = ParseSize(flags.capacity);
+    if (!c.ok()) return BadInput("--capacity: " + c.status().message());
+    capacity = *c;
+  }
+  if (!flags.used_by_others.empty()) {
+    Result<std::uint64_t> u = ParseSize(flags.used_by_others);
+    if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
+    used_by_others = *u;
+  }
+  const model::ConfigVersion version = VersionFromFlag(flags.torch_version);
+
+  Result<std::unique_ptr<TraceReader>> opened = TraceReader::Open(flags.path);
+  if (!opened.ok()) return BadInput(opened.status().message());
+  TraceReader& reader = **opened;
+  const TraceHeader& header = reader.header();
+  if (header.kind == TraceKind::kAllocator) {
+    return BadInput(fmt::format("{}: this is an allocator trace (header kind \"allocator\"); "
+                                "replay takes a request trace. `fragscope analyze` reads "
+                                "allocator traces", flags.path));
+  }
+  const std::string conf_text = flags.alloc_conf ? *flags.alloc_conf : HeaderConf(header);
+  Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf_text, version);
+  if (!config.ok()) {
+    return BadInput((flags.alloc_conf ? std::string("--alloc-conf: ")
+                                      : fmt::format("{}:1: allocator_settings: ", flags.path)) +
+                    config.status().message());
+  }
+  // Every device needs a capacity: the flag, or the header's.
+  for (const DeviceInfo& d : header.devices) {
+    if (!capacity && !d.capacity_bytes) {
+      return BadInput(fmt::format("{}: device {} has no capacity_bytes in the header; give "
+                                  "--capacity SIZE", flags.path, d.device));
+    }
+  }
+  auto sim_options = [&](std::int32_t device) {
+    model::SimOptions o;
+    o.config = *config;
+    o.version = version;
+    const DeviceInfo* info = header.FindDevice(device);
+    o.driver.capacity_bytes = capacity.value_or(info && info->capacity_bytes
+                                                    ? *info->capacity_bytes
+                                                    : 0);
+    o.driver.used_by_others_bytes =
+        used_by_others.value_or(info ? info->used_by_others_bytes.value_or(0) : 0);
+    return o;
+  };
+  if (!capacity && header.devices.empty()) {
+    return BadInput(fmt::format("{}: the header names no device capacity; give --capacity SIZE",
+                                flags.path));
+  }
+
+  // The simulated allocator trace: analyzed, and written with --emit.
+  TraceHeader out_header = header;
+  out_header.kind = TraceKind::kAllocator;
+  out_header.producer = "fragscope replay of " + flags.path;
+  out_header.allocator_settings.clear();
+  for (DeviceInfo& d : out_header.devices) {
+    const model::SimOptions o = sim_options(d.device);
+    d.capacity_bytes = o.driver.capacity_bytes;
+    d.used_by_others_bytes = o.driver.used_by_others_bytes;
+  }
+  if (out_header.devices.empty()) {
+    out_header.devices.push_back(DeviceInfo{0, "virtual-gpu", *capacity, used_by_others});
+  }
+  const std::string canonical_conf = model::ToConfString(*config);
+  if (!canonical_conf.empty()) {
+    std::string_view rest = canonical_conf;
+    while (!rest.empty()) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view item = rest.substr(0, comma);
+      const std::size_t colon = item.find(':');
+      out_header.allocator_settings.emplace_back(std::string(item.substr(0, colon)),
+                                                 std::string(item.substr(colon + 1)));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+
+  analysis::AnalysisOptions options;
+  options.every_events = flags.every_events;
+  options.check_invariants = flags.check_invariants;
+  options.keep_layout = !flags.no_map;
+  Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
+      analysis::TraceAnalyzer::Create(out_header, options);
+  if (!created.ok()) return BadInput(created.status().message());
+  analysis::TraceAnalyzer& analyzer = **created;
+
+  std::unique_ptr<TraceWriter> writer;
+  if (!flags.emit.empty()) {
+    Result<std::unique_ptr<TraceWriter>> w = TraceWriter::Create(flags.emit, out_header);
+    if (!w.ok()) return BadInput("--emit: " + w.status().message());
+    writer = std::move(*w);
+  }
+
+  Status sink_status;
+  auto sink = [&](const Event& e) {
+    if (!sink_status.ok()) return;
+    if (Status s = analyzer.Consume(e); !s.ok()) {
+      sink_status = Status::Internal("the simulator produced an event the model rejects: " +
+                                     s.message());
+      return;
+    }
+    if (writer) sink_status = writer->Write(e);
+  };
+  model::RequestReplayer replayer(
+      sim_options,
+      flags.continue_after_oom ? model::OomPolicy::kContinue : model::OomPolicy::kStop, sink);
+
+  Status consumer_status;
+  Result<std::uint64_t> read = ReadAllEvents(
+      reader,
+      [&](const Event& e) {
+        Status s = replayer.Consume(e);
+        if (s.ok() && !sink_status.ok()) return sink_status;
+        return s;
+      },
+      &consumer_status);
+  const bool stopped_at_oom = !read.ok() && consumer_status.code() == StatusCode::kOutOfMemory;
+  if (!read.ok() && !stopped_at_oom) return BadInput(read.status().message());
+  if (writer) {
+    if (Status s = writer->Close(); !s.ok()) return BadInput("--emit: " + s.message());
+  }
+
+  analysis::ReplayResult replay;
+  replay.trace = flags.path;
+  replay.policy = flags.continue_after_oom ? model::OomPolicy::kContinue : model::OomPolicy::kStop;
+  replay.stopped_at_oom = stopped_at_oom;
+  replay.request_events = replayer.events();
+  replay.ooms = replayer.ooms();
+  for (const auto& [device, sim] : replayer.devices()) {
+    analysis::DeviceReplay d;
+    d.device = device;
+    const model::SimOptions o = sim_options(device);
+    d.capacity_bytes = o.driver.capacity_bytes;
+    d.used_by_others_bytes = o.driver.used_by_others_bytes;
+    d.alloc_conf = model::ToConfString(sim->config());
+    d.memory_stats = sim->stats().Flatten();
+    d.segments = sim->MemorySnapshot();
+    replay.devices.push_back(std::move(d));
+  }
+  const analysis::AnalysisResult result = analyzer.Finish(flags.path);
+  std::string out;
+  if (flags.json) {
+    sinks::JsonOptions json;
+    json.include_layout = !flags.no_map;
+    out = sinks::RenderReplayJson(replay, result, json);
+  } else {
+    sinks::TextOptions text;
+    text.color = UseColor(flags.color);
+    text.show_map = !flags.no_map;
+    text.max_timeline_rows = flags.timeline_rows == 0 ? SIZE_MAX : flags.timeline_rows;
+    out = sinks::RenderReplayText(replay, result, text);
+  }
+  const int written = WriteReport(out);
+  if (written != kExitOk) return written;
+  return replay.ooms.empty() ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+Command AddReplayCommand(CLI::App& app) {
+  auto flags = std::make_shared<ReplayFlags>();
+  CLI::App* sub = app.add_subcommand("replay", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("TRACE", flags->path, "Request trace: JSON Lines, plain, .gz or .zst")
+      ->type_name("PATH")
+      ->required();
+  sub->add_option("--capacity", flags->capacity,
+                  "Device memory of the virtual GPU (required unless the header gives it)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
+  sub->add_option("--used-by-others", flags->used_by_others,
+                  "Device memory used outside PyTorch: CUDA context, NCCL, other processes")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--alloc-conf", flags->alloc_conf,
+                  "PYTORCH_CUDA_ALLOC_CONF to simulate (default: the trace header's settings)")
+      ->type_name("STR");
+  sub->add_option("--torch-version", flags->torch_version,
+                  "Allocator behaviour of: 1.13, 2 (2.0-2.8), newest")
+      ->check(CLI::IsMember({"1.13", "2", "newest"}))
+      ->capture_default_str();
+  sub->add_flag("--continue-after-oom", flags->continue_after_oom,
+                "Go on after an OOM as if the program caught it");
+  sub->add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");
+  sub->add_option("--emit", flags->emit,
+                  "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst)")
+      ->type_name("OUT");
+  sub->add_option("--every", flags->every_events,
+                  "One timeline row per N events instead of one per training step")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1));
+  sub->add_flag("--no-map", flags->no_map, "Leave out the memory map");
+  sub->add_option("--timeline-rows", flags->timeline_rows,
+                  "Timeline rows shown in text (0 = all; --json has all)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0))
+      ->capture_default_str();
+  sub->add_option("--color", flags->color, "Color the text: auto = when stdout is a terminal")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  sub->add_flag("--check-invariants", flags->check_invariants,
+                "Check the model's invariants after every event (slow)");
+  return Command{sub, [flags] { return RunReplay(*flags); }};
+}
+
+}  // namespace fragscope::cli

@@ -1,0 +1,147 @@
+// Simulator throughput (issue targets: >= 10 M replayed events/s on one core with stats and
+// metrics kept; tune of >= 50 settings on a 1 M-event trace in < 10 s on 2 cores):
+//   BM_ReplayBundled     the bundled real trace (tests/data/sample/gpt_tiny_50steps.jsonl.gz)
+//                        through RequestReplayer -> CachingAllocatorSim -> TraceAnalyzer
+//   BM_ReplaySynthetic   a synthetic 10 M-event request trace, 100 k live tensors, same path
+//   BM_SimOnly           the same synthetic trace through the simulator alone
+//   BM_Tune              the default 72-setting grid on the first 1 M events, all threads
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "analysis/trace_analyzer.h"
+#include "analysis/tune.h"
+#include "fragscope/trace.h"
+#include "model/request_replayer.h"
+
+namespace fragscope {
+namespace {
+
+constexpr std::uint64_t kCapacity = std::uint64_t{1} << 40;  // large enough never to OOM
+
+// Frees hit mostly recent tensors (activations die young), as in bench/replay_bench.cc.
+const std::vector<Event>& SyntheticRequests() {
+  static const std::vector<Event> events = [] {
+    constexpr std::size_t kEvents = 10'000'000;
+    constexpr std::size_t kLive = 100'000;
+    std::vector<Event> out;
+    out.reserve(kEvents);
+    std::mt19937_64 rng(7);
+    auto size = [&]() -> std::uint64_t {
+      const auto r = rng() % 100;
+      if (r < 60) return 1 + rng() % (256 << 10);
+      if (r < 95) return (1 << 20) + rng() % (8 << 20);
+      return (8 << 20) + rng() % (64 << 20);
+    };
+    std::uint64_t next_id = 1;
+    std::vector<std::uint64_t> live;
+    auto alloc = [&] {
+      Event e;
+      e.action = Action::kAlloc;
+      e.addr = next_id++;
+      e.size = size();
+      out.push_back(e);
+      return e.addr;
+    };
+    while (live.size() < kLive) live.push_back(alloc());
+    while (out.size() < kEvents) {
+      const bool young = rng() % 10 != 0;
+      const std::size_t i = young ? live.size() - 1 - rng() % 1000 : rng() % live.size();
+      Event f;
+      f.action = Action::kFreeRequested;
+      f.addr = live[i];
+      out.push_back(f);
+      live[i] = alloc();
+    }
+    return out;
+  }();
+  return events;
+}
+
+std::vector<Event> ReadTrace(const std::string& path) {
+  std::vector<Event> out;
+  auto reader = TraceReader::Open(path);
+  if (!reader.ok()) return out;
+  Event e;
+  while (true) {
+    auto next = (*reader)->Next(&e);
+    if (!next.ok() || !*next) break;
+    out.push_back(e);
+  }
+  return out;
+}
+
+void ReplayThroughAnalyzer(benchmark::State& state, const std::vector<Event>& events) {
+  for (auto _ : state) {
+    TraceHeader header;
+    header.kind = TraceKind::kAllocator;
+    auto analyzer = analysis::TraceAnalyzer::Create(header, {});
+    model::RequestReplayer replayer(
+        [](std::int32_t) {
+          model::SimOptions o;
+          o.driver.capacity_bytes = kCapacity;
+          return o;
+        },
+        model::OomPolicy::kStop, [&](const Event& e) { (void)(*analyzer)->Consume(e); });
+    for (const Event& e : events) {
+      if (!replayer.Consume(e).ok()) state.SkipWithError("replay failed");
+    }
+    benchmark::DoNotOptimize((*analyzer)->events());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
+}
+
+void BM_ReplayBundled(benchmark::State& state) {
+  static const std::vector<Event> events =
+      ReadTrace(std::string(FRAGSCOPE_SOURCE_DIR) + "/tests/data/sample/gpt_tiny_50steps.jsonl.gz");
+  if (events.empty()) {
+    state.SkipWithError("bundled sample not found");
+    return;
+  }
+  ReplayThroughAnalyzer(state, events);
+}
+BENCHMARK(BM_ReplayBundled)->Unit(benchmark::kMillisecond);
+
+void BM_ReplaySynthetic(benchmark::State& state) { ReplayThroughAnalyzer(state, SyntheticRequests()); }
+BENCHMARK(BM_ReplaySynthetic)->Unit(benchmark::kMillisecond)->Iterations(2);
+
+void BM_SimOnly(benchmark::State& state) {
+  const auto& events = SyntheticRequests();
+  for (auto _ : state) {
+    model::RequestReplayer replayer(
+        [](std::int32_t) {
+          model::SimOptions o;
+          o.driver.capacity_bytes = kCapacity;
+          return o;
+        },
+        model::OomPolicy::kStop, [](const Event&) {});
+    for (const Event& e : events) {
+      if (!replayer.Consume(e).ok()) state.SkipWithError("replay failed");
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
+}
+BENCHMARK(BM_SimOnly)->Unit(benchmark::kMillisecond)->Iterations(2);
+
+void BM_Tune(benchmark::State& state) {
+  const auto& all = SyntheticRequests();
+  static const std::vector<Event> events(all.begin(), all.begin() + 1'000'000);
+  analysis::TuneOptions options;
+  options.capacity_bytes = kCapacity;
+  for (auto _ : state) {
+    auto ranked = analysis::Tune(events, options);
+    if (!ranked.ok()) state.SkipWithError("tune failed");
+    benchmark::DoNotOptimize(ranked);
+  }
+  state.counters["settings"] = static_cast<double>(analysis::DefaultTuneGrid().size());
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size() *
+                                                    analysis::DefaultTuneGrid().size()));
+}
+BENCHMARK(BM_Tune)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+
+}  // namespace
+}  // namespace fragscope
+
+BENCHMARK_MAIN();

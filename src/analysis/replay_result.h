@@ -1,0 +1,37 @@
+// ReplayResult: what `fragscope replay` found besides the analysis of the simulated allocator
+// trace: per device the simulator's memory_stats() and segments, and the OOMs with PyTorch's
+// messages. Plain values for the sinks.
+#ifndef FRAGSCOPE_ANALYSIS_REPLAY_RESULT_H_
+#define FRAGSCOPE_ANALYSIS_REPLAY_RESULT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/caching_allocator_sim.h"
+#include "model/request_replayer.h"
+
+namespace fragscope::analysis {
+
+struct DeviceReplay {
+  std::int32_t device = 0;
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t used_by_others_bytes = 0;
+  std::string alloc_conf;  // canonical PYTORCH_CUDA_ALLOC_CONF of the simulator at the end
+  std::map<std::string, std::int64_t> memory_stats;  // PyTorch's key names
+  std::vector<model::SnapshotSegment> segments;      // torch.cuda.memory_snapshot() shape
+};
+
+struct ReplayResult {
+  std::string trace;
+  model::OomPolicy policy = model::OomPolicy::kStop;
+  bool stopped_at_oom = false;  // the replay ended at the first OOM (policy kStop)
+  std::uint64_t request_events = 0;  // request events replayed
+  std::vector<DeviceReplay> devices;
+  std::vector<model::ReplayOom> ooms;
+};
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_REPLAY_RESULT_H_

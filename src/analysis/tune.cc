@@ -1,0 +1,174 @@
+#include "analysis/tune.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "model/request_replayer.h"
+
+namespace fragscope::analysis {
+
+namespace {
+
+struct RunResult {
+  Status status;  // a trace error (not an OOM)
+  TuneOutcome outcome;
+};
+
+// One replay of the whole trace on a device of `capacity` bytes.
+RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorConfig& config,
+                     const TuneOptions& options, std::uint64_t capacity) {
+  RunResult r;
+  auto sim_options = [&](std::int32_t) {
+    model::SimOptions o;
+    o.config = config;
+    o.version = options.version;
+    o.driver.capacity_bytes = capacity;
+    o.driver.used_by_others_bytes = options.used_by_others_bytes;
+    return o;
+  };
+  model::RequestReplayer replayer(sim_options, model::OomPolicy::kStop, [](const Event&) {});
+  for (const Event& e : events) {
+    Status s = replayer.Consume(e);
+    if (s.ok()) continue;
+    if (s.code() != StatusCode::kOutOfMemory) {
+      r.status = s.WithPrefix(fmt::format("event {}", replayer.events() - 1));
+      return r;
+    }
+    break;
+  }
+  TuneOutcome& o = r.outcome;
+  if (!replayer.ooms().empty()) {
+    o.oom = true;
+    o.oom_event = replayer.ooms().front().event_index;
+    o.oom_step = replayer.ooms().front().step;
+  }
+  // Several devices: the figures of the one with the highest peak reserved.
+  for (const auto& [device, sim] : replayer.devices()) {
+    const model::MemoryStats& st = sim->stats();
+    const auto reserved = static_cast<std::uint64_t>(st.reserved_bytes[0].peak);
+    if (reserved < o.peak_reserved) continue;
+    o.peak_reserved = reserved;
+    o.peak_allocated = static_cast<std::uint64_t>(st.allocated_bytes[0].peak);
+    o.num_alloc_retries = static_cast<std::uint64_t>(st.num_alloc_retries);
+    o.num_device_alloc = static_cast<std::uint64_t>(st.num_device_alloc);
+  }
+  o.waste_at_peak = o.peak_reserved == 0
+                        ? 0.0
+                        : static_cast<double>(o.peak_reserved - o.peak_allocated) /
+                              static_cast<double>(o.peak_reserved);
+  return r;
+}
+
+// The smallest capacity (a multiple of the granularity) on which the trace replays without an
+// OOM. On a device of used_by_others + (peak reserved with unlimited memory) no cudaMalloc
+// fails, so that run is the unconstrained one and fits; below used_by_others + peak allocated
+// nothing can fit. Bisection in between assumes more memory never hurts, which holds for the
+// allocator's decisions except in contrived cases (documented in docs/simulator.md).
+Result<std::uint64_t> MinCapacity(const std::vector<Event>& events,
+                                  const model::AllocatorConfig& config,
+                                  const TuneOptions& options) {
+  constexpr std::uint64_t kUnlimited = std::uint64_t{1} << 50;  // 1 PiB
+  RunResult free_run = ReplayOnce(events, config, options, kUnlimited);
+  if (!free_run.status.ok()) return free_run.status;
+  const std::uint64_t g = options.min_capacity_granularity;
+  auto round_up = [g](std::uint64_t n) { return (n + g - 1) / g * g; };
+  std::uint64_t hi = round_up(options.used_by_others_bytes + free_run.outcome.peak_reserved);
+  std::uint64_t lo = options.used_by_others_bytes + free_run.outcome.peak_allocated;
+  lo = lo >= g ? lo / g * g - g : 0;  // known (or assumed) to fail
+  while (hi - lo > g) {
+    const std::uint64_t mid = lo + (hi - lo) / g / 2 * g;
+    RunResult r = ReplayOnce(events, config, options, mid);
+    if (!r.status.ok()) return r.status;
+    if (r.outcome.oom) lo = mid; else hi = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+std::vector<std::string> DefaultTuneGrid() {
+  std::vector<std::string> grid;
+  for (const char* expandable : {"", "expandable_segments:True"}) {
+    for (int split : {0, 32, 64, 128, 256, 512}) {
+      for (int divisions : {0, 4, 8}) {
+        for (bool gc : {false, true}) {
+          std::vector<std::string> parts;
+          if (*expandable) parts.emplace_back(expandable);
+          if (split) parts.push_back(fmt::format("max_split_size_mb:{}", split));
+          if (divisions) parts.push_back(fmt::format("roundup_power2_divisions:{}", divisions));
+          if (gc) {
+            parts.emplace_back("garbage_collection_threshold:0.8");
+            parts.emplace_back("per_process_memory_fraction:0.95");
+          }
+          std::string conf;
+          for (const std::string& p : parts) conf += (conf.empty() ? "" : ",") + p;
+          grid.push_back(conf);
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
+                                      const TuneOptions& options) {
+  const std::vector<std::string> settings =
+      options.settings.empty() ? DefaultTuneGrid() : options.settings;
+  std::vector<model::AllocatorConfig> configs;
+  for (const std::string& conf : settings) {
+    Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(conf, options.version);
+    if (!c.ok()) return c.status().WithPrefix(fmt::format("setting '{}'", conf));
+    configs.push_back(*c);
+  }
+  std::vector<TuneOutcome> outcomes(settings.size());
+  std::vector<Status> errors(settings.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < settings.size(); i = next++) {
+      RunResult r = ReplayOnce(events, configs[i], options, options.capacity_bytes);
+      if (!r.status.ok()) {
+        errors[i] = r.status;
+        continue;
+      }
+      r.outcome.conf = settings[i];
+      if (options.find_min_capacity) {
+        Result<std::uint64_t> min = MinCapacity(events, configs[i], options);
+        if (!min.ok()) {
+          errors[i] = min.status();
+          continue;
+        }
+        r.outcome.min_capacity = *min;
+      }
+      outcomes[i] = std::move(r.outcome);
+    }
+  };
+  unsigned threads = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
+  threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(settings.size())));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (const Status& s : errors) {
+    if (!s.ok()) return s;
+  }
+  std::vector<std::size_t> order(outcomes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const TuneOutcome& x = outcomes[a];
+    const TuneOutcome& y = outcomes[b];
+    if (x.oom != y.oom) return !x.oom;
+    // Among settings that run out of memory, the one that gets furthest is the better guess.
+    if (x.oom && x.oom_event != y.oom_event) return x.oom_event > y.oom_event;
+    if (x.peak_reserved != y.peak_reserved) return x.peak_reserved < y.peak_reserved;
+    return x.waste_at_peak < y.waste_at_peak;
+  });
+  std::vector<TuneOutcome> ranked;
+  for (std::size_t i : order) ranked.push_back(outcomes[i]);
+  return ranked;
+}
+
+}  // namespace fragscope::analysis

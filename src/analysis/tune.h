@@ -1,0 +1,57 @@
+// Tune: replays one request trace under many allocator settings in parallel and ranks them:
+// runs without an OOM first, then the lowest peak reserved, then the lowest waste at the
+// high-water mark. Optionally finds, by bisection, the smallest device each setting fits on.
+//
+// Thread safety: Tune() runs its own worker threads over a read-only copy of the events.
+#ifndef FRAGSCOPE_ANALYSIS_TUNE_H_
+#define FRAGSCOPE_ANALYSIS_TUNE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fragscope/event.h"
+#include "fragscope/status.h"
+#include "model/alloc_conf.h"
+
+namespace fragscope::analysis {
+
+struct TuneOptions {
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t used_by_others_bytes = 0;
+  model::ConfigVersion version = model::ConfigVersion::kNewest;
+  /// PYTORCH_CUDA_ALLOC_CONF strings to try; empty: DefaultTuneGrid(). "" is the default.
+  std::vector<std::string> settings;
+  unsigned threads = 0;          // 0: one per hardware thread
+  bool find_min_capacity = false;
+  std::uint64_t min_capacity_granularity = std::uint64_t{2} << 20;  // 2 MiB: segment rounding
+};
+
+struct TuneOutcome {
+  std::string conf;                 // as given ("" = PyTorch's defaults)
+  bool oom = false;
+  std::uint64_t oom_event = 0;      // request event index of the first OOM
+  std::int64_t oom_step = -1;
+  std::uint64_t peak_reserved = 0;  // reserved_bytes.all.peak (up to the OOM, if any)
+  std::uint64_t peak_allocated = 0;
+  double waste_at_peak = 0;         // (peak reserved − peak allocated) / peak reserved
+  std::uint64_t num_alloc_retries = 0;
+  std::uint64_t num_device_alloc = 0;
+  std::optional<std::uint64_t> min_capacity;  // smallest device without OOM (bisection)
+};
+
+/// The default grid (72 settings): expandable_segments False/True × max_split_size_mb
+/// unset/32/64/128/256/512 × roundup_power2_divisions 0/4/8 × garbage_collection_threshold
+/// off / 0.8 with per_process_memory_fraction 0.95. The first entry is "" (the defaults).
+std::vector<std::string> DefaultTuneGrid();
+
+/// Replays `events` (a request trace) under each setting. Outcomes come back ranked: no OOM
+/// first, then peak reserved, then waste_at_peak, then the order given; settings that run out
+/// of memory rank by how far they got (a later OOM first). Errors: a setting
+/// that does not parse (kInvalidArgument naming it), or a trace the replayer rejects.
+Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events, const TuneOptions& options);
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_TUNE_H_

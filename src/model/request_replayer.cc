@@ -1,0 +1,125 @@
+#include "model/request_replayer.h"
+
+#include <fmt/format.h>
+
+#include "model/memory_model.h"
+
+namespace fragscope::model {
+
+RequestReplayer::RequestReplayer(std::function<SimOptions(std::int32_t)> sim_for_device,
+                                 OomPolicy policy, std::function<void(const Event&)> sink)
+    : sim_for_device_(std::move(sim_for_device)), policy_(policy), sink_(std::move(sink)) {}
+
+RequestReplayer::~RequestReplayer() = default;
+
+RequestReplayer::Device& RequestReplayer::DeviceFor(std::int32_t device) {
+  const auto index = static_cast<std::size_t>(device);
+  if (index >= devices_.size()) devices_.resize(index + 1);
+  if (!devices_[index]) {
+    auto d = std::make_unique<Device>();
+    SimOptions options = sim_for_device_(device);
+    options.device = device;
+    d->sim = std::make_unique<CachingAllocatorSim>(options);
+    d->sim->SetEventSink([this](const Event& e) { sink_(e); });
+    devices_[index] = std::move(d);
+  }
+  return *devices_[index];
+}
+
+std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> RequestReplayer::devices()
+    const {
+  std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> out;
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i]) out.emplace_back(static_cast<std::int32_t>(i), devices_[i]->sim.get());
+  }
+  return out;
+}
+
+Status RequestReplayer::Consume(const Event& e) {
+  const std::uint64_t index = events_++;
+  if (e.action == Action::kStep || e.action == Action::kSnapshot) {
+    if (e.action == Action::kStep) step_ = e.step;
+    sink_(e);
+    return Status::Ok();
+  }
+  if (e.device < 0 || e.device >= MemoryModel::kMaxDevices) {
+    return Status::Corruption(
+        fmt::format("device {} is outside [0, {})", e.device, MemoryModel::kMaxDevices));
+  }
+  Device& d = DeviceFor(e.device);
+  CachingAllocatorSim& sim = *d.sim;
+  switch (e.action) {
+    case Action::kAlloc: {
+      if (e.size == 0) return Status::Corruption("alloc of 0 bytes");
+      if (e.addr == ~std::uint64_t{0}) {
+        return Status::Corruption("alloc of id 18446744073709551615 (reserved)");
+      }
+      if (d.addr_of_id.Contains(e.addr)) {
+        return Status::Corruption(fmt::format(
+            "alloc of id {} which is still live (ids must be unique among live allocations)",
+            e.addr));
+      }
+      d.failed_ids.Erase(e.addr);
+      Result<std::uint64_t> addr = sim.Malloc(e.size, e.stream);
+      if (addr.ok()) {
+        d.addr_of_id.Insert(e.addr, *addr);
+        return Status::Ok();
+      }
+      if (addr.status().code() != StatusCode::kOutOfMemory) return addr.status();
+      ReplayOom oom;
+      oom.event_index = index;
+      oom.step = step_;
+      oom.device = e.device;
+      if (sim.last_oom()) oom.details = *sim.last_oom();
+      ooms_.push_back(oom);
+      if (policy_ == OomPolicy::kStop) return addr.status();
+      d.failed_ids.Insert(e.addr, e.size);
+      return Status::Ok();
+    }
+    case Action::kFreeRequested:
+    case Action::kFreeCompleted: {
+      std::optional<std::uint64_t> addr = d.addr_of_id.Erase(e.addr);
+      if (!addr) {
+        // A lone free_completed after free_requested, or the free of an alloc that failed.
+        if (d.failed_ids.Erase(e.addr)) return Status::Ok();
+        if (e.action == Action::kFreeCompleted) return Status::Ok();
+        return Status::Corruption(fmt::format(
+            "free_requested of id {} which is not live (never allocated, or freed twice)",
+            e.addr));
+      }
+      return sim.Free(*addr);
+    }
+    case Action::kRecordStream: {
+      std::optional<std::uint64_t> addr = d.addr_of_id.Find(e.addr);
+      if (!addr) {
+        if (d.failed_ids.Contains(e.addr)) return Status::Ok();
+        return Status::Corruption(
+            fmt::format("record_stream of id {} which is not live", e.addr));
+      }
+      return sim.RecordStream(*addr, e.stream);
+    }
+    case Action::kStreamSync:
+      sim.StreamSync(e.has_stream ? std::optional<std::uint64_t>(e.stream) : std::nullopt);
+      return Status::Ok();
+    case Action::kEmptyCache:
+      sim.EmptyCache();
+      return Status::Ok();
+    case Action::kSetMemoryFraction:
+      return sim.SetMemoryFraction(e.fraction);
+    case Action::kSetAllocatorSettings:
+      return sim.SetAllocatorSettings(e.conf);
+    case Action::kSegmentAlloc:
+    case Action::kSegmentFree:
+    case Action::kSegmentMap:
+    case Action::kSegmentUnmap:
+    case Action::kOom:
+      return Status::Corruption(fmt::format(
+          "{} in a request trace: replay takes what the program asked for (alloc, frees and "
+          "controls), not allocator outcomes; use `fragscope analyze` for allocator traces",
+          ActionName(e.action)));
+    default:
+      return Status::Ok();
+  }
+}
+
+}  // namespace fragscope::model

@@ -1,0 +1,80 @@
+// RequestReplayer: drives one CachingAllocatorSim per device with a *request* trace (what the
+// program asked for) and hands on the *allocator* events the simulator produces, so the rest
+// of the pipeline analyzes a simulated run exactly as a recorded one. This is the "sim" box of
+// docs/architecture.md: request trace -> allocator trace.
+//
+// Request-trace semantics (docs/formats.md): `alloc` addr is a program-chosen id, unique among
+// live allocations; `free_requested` (or a lone `free_completed`) frees it; `record_stream`,
+// `stream_sync`, `empty_cache`, `set_memory_fraction` and `set_allocator_settings` are replay
+// controls; `step` and `snapshot` markers pass through; `oom` and segment events are refused
+// (a request trace records requests, not outcomes).
+//
+// Thread safety: none.
+#ifndef FRAGSCOPE_MODEL_REQUEST_REPLAYER_H_
+#define FRAGSCOPE_MODEL_REQUEST_REPLAYER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "fragscope/event.h"
+#include "fragscope/status.h"
+#include "model/caching_allocator_sim.h"
+#include "model/u64_map.h"
+
+namespace fragscope::model {
+
+/// What happens after a simulated out-of-memory error.
+enum class OomPolicy : std::uint8_t {
+  kStop,      // the job dies, as with an uncaught torch.OutOfMemoryError (default)
+  kContinue,  // the program catches it and goes on: the failed tensor never exists, and a
+              // later free of its id is ignored
+};
+
+struct ReplayOom {
+  std::uint64_t event_index = 0;  // index of the request event that failed
+  std::int64_t step = -1;         // step in progress (-1: before the first marker)
+  std::int32_t device = 0;
+  OomDetails details;             // includes PyTorch's message text
+};
+
+class RequestReplayer {
+ public:
+  /// `sim_for_device(d)` gives the options of device d's simulator (capacity, config, ...);
+  /// it is called when a device's first event arrives. `sink` receives allocator events.
+  RequestReplayer(std::function<SimOptions(std::int32_t device)> sim_for_device,
+                  OomPolicy policy, std::function<void(const Event&)> sink);
+  ~RequestReplayer();
+
+  /// Replays one request event. Errors: kCorruption for an inconsistent trace (free of an id
+  /// that is not live, duplicate id, segment events), kInvalidArgument for a bad control value
+  /// (fraction, allocator settings), kOutOfMemory with PyTorch's message under kStop.
+  Status Consume(const Event& event);
+
+  const std::vector<ReplayOom>& ooms() const { return ooms_; }
+  /// Devices seen so far, in index order, with their simulators.
+  std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> devices() const;
+  std::uint64_t events() const { return events_; }
+
+ private:
+  struct Device {
+    std::unique_ptr<CachingAllocatorSim> sim;
+    U64Map addr_of_id;            // live id -> simulated address
+    U64Map failed_ids;            // ids whose alloc hit an OOM (kContinue)
+  };
+  Device& DeviceFor(std::int32_t device);
+
+  std::function<SimOptions(std::int32_t)> sim_for_device_;
+  OomPolicy policy_;
+  std::function<void(const Event&)> sink_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::vector<ReplayOom> ooms_;
+  std::uint64_t events_ = 0;
+  std::int64_t step_ = -1;
+};
+
+}  // namespace fragscope::model
+
+#endif  // FRAGSCOPE_MODEL_REQUEST_REPLAYER_H_

@@ -1,0 +1,146 @@
+#include "sinks/report/replay_report.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/units.h"
+
+namespace fragscope::sinks {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::int64_t Stat(const analysis::DeviceReplay& d, const std::string& key) {
+  auto it = d.memory_stats.find(key);
+  return it == d.memory_stats.end() ? 0 : it->second;
+}
+
+std::string Bytes(std::int64_t n) { return FormatBytes(n < 0 ? 0 : static_cast<std::uint64_t>(n)); }
+
+std::string StepText(std::int64_t step) {
+  return step < 0 ? std::string("setup (before the first step)") : fmt::format("step {}", step);
+}
+
+}  // namespace
+
+std::string RenderReplayText(const analysis::ReplayResult& replay,
+                             const analysis::AnalysisResult& analysis,
+                             const TextOptions& options) {
+  std::string out = fmt::format("fragscope replay: {}\n", replay.trace);
+  for (const analysis::DeviceReplay& d : replay.devices) {
+    out += fmt::format("  device {}: virtual GPU of {} ({} used by others), "
+                       "PYTORCH_CUDA_ALLOC_CONF=\"{}\"\n",
+                       d.device, FormatBytes(d.capacity_bytes),
+                       FormatBytes(d.used_by_others_bytes), d.alloc_conf);
+  }
+  if (replay.ooms.empty()) {
+    out += fmt::format("  result: no out-of-memory error in {} request events\n",
+                       replay.request_events);
+  } else {
+    const model::ReplayOom& first = replay.ooms.front();
+    out += fmt::format("  result: OUT OF MEMORY at request event {} ({}, device {}){}\n",
+                       first.event_index, StepText(first.step), first.device,
+                       replay.stopped_at_oom ? "; the replay stops there, as the job would"
+                                             : "");
+    out += fmt::format("    torch.OutOfMemoryError: {}\n", first.details.message);
+    out += fmt::format("    request {} (rounded {}); reserved {}, allocated {}, driver free {}\n",
+                       FormatBytes(first.details.requested), FormatBytes(first.details.rounded),
+                       FormatBytes(first.details.reserved), FormatBytes(first.details.allocated),
+                       FormatBytes(first.details.device_free));
+    if (replay.ooms.size() > 1) {
+      out += fmt::format("    {} more OOMs were caught and the replay went on (--json lists all)\n",
+                         replay.ooms.size() - 1);
+    }
+  }
+  for (const analysis::DeviceReplay& d : replay.devices) {
+    out += fmt::format(
+        "  memory_stats (device {}): reserved peak {}, allocated peak {}, segments {} "
+        "(peak {}), cudaMalloc calls {}, cudaFree calls {}, alloc retries {}, OOMs {}\n",
+        d.device, Bytes(Stat(d, "reserved_bytes.all.peak")),
+        Bytes(Stat(d, "allocated_bytes.all.peak")), Stat(d, "segment.all.current"),
+        Stat(d, "segment.all.peak"), Stat(d, "num_device_alloc"), Stat(d, "num_device_free"),
+        Stat(d, "num_alloc_retries"), Stat(d, "num_ooms"));
+  }
+  out += "\n";
+  out += RenderText(analysis, options);
+  return out;
+}
+
+std::string RenderReplayJson(const analysis::ReplayResult& replay,
+                             const analysis::AnalysisResult& analysis,
+                             const JsonOptions& options) {
+  Json j = Json::object();
+  j["schema"] = kReplaySchemaName;
+  j["schema_version"] = kReplaySchemaVersion;
+  j["trace"] = replay.trace;
+  j["on_oom"] = replay.policy == model::OomPolicy::kStop ? "stop" : "continue";
+  j["stopped_at_oom"] = replay.stopped_at_oom;
+  j["request_events"] = replay.request_events;
+  Json ooms = Json::array();
+  for (const model::ReplayOom& o : replay.ooms) {
+    Json x = Json::object();
+    x["event_index"] = o.event_index;
+    x["step"] = o.step < 0 ? Json(nullptr) : Json(o.step);
+    x["device"] = o.device;
+    x["requested_bytes"] = o.details.requested;
+    x["rounded_bytes"] = o.details.rounded;
+    x["tried_to_allocate_bytes"] = o.details.reported;
+    x["device_total_bytes"] = o.details.device_total;
+    x["device_free_bytes"] = o.details.device_free;
+    x["allocated_bytes"] = o.details.allocated;
+    x["reserved_bytes"] = o.details.reserved;
+    x["limit_bytes"] = o.details.limit ? Json(*o.details.limit) : Json(nullptr);
+    x["message"] = o.details.message;
+    ooms.push_back(std::move(x));
+  }
+  j["oom"] = ooms.empty() ? Json(nullptr) : ooms.front();
+  j["ooms"] = std::move(ooms);
+  Json devices = Json::array();
+  for (const analysis::DeviceReplay& d : replay.devices) {
+    Json x = Json::object();
+    x["device"] = d.device;
+    x["capacity_bytes"] = d.capacity_bytes;
+    x["used_by_others_bytes"] = d.used_by_others_bytes;
+    x["alloc_conf"] = d.alloc_conf;
+    x["peak_reserved_bytes"] = Stat(d, "reserved_bytes.all.peak");
+    x["peak_allocated_bytes"] = Stat(d, "allocated_bytes.all.peak");
+    Json stats = Json::object();
+    for (const auto& [key, value] : d.memory_stats) stats[key] = value;
+    x["memory_stats"] = std::move(stats);
+    Json segments = Json::array();
+    for (const model::SnapshotSegment& s : d.segments) {
+      Json seg = Json::object();
+      seg["address"] = s.address;
+      seg["total_size"] = s.total_size;
+      seg["allocated_size"] = s.allocated_size;
+      seg["active_size"] = s.active_size;
+      seg["requested_size"] = s.requested_size;
+      seg["stream"] = s.stream;
+      seg["segment_type"] = s.segment_type;
+      seg["is_expandable"] = s.is_expandable;
+      Json blocks = Json::array();
+      for (const model::SnapshotBlock& b : s.blocks) {
+        Json blk = Json::object();
+        blk["address"] = b.address;
+        blk["size"] = b.size;
+        blk["requested_size"] = b.requested_size;
+        blk["state"] = b.state;
+        blk["stream"] = s.stream;
+        blk["pool"] = s.segment_type;
+        blocks.push_back(std::move(blk));
+      }
+      seg["blocks"] = std::move(blocks);
+      segments.push_back(std::move(seg));
+    }
+    x["segments"] = std::move(segments);
+    devices.push_back(std::move(x));
+  }
+  j["devices"] = std::move(devices);
+  JsonOptions inner = options;
+  inner.indent = -1;
+  j["analysis"] = Json::parse(RenderJson(analysis, inner));
+  return j.dump(options.indent, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace fragscope::sinks

@@ -1,0 +1,173 @@
+"""Tests of `fragscope replay` and `fragscope tune` against the built binary.
+
+The expected figures of tests/data/replay/fragmenting.jsonl are worked out by hand in
+tests/data/replay/README.md: on a 64 MiB device the default allocator holds 30 MiB (a 20 MiB
+segment with free blocks of 6 and 8 MiB, and a 10 MiB segment), so a 40 MiB request fails with
+34 MiB free on the device and 14 MiB free in the cache.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("FRAGSCOPE_BIN", "")
+FRAG = "tests/data/replay/fragmenting.jsonl"
+CONTROLS = "tests/data/replay/controls.jsonl"
+SAMPLE = "tests/data/sample/gpt_tiny_3steps.jsonl.gz"
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                                reason="FRAGSCOPE_BIN is not set to the built fragscope")
+
+# PyTorch's OOM text (shared/spec/pytorch-caching-allocator.md §12.1), with this trace's figures.
+EXPECTED_OOM = (
+    "CUDA out of memory. Tried to allocate 40.00 MiB. GPU 0 has a total capacity of 64.00 MiB "
+    "of which 34.00 MiB is free. Of the allocated memory 16.00 MiB is allocated by PyTorch, and "
+    "14.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+    "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    "  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+
+def run(*args):
+    return subprocess.run([BIN, *args], cwd=SOURCE_DIR, capture_output=True, timeout=300)
+
+
+def run_json(*args):
+    r = run(*args, "--json")
+    assert r.returncode in (0, 1), r.stderr.decode()
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_fragmentation_oom_exit_status_and_exact_message():
+    r = run("replay", FRAG)
+    assert r.returncode == 1, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "OUT OF MEMORY at request event 9 (step 2, device 0)" in out
+    assert EXPECTED_OOM in out
+
+
+def test_fragmentation_oom_json():
+    rc, j = run_json("replay", FRAG)
+    assert rc == 1
+    assert j["schema"] == "fragscope.replay"
+    assert j["stopped_at_oom"] is True
+    oom = j["oom"]
+    assert oom["event_index"] == 9
+    assert oom["step"] == 2
+    assert oom["requested_bytes"] == 40 * MiB
+    assert oom["tried_to_allocate_bytes"] == 40 * MiB
+    assert oom["device_total_bytes"] == 64 * MiB
+    assert oom["device_free_bytes"] == 34 * MiB
+    assert oom["allocated_bytes"] == 16 * MiB
+    assert oom["reserved_bytes"] == 30 * MiB
+    assert oom["message"] == EXPECTED_OOM
+    stats = j["devices"][0]["memory_stats"]
+    assert stats["num_ooms"] == 1
+    assert stats["num_alloc_retries"] == 1  # the release-all-and-retry attempt
+    assert stats["segment.all.current"] == 2
+    assert stats["reserved_bytes.all.current"] == 30 * MiB
+    assert stats["allocated_bytes.all.peak"] == 18 * MiB
+    segments = j["devices"][0]["segments"]
+    assert [s["total_size"] for s in segments] == [20 * MiB, 10 * MiB]
+    first = segments[0]["blocks"]
+    assert [(b["size"], b["state"]) for b in first] == [
+        (6 * MiB, "inactive"), (6 * MiB, "active_allocated"), (8 * MiB, "inactive")]
+    assert all(b["pool"] == "large" for b in first)
+    assert j["analysis"]["schema"] == "fragscope.analyze"
+
+
+def test_continue_after_oom_goes_on_and_ignores_the_failed_free():
+    rc, j = run_json("replay", FRAG, "--continue-after-oom")
+    assert rc == 1
+    assert j["stopped_at_oom"] is False
+    assert j["request_events"] == 13
+    assert len(j["ooms"]) == 1
+    assert j["devices"][0]["memory_stats"]["allocated_bytes.all.current"] == 0
+
+
+def test_enough_capacity_fits():
+    rc, j = run_json("replay", FRAG, "--capacity", "70MiB")  # 30 MiB + a 40 MiB segment
+    assert rc == 0
+    assert j["oom"] is None
+    assert j["devices"][0]["peak_reserved_bytes"] == 70 * MiB
+
+
+def test_controls_replay(tmp_path):
+    rc, j = run_json("replay", CONTROLS, "--capacity", "1GiB")
+    assert rc == 0
+    assert j["devices"][0]["alloc_conf"] == "expandable_segments:True"
+
+
+def test_emit_writes_an_allocator_trace_that_analyze_reads(tmp_path):
+    out = tmp_path / "sim.jsonl.zst"
+    r = run("replay", SAMPLE, "--capacity", "1GiB", "--emit", str(out), "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    replay = json.loads(r.stdout)
+    a = run("analyze", str(out), "--json")
+    assert a.returncode == 0, a.stderr.decode()
+    analysis = json.loads(a.stdout)
+    assert analysis["trace_kind"] == "allocator"
+    peak = analysis["devices"][0]["peak_reserved"]["bytes"]
+    assert peak == replay["devices"][0]["peak_reserved_bytes"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["replay", FRAG, "--alloc-conf", "max_split_mb:64"], "max_split_mb"),
+    (["replay", FRAG, "--alloc-conf", "expandable_segments:yes"], "expandable_segments"),
+    (["replay", FRAG, "--capacity", "12XB"], "unknown unit"),
+    (["replay", CONTROLS], "--capacity"),
+    (["replay", "tests/data/cli/allocator_basic.jsonl", "--capacity", "1GiB"],
+     "allocator trace"),
+    (["replay", "tests/data/cli/bad_unknown_action.jsonl", "--capacity", "1GiB"],
+     "bad_unknown_action.jsonl:"),
+    (["tune", FRAG], "--capacity"),
+    (["tune", FRAG, "--capacity", "64MiB", "--setting", "garbage_collection_threshold:2"],
+     "garbage_collection_threshold"),
+])
+def test_bad_input_exits_2(args, needle):
+    r = run(*args)
+    assert r.returncode == 2, (r.returncode, r.stdout.decode(), r.stderr.decode())
+    assert needle in r.stderr.decode()
+
+
+def test_free_of_unknown_id_names_the_line(tmp_path):
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"format":"fragscope-trace","version":1,"kind":"request"}\n'
+                     '{"action":"alloc","addr":1,"size":100}\n'
+                     '{"action":"free_requested","addr":2}\n')
+    r = run("replay", str(trace), "--capacity", "1GiB")
+    assert r.returncode == 2
+    assert f"{trace}:3:" in r.stderr.decode()
+    assert "not live" in r.stderr.decode()
+
+
+def test_tune_ranks_and_finds_min_capacity():
+    r = run("tune", FRAG, "--capacity", "64MiB", "--setting", "",
+            "--setting", "expandable_segments:True", "--min-capacity", "--json")
+    assert r.returncode == 1  # nothing fits in 64 MiB
+    j = json.loads(r.stdout)
+    rows = {row["alloc_conf"]: row for row in j["ranked"]}
+    assert rows[""]["oom"] is True
+    assert rows[""]["min_capacity_bytes"] == 70 * MiB  # 30 MiB held + a 40 MiB segment
+    assert j["recommended"] is None
+    assert j["default"]["alloc_conf"] == ""
+
+
+def test_tune_recommends_a_setting_that_fits():
+    r = run("tune", FRAG, "--capacity", "70MiB", "--setting", "",
+            "--setting", "max_split_size_mb:64")
+    assert r.returncode == 0, r.stderr.decode()
+    assert "Recommended: PYTORCH_CUDA_ALLOC_CONF=" in r.stdout.decode()
+
+
+def test_help_teaches():
+    for cmd in ("replay", "tune"):
+        r = run(cmd, "--help")
+        assert r.returncode == 0
+        assert "Examples:" in r.stdout.decode()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The demo behind `make demo`: the bundled request trace of a real PyTorch training run
+# (tools/capture_trace.py), analyzed, then replayed through the caching-allocator simulator on
+# virtual GPUs: one that fits, one on which PyTorch's default settings run out of memory, and
+# `tune` finding the PYTORCH_CUDA_ALLOC_CONF that avoids it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=${FRAGSCOPE_BIN:-build/release/apps/fragscope/fragscope}
+sample=${SAMPLE:-tests/data/sample/gpt_tiny_50steps.jsonl.gz}
+tight=${TIGHT_CAPACITY:-520MiB}
+
+banner() { printf '\n\033[1m==> %s\033[0m\n\n' "$*"; }
+
+banner "fragscope analyze $sample   (what the program asked for)"
+"$bin" analyze "$sample" --timeline-rows 12 || exit 1
+
+banner "fragscope replay $sample --capacity 1GiB   (a virtual GPU that fits the run)"
+"$bin" replay "$sample" --capacity 1GiB --timeline-rows 12
+rc=$?; [[ $rc -le 1 ]] || exit 1
+
+banner "fragscope replay $sample --capacity $tight   (PyTorch's defaults run out of memory)"
+"$bin" replay "$sample" --capacity "$tight" --timeline-rows 12 --no-map
+rc=$?; [[ $rc -le 1 ]] || exit 1
+
+banner "fragscope tune $sample --capacity $tight   (which allocator setting avoids it)"
+"$bin" tune "$sample" --capacity "$tight" --rows 10
+rc=$?; [[ $rc -le 1 ]] || exit 1
