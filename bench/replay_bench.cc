@@ -146,17 +146,22 @@ void BM_DeviceMemoryApply(benchmark::State& state) {
   for (auto _ : state) {
     model::DeviceMemory memory(0);
     Event e;
-    for (const CompactEvent& c : trace) {
-      if (!memory.Apply(ToEvent(c, &e)).ok()) state.SkipWithError("invalid event");
+    const bool prefetch = state.range(1) != 0;
+    for (std::size_t i = 0; i < trace.size(); ++i) {
+      // A reader that looks ahead can hint the model about the addresses to come.
+      if (prefetch && i + 8 < trace.size()) memory.Prefetch(trace[i + 8].addr);
+      if (!memory.Apply(ToEvent(trace[i], &e)).ok()) state.SkipWithError("invalid event");
     }
     benchmark::DoNotOptimize(memory.reserved());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * trace.size()));
 }
 BENCHMARK(BM_DeviceMemoryApply)
-    ->ArgName("uniform_frees")
-    ->Arg(0)
-    ->Arg(1)
+    ->ArgNames({"uniform_frees", "prefetch"})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({0, 1})
+    ->Args({1, 1})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 

@@ -113,7 +113,8 @@ int RunAnalyze(const AnalyzeFlags& flags) {
   analysis::TraceAnalyzer& analyzer = **created;
 
   Result<std::uint64_t> read =
-      ReadAllEvents(reader, [&](const Event& e) { return analyzer.Consume(e); });
+      ReadAllEvents(reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
+                    [&](const Event& e) { analyzer.Prefetch(e); });
   if (!read.ok()) return BadInput(read.status().message());
 
   const analysis::AnalysisResult result = analyzer.Finish(flags.path);

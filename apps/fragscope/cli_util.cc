@@ -1,5 +1,6 @@
 #include "cli_util.h"
 
+#include <array>
 #include <charconv>
 
 #include "command.h"
@@ -56,25 +57,55 @@ int WriteReport(const std::string& report) {
 
 Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
                                     const std::function<Status(const Event&)>& consume,
-                                    Status* status_out) {
+                                    Status* status_out,
+                                    const std::function<void(const Event&)>& prefetch) {
+  // Events are read kAhead ahead of consumption so that `prefetch` can warm the caches for
+  // them; each keeps its line number so that messages still name the right line.
+  constexpr std::size_t kAhead = 8;
+  std::array<Event, kAhead> ring;
+  std::array<std::uint64_t, kAhead> lines{};
+  std::size_t head = 0, count = 0;
+  bool eof = false;
+  Status read_error;
+  std::string name;  // Where() is "name:line"
   ProgressLine progress;
-  Event event;
   std::uint64_t events = 0;
   while (true) {
-    Result<bool> next = reader.Next(&event);
-    if (!next.ok()) {
-      progress.Clear();
-      return next.status();
+    while (!eof && read_error.ok() && count < kAhead) {
+      const std::size_t slot = (head + count) % kAhead;
+      Result<bool> next = reader.Next(&ring[slot]);
+      if (!next.ok()) {
+        read_error = next.status();
+        break;
+      }
+      if (!*next) {
+        eof = true;
+        break;
+      }
+      lines[slot] = reader.line_number();
+      if (name.empty()) {
+        const std::string where = reader.Where();
+        const std::string suffix = ":" + std::to_string(lines[slot]);
+        name = where.size() >= suffix.size() &&
+                       where.compare(where.size() - suffix.size(), suffix.size(), suffix) == 0
+                   ? where.substr(0, where.size() - suffix.size())
+                   : where;
+      }
+      if (prefetch) prefetch(ring[slot]);
+      ++count;
     }
-    if (!*next) break;
-    if (Status s = consume(event); !s.ok()) {
+    if (count == 0) break;
+    if (Status s = consume(ring[head]); !s.ok()) {
       progress.Clear();
       if (status_out != nullptr) *status_out = s;
-      return Status(s.code(), fmt::format("{}: {}", reader.Where(), s.message()));
+      return Status(s.code(), fmt::format("{}:{}: {}", name, lines[head], s.message()));
     }
+    head = (head + 1) % kAhead;
+    --count;
     if ((++events & 0xfff) == 0) progress.Update(reader, events);
   }
   progress.Clear();
+  if (!read_error.ok()) return read_error;
   return events;
 }
 

@@ -89,9 +89,11 @@ class ProgressLine {
 /// Reads every event of `reader` into `consume`, with a progress line. On a reader error
 /// returns its message ("file:line: ..."); on a consumer error, "file:line: " + its message.
 /// `status_out` (optional) receives the consumer's Status (to tell OOMs from bad input).
+/// `prefetch` (optional) sees each event a few events before `consume` does.
 Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
                                     const std::function<Status(const Event&)>& consume,
-                                    Status* status_out = nullptr);
+                                    Status* status_out = nullptr,
+                                    const std::function<void(const Event&)>& prefetch = {});
 
 }  // namespace fragscope::cli
 

@@ -408,6 +408,10 @@ TraceAnalyzer::TraceAnalyzer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 TraceAnalyzer::~TraceAnalyzer() = default;
 
 Status TraceAnalyzer::Consume(const Event& event) { return impl_->Consume(event); }
+void TraceAnalyzer::Prefetch(const Event& event) const {
+  if (impl_->kind != TraceKind::kAllocator) return;
+  if (const model::DeviceMemory* d = impl_->model.FindDevice(event.device)) d->Prefetch(event.addr);
+}
 std::uint64_t TraceAnalyzer::events() const { return impl_->events; }
 AnalysisResult TraceAnalyzer::Finish(const std::string& source) { return impl_->Finish(source); }
 

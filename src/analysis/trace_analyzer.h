@@ -39,6 +39,9 @@ class TraceAnalyzer {
   /// caller prefixes "file:line". After an error the analyzer must not be fed further.
   Status Consume(const Event& event);
 
+  /// Optional hint that `event` will be consumed soon: warms the caches for its block lookup.
+  void Prefetch(const Event& event) const;
+
   /// Events consumed so far (for progress).
   std::uint64_t events() const;
 

@@ -99,6 +99,9 @@ class DeviceMemory {
   /// events (record_stream, stream_sync, ...) and markers do not change the layout.
   Status Apply(const Event& event);
 
+  /// Optional hint: an event at `addr` will be applied soon (see AddressIndex::Prefetch).
+  void Prefetch(std::uint64_t addr) const { block_index_.Prefetch(addr); }
+
   /// Verifies every invariant in the file comment. O(n); for tests and debug builds.
   Status CheckInvariants() const;
 

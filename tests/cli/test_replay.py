@@ -171,3 +171,19 @@ def test_help_teaches():
         r = run(cmd, "--help")
         assert r.returncode == 0
         assert "Examples:" in r.stdout.decode()
+
+
+@pytest.mark.parametrize("command", ["analyze", "replay"])
+def test_error_names_its_line_although_the_reader_reads_ahead(tmp_path, command):
+    # The CLI reads a few events ahead of the analysis (to prefetch); the message must still
+    # name the line of the event that failed, not the line the reader has reached.
+    lines = ['{"format":"fragscope-trace","version":1,"kind":"request"}']
+    lines += [f'{{"action":"alloc","addr":{i},"size":100}}' for i in range(1, 4)]
+    lines.append('{"action":"free_requested","addr":99}')  # line 5: id 99 was never allocated
+    lines += [f'{{"action":"alloc","addr":{i},"size":100}}' for i in range(10, 30)]
+    trace = tmp_path / "late.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    r = run(command, str(trace), "--capacity", "1GiB") if command == "replay" else run(
+        command, str(trace))
+    assert r.returncode == 2
+    assert f"{trace}:5:" in r.stderr.decode(), r.stderr.decode()
