@@ -33,6 +33,18 @@ CLI::Validator ByteSize(std::uint64_t min) {
       "");
 }
 
+void AddTorchVersionOption(CLI::App& sub, std::string* value) {
+  sub.add_option("--torch-version", *value, "Allocator behaviour of: 1.13, 2 (2.0-2.8), newest")
+      ->check(CLI::IsMember({"1.13", "2", "newest"}))
+      ->capture_default_str();
+}
+
+model::ConfigVersion TorchVersion(const std::string& value) {
+  if (value == "1.13") return model::ConfigVersion::kV1_13;
+  if (value == "2") return model::ConfigVersion::kV2;
+  return model::ConfigVersion::kNewest;
+}
+
 int BadInput(std::string_view message) {
   std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
   return kExitBadInput;

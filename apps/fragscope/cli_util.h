@@ -20,6 +20,7 @@
 #include "fragscope/event.h"
 #include "fragscope/status.h"
 #include "fragscope/trace.h"
+#include "model/alloc_conf.h"
 
 namespace fragscope::cli {
 
@@ -27,6 +28,10 @@ namespace fragscope::cli {
 CLI::Validator IntegerAtLeast(std::int64_t min);
 /// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
 CLI::Validator ByteSize(std::uint64_t min);
+
+/// --torch-version 1.13|2|newest: which PyTorch generation's allocator to simulate.
+void AddTorchVersionOption(CLI::App& sub, std::string* value);
+model::ConfigVersion TorchVersion(const std::string& value);
 
 /// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
 int BadInput(std::string_view message);

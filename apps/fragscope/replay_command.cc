@@ -60,12 +60,6 @@ Examples:
 
 Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
 
-model::ConfigVersion VersionFromFlag(const std::string& v) {
-  if (v == "1.13") return model::ConfigVersion::kV1_13;
-  if (v == "2") return model::ConfigVersion::kV2;
-  return model::ConfigVersion::kNewest;
-}
-
 // The header's allocator_settings as a conf string ("k:v,k:v").
 std::string HeaderConf(const TraceHeader& header) {
   std::string conf;
@@ -88,7 +82,7 @@ int RunReplay(const ReplayFlags& flags) {
     if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
     used_by_others = *u;
   }
-  const model::ConfigVersion version = VersionFromFlag(flags.torch_version);
+  const model::ConfigVersion version = TorchVersion(flags.torch_version);
 
   Result<std::unique_ptr<TraceReader>> opened = TraceReader::Open(flags.path);
   if (!opened.ok()) return BadInput(opened.status().message());
@@ -256,10 +250,7 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_option("--alloc-conf", flags->alloc_conf,
                   "PYTORCH_CUDA_ALLOC_CONF to simulate (default: the trace header's settings)")
       ->type_name("STR");
-  sub->add_option("--torch-version", flags->torch_version,
-                  "Allocator behaviour of: 1.13, 2 (2.0-2.8), newest")
-      ->check(CLI::IsMember({"1.13", "2", "newest"}))
-      ->capture_default_str();
+  AddTorchVersionOption(*sub, &flags->torch_version);
   sub->add_flag("--continue-after-oom", flags->continue_after_oom,
                 "Go on after an OOM as if the program caught it");
   sub->add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");

@@ -55,12 +55,6 @@ Examples:
 
 Exit status: 0 if some setting runs without an OOM, 1 if none does, 2 for bad input.)";
 
-model::ConfigVersion VersionFromFlag(const std::string& v) {
-  if (v == "1.13") return model::ConfigVersion::kV1_13;
-  if (v == "2") return model::ConfigVersion::kV2;
-  return model::ConfigVersion::kNewest;
-}
-
 std::string ConfText(const std::string& conf) { return conf.empty() ? "(defaults)" : conf; }
 
 int RunTune(const TuneFlags& flags) {
@@ -73,7 +67,7 @@ int RunTune(const TuneFlags& flags) {
     if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
     options.used_by_others_bytes = *u;
   }
-  options.version = VersionFromFlag(flags.torch_version);
+  options.version = TorchVersion(flags.torch_version);
   options.settings = flags.settings;
   options.threads = flags.threads;
   options.find_min_capacity = flags.min_capacity;
@@ -223,10 +217,7 @@ Command AddTuneCommand(CLI::App& app) {
   sub->add_option("--setting", flags->settings,
                   "A PYTORCH_CUDA_ALLOC_CONF to try (repeat; replaces the default grid)")
       ->type_name("CONF");
-  sub->add_option("--torch-version", flags->torch_version,
-                  "Allocator behaviour of: 1.13, 2 (2.0-2.8), newest")
-      ->check(CLI::IsMember({"1.13", "2", "newest"}))
-      ->capture_default_str();
+  AddTorchVersionOption(*sub, &flags->torch_version);
   sub->add_option("--threads", flags->threads, "Worker threads (0 = one per hardware thread)")
       ->type_name("N")
       ->check(IntegerAtLeast(0))

@@ -7,6 +7,7 @@
 
 #include "analysis/metrics.h"
 #include "model/device_memory.h"
+#include "testing/flat_layout.h"
 #include "testing/reference_allocator.h"
 
 namespace fragscope {
@@ -16,31 +17,6 @@ using model::Block;
 using model::BlockState;
 using model::DeviceMemory;
 using model::Segment;
-
-struct Flat {
-  std::uint64_t addr, size, requested;
-  bool allocated;
-  bool operator==(const Flat&) const = default;
-};
-
-std::vector<Flat> Layout(const DeviceMemory& m) {
-  std::vector<Flat> out;
-  m.ForEachSegment([&](const Segment& s) {
-    m.ForEachBlock(s, [&](const Block& b) {
-      const bool allocated = b.state == BlockState::kAllocated;
-      out.push_back({b.addr, b.size, allocated ? b.requested : 0, allocated});
-    });
-  });
-  return out;
-}
-
-std::vector<Flat> Layout(const testing::ReferenceAllocator& r) {
-  std::vector<Flat> out;
-  for (const auto& s : r.segments()) {
-    for (const auto& b : s.blocks) out.push_back({b.addr, b.size, b.requested, b.allocated});
-  }
-  return out;
-}
 
 // Brute force over the blocks: the definitions of docs/metrics.md, written the slow way.
 void ExpectMetricsMatchBruteForce(const DeviceMemory& m, const analysis::MetricsInputs& in) {
@@ -123,7 +99,7 @@ TEST_P(RandomReplayTest, ModelMatchesReferenceAfterEveryEvent) {
       Status inv = memory.CheckInvariants();
       ASSERT_TRUE(inv.ok()) << "op " << op << ": " << inv.ToString();
     }
-    ASSERT_EQ(Layout(memory), Layout(ref)) << "op " << op;
+    ASSERT_EQ(testing::FlatLayout(memory), testing::FlatLayout(ref)) << "op " << op;
     ExpectMetricsMatchBruteForce(memory, in);
   }
 }

@@ -10,46 +10,13 @@
 
 #include "model/caching_allocator_sim.h"
 #include "model/device_memory.h"
+#include "testing/flat_layout.h"
 #include "testing/reference_allocator.h"
 
 namespace fragscope {
 namespace {
 
-struct Flat {
-  std::uint64_t addr, size, requested;
-  bool allocated;
-  bool operator==(const Flat&) const = default;
-};
-
-std::vector<Flat> Layout(const model::CachingAllocatorSim& sim) {
-  std::vector<Flat> out;
-  for (const model::SnapshotSegment& s : sim.MemorySnapshot()) {
-    for (const model::SnapshotBlock& b : s.blocks) {
-      const bool allocated = b.state == "active_allocated";
-      out.push_back({b.address, b.size, allocated ? b.requested_size : 0, allocated});
-    }
-  }
-  return out;
-}
-
-std::vector<Flat> Layout(const testing::ReferenceAllocator& r) {
-  std::vector<Flat> out;
-  for (const auto& s : r.segments()) {
-    for (const auto& b : s.blocks) out.push_back({b.addr, b.size, b.requested, b.allocated});
-  }
-  return out;
-}
-
-std::vector<Flat> Layout(const model::DeviceMemory& m) {
-  std::vector<Flat> out;
-  m.ForEachSegment([&](const model::Segment& s) {
-    m.ForEachBlock(s, [&](const model::Block& b) {
-      const bool allocated = b.state == model::BlockState::kAllocated;
-      out.push_back({b.addr, b.size, allocated ? b.requested : 0, allocated});
-    });
-  });
-  return out;
-}
+using testing::FlatLayout;
 
 // One random trace of `ops` operations from `seed`; returns the number of OOMs it hit.
 int RunTrace(std::uint64_t seed, int ops) {
@@ -104,15 +71,15 @@ int RunTrace(std::uint64_t seed, int ops) {
     }
     const auto stats = sim.stats().Flatten();
     const Status inv = sim.CheckInvariants();
-    const bool same = Layout(sim) == Layout(ref) && sink_status.ok() &&
-                      Layout(replayed) == Layout(ref) &&
+    const bool same = FlatLayout(sim) == FlatLayout(ref) && sink_status.ok() &&
+                      FlatLayout(replayed) == FlatLayout(ref) &&
                       static_cast<std::uint64_t>(stats.at("reserved_bytes.all.current")) ==
                           ref.reserved() &&
                       inv.ok();
     if (!same) {
-      EXPECT_EQ(Layout(sim), Layout(ref)) << "seed " << seed << " op " << op;
+      EXPECT_EQ(FlatLayout(sim), FlatLayout(ref)) << "seed " << seed << " op " << op;
       EXPECT_TRUE(sink_status.ok()) << sink_status.ToString();
-      EXPECT_EQ(Layout(replayed), Layout(ref)) << "events rebuild another layout";
+      EXPECT_EQ(FlatLayout(replayed), FlatLayout(ref)) << "events rebuild another layout";
       EXPECT_TRUE(inv.ok()) << inv.ToString();
       return -1;
     }
