@@ -3,8 +3,8 @@
 // profiles, timeline windows with metrics), on a synthetic trace of 10 M events that holds
 // 100 k live blocks in steady state.
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <vector>
 
 #include <benchmark/benchmark.h>

@@ -104,7 +104,9 @@ void BM_ReplayBundled(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplayBundled)->Unit(benchmark::kMillisecond);
 
-void BM_ReplaySynthetic(benchmark::State& state) { ReplayThroughAnalyzer(state, SyntheticRequests()); }
+void BM_ReplaySynthetic(benchmark::State& state) {
+  ReplayThroughAnalyzer(state, SyntheticRequests());
+}
 BENCHMARK(BM_ReplaySynthetic)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 void BM_SimOnly(benchmark::State& state) {

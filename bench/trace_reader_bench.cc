@@ -7,7 +7,6 @@
 //
 //   cmake --preset bench && cmake --build --preset bench --target trace_reader_bench
 //   build/bench/bench/trace_reader_bench
-#include <benchmark/benchmark.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -16,6 +15,8 @@
 #include <memory>
 #include <random>
 #include <string>
+
+#include <benchmark/benchmark.h>
 
 #include "fragscope/trace.h"
 #include "sources/trace/output_stream.h"

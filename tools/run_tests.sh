@@ -37,6 +37,16 @@ run_preset() {
   count_ctest "$log_dir/$preset-ctest.log"
 }
 
+echo "=== format: clang-format --dry-run on every C++ file"
+if command -v clang-format >/dev/null; then
+  if git ls-files '*.cc' '*.h' | xargs clang-format --dry-run -Werror 2>"$log_dir/format.log"; then
+    passed=$((passed + 1)); echo "format: clean"
+  else
+    failed=$((failed + 1)); status=1
+    head -n 20 "$log_dir/format.log"; echo "format: run 'make format'"
+  fi
+fi
+
 run_preset dev
 run_preset asan-ubsan
 

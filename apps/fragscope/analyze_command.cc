@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "analysis/trace_analyzer.h"
 #include "cli_util.h"
@@ -112,14 +112,15 @@ int RunAnalyze(const AnalyzeFlags& flags) {
     return BadInput(fmt::format("{}: {}", reader.Where(), created.status().message()));
   analysis::TraceAnalyzer& analyzer = **created;
 
-  Result<std::uint64_t> read =
-      ReadAllEvents(reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
-                    [&](const Event& e) { analyzer.Prefetch(e); });
+  Result<std::uint64_t> read = ReadAllEvents(
+      reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
+      [&](const Event& e) { analyzer.Prefetch(e); });
   if (!read.ok()) return BadInput(read.status().message());
 
   const analysis::AnalysisResult result = analyzer.Finish(flags.path);
   if (flags.device >= 0 && result.devices.empty()) {
-    return BadInput(fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
+    return BadInput(
+        fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
   }
   std::string out;
   if (flags.json) {

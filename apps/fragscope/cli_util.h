@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "common/units.h"
 #include "fragscope/event.h"

@@ -6,9 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include "analyze_command.h"
+#include "command.h"
 #include "replay_command.h"
 #include "tune_command.h"
-#include "command.h"
 
 #ifndef FRAGSCOPE_VERSION
 #define FRAGSCOPE_VERSION "unknown"

@@ -4,8 +4,8 @@
 #include <optional>
 #include <string>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "analysis/replay_result.h"
 #include "analysis/trace_analyzer.h"
@@ -21,8 +21,8 @@ namespace {
 
 struct ReplayFlags {
   std::string path;
-  std::string capacity;        // size; empty: from the trace header
-  std::string used_by_others;  // size; empty: from the trace header, else 0
+  std::string capacity;                   // size; empty: from the trace header
+  std::string used_by_others;             // size; empty: from the trace header, else 0
   std::optional<std::string> alloc_conf;  // unset: the header's allocator_settings
   std::string torch_version = "newest";
   bool continue_after_oom = false;
@@ -89,9 +89,11 @@ int RunReplay(const ReplayFlags& flags) {
   TraceReader& reader = **opened;
   const TraceHeader& header = reader.header();
   if (header.kind == TraceKind::kAllocator) {
-    return BadInput(fmt::format("{}: this is an allocator trace (header kind \"allocator\"); "
-                                "replay takes a request trace. `fragscope analyze` reads "
-                                "allocator traces", flags.path));
+    return BadInput(
+        fmt::format("{}: this is an allocator trace (header kind \"allocator\"); "
+                    "replay takes a request trace. `fragscope analyze` reads "
+                    "allocator traces",
+                    flags.path));
   }
   const std::string conf_text = flags.alloc_conf ? *flags.alloc_conf : HeaderConf(header);
   Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf_text, version);
@@ -103,8 +105,10 @@ int RunReplay(const ReplayFlags& flags) {
   // Every device needs a capacity: the flag, or the header's.
   for (const DeviceInfo& d : header.devices) {
     if (!capacity && !d.capacity_bytes) {
-      return BadInput(fmt::format("{}: device {} has no capacity_bytes in the header; give "
-                                  "--capacity SIZE", flags.path, d.device));
+      return BadInput(
+          fmt::format("{}: device {} has no capacity_bytes in the header; give "
+                      "--capacity SIZE",
+                      flags.path, d.device));
     }
   }
   auto sim_options = [&](std::int32_t device) {
@@ -112,16 +116,15 @@ int RunReplay(const ReplayFlags& flags) {
     o.config = *config;
     o.version = version;
     const DeviceInfo* info = header.FindDevice(device);
-    o.driver.capacity_bytes = capacity.value_or(info && info->capacity_bytes
-                                                    ? *info->capacity_bytes
-                                                    : 0);
+    o.driver.capacity_bytes =
+        capacity.value_or(info && info->capacity_bytes ? *info->capacity_bytes : 0);
     o.driver.used_by_others_bytes =
         used_by_others.value_or(info ? info->used_by_others_bytes.value_or(0) : 0);
     return o;
   };
   if (!capacity && header.devices.empty()) {
-    return BadInput(fmt::format("{}: the header names no device capacity; give --capacity SIZE",
-                                flags.path));
+    return BadInput(
+        fmt::format("{}: the header names no device capacity; give --capacity SIZE", flags.path));
   }
 
   // The simulated allocator trace: analyzed, and written with --emit.
@@ -170,15 +173,15 @@ int RunReplay(const ReplayFlags& flags) {
   auto sink = [&](const Event& e) {
     if (!sink_status.ok()) return;
     if (Status s = analyzer.Consume(e); !s.ok()) {
-      sink_status = Status::Internal("the simulator produced an event the model rejects: " +
-                                     s.message());
+      sink_status =
+          Status::Internal("the simulator produced an event the model rejects: " + s.message());
       return;
     }
     if (writer) sink_status = writer->Write(e);
   };
   model::RequestReplayer replayer(
-      sim_options,
-      flags.continue_after_oom ? model::OomPolicy::kContinue : model::OomPolicy::kStop, sink);
+      sim_options, flags.continue_after_oom ? model::OomPolicy::kContinue : model::OomPolicy::kStop,
+      sink);
 
   Status consumer_status;
   Result<std::uint64_t> read = ReadAllEvents(

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "analysis/tune.h"
@@ -76,8 +76,8 @@ int RunTune(const TuneFlags& flags) {
   if (!opened.ok()) return BadInput(opened.status().message());
   TraceReader& reader = **opened;
   if (reader.header().kind == TraceKind::kAllocator) {
-    return BadInput(fmt::format("{}: this is an allocator trace; tune takes a request trace",
-                                flags.path));
+    return BadInput(
+        fmt::format("{}: this is an allocator trace; tune takes a request trace", flags.path));
   }
   std::vector<Event> events;
   Result<std::uint64_t> read = ReadAllEvents(reader, [&](const Event& e) -> Status {
@@ -132,10 +132,11 @@ int RunTune(const TuneFlags& flags) {
     }
     out = j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
   } else {
-    out += fmt::format("fragscope tune: {} ({} request events) on {} ({} used by others), "
-                       "{} settings\n\n",
-                       flags.path, events.size(), FormatBytes(options.capacity_bytes),
-                       FormatBytes(options.used_by_others_bytes), ranked.size());
+    out += fmt::format(
+        "fragscope tune: {} ({} request events) on {} ({} used by others), "
+        "{} settings\n\n",
+        flags.path, events.size(), FormatBytes(options.capacity_bytes),
+        FormatBytes(options.used_by_others_bytes), ranked.size());
     out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>6}  {:>7}{}  {}\n", "rank", "result",
                        "peak reserved", "peak allocated", "waste", "retries",
                        flags.min_capacity ? "  min capacity" : "", "PYTORCH_CUDA_ALLOC_CONF");
@@ -143,9 +144,9 @@ int RunTune(const TuneFlags& flags) {
     for (std::size_t i = 0; i < ranked.size(); ++i) {
       const analysis::TuneOutcome& o = ranked[i];
       if (i >= shown && &o != baseline) continue;
-      const std::string result = o.oom ? (o.oom_step >= 0 ? fmt::format("OOM step {}", o.oom_step)
-                                                          : std::string("OOM"))
-                                       : std::string("fits");
+      const std::string result =
+          o.oom ? (o.oom_step >= 0 ? fmt::format("OOM step {}", o.oom_step) : std::string("OOM"))
+                : std::string("fits");
       out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>5.1f}%  {:>7}{}  {}\n", i + 1, result,
                          FormatBytes(o.peak_reserved), FormatBytes(o.peak_allocated),
                          100.0 * o.waste_at_peak, o.num_alloc_retries,
@@ -161,33 +162,34 @@ int RunTune(const TuneFlags& flags) {
     }
     out += "\n";
     if (best.oom) {
-      out += fmt::format("  No setting avoids the out-of-memory error on {}: the job needs a "
-                         "larger device or less memory (smaller batch, shorter sequences).\n",
-                         FormatBytes(options.capacity_bytes));
+      out += fmt::format(
+          "  No setting avoids the out-of-memory error on {}: the job needs a "
+          "larger device or less memory (smaller batch, shorter sequences).\n",
+          FormatBytes(options.capacity_bytes));
     } else {
       out += fmt::format("  Recommended: PYTORCH_CUDA_ALLOC_CONF={}\n",
                          best.conf.empty() ? "\"\" (the defaults are best)" : best.conf);
       if (baseline != nullptr && baseline != &best) {
         if (baseline->oom) {
-          out += fmt::format("  The defaults run out of memory at request event {}{}; this "
-                             "setting fits, with a peak reserved of {}.\n",
-                             baseline->oom_event,
-                             baseline->oom_step >= 0
-                                 ? fmt::format(" (step {})", baseline->oom_step)
-                                 : std::string(),
-                             FormatBytes(best.peak_reserved));
+          out += fmt::format(
+              "  The defaults run out of memory at request event {}{}; this "
+              "setting fits, with a peak reserved of {}.\n",
+              baseline->oom_event,
+              baseline->oom_step >= 0 ? fmt::format(" (step {})", baseline->oom_step)
+                                      : std::string(),
+              FormatBytes(best.peak_reserved));
         } else {
           const std::uint64_t saved = baseline->peak_reserved > best.peak_reserved
                                           ? baseline->peak_reserved - best.peak_reserved
                                           : 0;
-          out += fmt::format("  Saves {} of peak reserved memory against the defaults ({} -> {}, "
-                             "{:.1f}%).\n",
-                             FormatBytes(saved), FormatBytes(baseline->peak_reserved),
-                             FormatBytes(best.peak_reserved),
-                             baseline->peak_reserved == 0
-                                 ? 0.0
-                                 : 100.0 * static_cast<double>(saved) /
-                                       static_cast<double>(baseline->peak_reserved));
+          out += fmt::format(
+              "  Saves {} of peak reserved memory against the defaults ({} -> {}, "
+              "{:.1f}%).\n",
+              FormatBytes(saved), FormatBytes(baseline->peak_reserved),
+              FormatBytes(best.peak_reserved),
+              baseline->peak_reserved == 0 ? 0.0
+                                           : 100.0 * static_cast<double>(saved) /
+                                                 static_cast<double>(baseline->peak_reserved));
         }
       }
     }

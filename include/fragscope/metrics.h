@@ -11,20 +11,20 @@
 namespace fragscope {
 
 struct PoolMetrics {
-  std::uint64_t reserved_bytes = 0;       // Σ segment sizes
-  std::uint64_t allocated_bytes = 0;      // Σ sizes of allocated blocks
-  std::uint64_t active_bytes = 0;         // allocated + pending-free blocks
-  std::uint64_t requested_bytes = 0;      // Σ requested bytes of allocated blocks
-  std::uint64_t cached_free_bytes = 0;    // reserved − allocated
-  double fragmentation_ratio = 0;         // cached_free / reserved (0 when reserved == 0)
-  std::uint64_t largest_free_block = 0;   // largest free (cached, not pending) block
-  double external_fragmentation = 0;      // 1 − largest_free / cached_free (0 when no cache)
-  std::uint64_t internal_waste_bytes = 0; // allocated − requested
-  std::uint64_t stranded_bytes = 0;       // free bytes in blocks < stranded_threshold
-  std::uint64_t stranded_threshold = 0;   // the size a free block must reach to be useful
-  std::uint64_t releasable_bytes = 0;     // segments that are one free block (empty_cache frees)
+  std::uint64_t reserved_bytes = 0;        // Σ segment sizes
+  std::uint64_t allocated_bytes = 0;       // Σ sizes of allocated blocks
+  std::uint64_t active_bytes = 0;          // allocated + pending-free blocks
+  std::uint64_t requested_bytes = 0;       // Σ requested bytes of allocated blocks
+  std::uint64_t cached_free_bytes = 0;     // reserved − allocated
+  double fragmentation_ratio = 0;          // cached_free / reserved (0 when reserved == 0)
+  std::uint64_t largest_free_block = 0;    // largest free (cached, not pending) block
+  double external_fragmentation = 0;       // 1 − largest_free / cached_free (0 when no cache)
+  std::uint64_t internal_waste_bytes = 0;  // allocated − requested
+  std::uint64_t stranded_bytes = 0;        // free bytes in blocks < stranded_threshold
+  std::uint64_t stranded_threshold = 0;    // the size a free block must reach to be useful
+  std::uint64_t releasable_bytes = 0;      // segments that are one free block (empty_cache frees)
   std::uint64_t segment_count = 0;
-  std::uint64_t block_count = 0;          // allocated + pending + free blocks
+  std::uint64_t block_count = 0;  // allocated + pending + free blocks
   std::uint64_t allocated_block_count = 0;
   std::uint64_t pending_free_block_count = 0;
   std::uint64_t free_block_count = 0;

@@ -18,14 +18,14 @@ namespace fragscope {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // a caller-supplied value (flag, size string, option) is malformed
-  kCorruption,         // input data is malformed or violates the model's invariants
-  kLimitExceeded,      // input exceeds an explicit limit (line length, depth, objects)
-  kIoError,            // the operating system refused a read or write
-  kNotFound,           // a named file or thing does not exist
-  kUnimplemented,      // a valid request for something this build does not do
-  kInternal,           // a bug in fragscope
-  kOutOfMemory,        // a simulated allocation failed as PyTorch's would (message = its text)
+  kInvalidArgument,  // a caller-supplied value (flag, size string, option) is malformed
+  kCorruption,       // input data is malformed or violates the model's invariants
+  kLimitExceeded,    // input exceeds an explicit limit (line length, depth, objects)
+  kIoError,          // the operating system refused a read or write
+  kNotFound,         // a named file or thing does not exist
+  kUnimplemented,    // a valid request for something this build does not do
+  kInternal,         // a bug in fragscope
+  kOutOfMemory,      // a simulated allocation failed as PyTorch's would (message = its text)
 };
 
 /// A Status is OK or holds an error code and a human-readable message.
@@ -58,9 +58,7 @@ class [[nodiscard]] Status {
     return {StatusCode::kUnimplemented, std::move(msg)};
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
-  static Status OutOfMemory(std::string msg) {
-    return {StatusCode::kOutOfMemory, std::move(msg)};
-  }
+  static Status OutOfMemory(std::string msg) { return {StatusCode::kOutOfMemory, std::move(msg)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
@@ -90,7 +88,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool ok() const { return status_.ok(); }
@@ -111,9 +109,9 @@ class [[nodiscard]] Result {
 }  // namespace fragscope
 
 /// Returns from the enclosing function if `expr` (a Status) is not OK.
-#define FRAGSCOPE_RETURN_IF_ERROR(expr)          \
-  do {                                           \
-    ::fragscope::Status fragscope_status_ = (expr); \
+#define FRAGSCOPE_RETURN_IF_ERROR(expr)                    \
+  do {                                                     \
+    ::fragscope::Status fragscope_status_ = (expr);        \
     if (!fragscope_status_.ok()) return fragscope_status_; \
   } while (false)
 

@@ -27,8 +27,8 @@ enum class TraceKind : std::uint8_t { kUnknown, kRequest, kAllocator };
 struct DeviceInfo {
   std::int32_t device = 0;
   std::string name;
-  std::optional<std::uint64_t> capacity_bytes;         // total device memory
-  std::optional<std::uint64_t> used_by_others_bytes;   // CUDA context, NCCL, other processes
+  std::optional<std::uint64_t> capacity_bytes;        // total device memory
+  std::optional<std::uint64_t> used_by_others_bytes;  // CUDA context, NCCL, other processes
 };
 
 struct TraceHeader {
@@ -60,9 +60,9 @@ struct Frame {
 
 /// Limits every reader enforces; exceeding one is a kLimitExceeded error naming the limit.
 struct TraceLimits {
-  std::size_t max_line_bytes = std::size_t{16} << 20;   // 16 MiB: real lines are < 1 KiB
+  std::size_t max_line_bytes = std::size_t{16} << 20;     // 16 MiB: real lines are < 1 KiB
   std::uint64_t max_size_bytes = std::uint64_t{1} << 60;  // 1 EiB, PyTorch's own guard
-  std::size_t max_frames = std::size_t{1} << 22;        // distinct call sites
+  std::size_t max_frames = std::size_t{1} << 22;          // distinct call sites
   std::size_t max_devices = 4096;
 };
 

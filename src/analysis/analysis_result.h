@@ -37,7 +37,7 @@ struct TimelineSample {
   std::int64_t step_last = -1;
   std::uint64_t first_event = 0;  // event index range [first_event, end_event)
   std::uint64_t end_event = 0;
-  std::int64_t time_us = -1;      // time of the last event in the window
+  std::int64_t time_us = -1;  // time of the last event in the window
   // State at the end of the window.
   std::uint64_t reserved_bytes = 0;
   std::uint64_t allocated_bytes = 0;
@@ -92,23 +92,23 @@ struct DeviceReport {
   Extreme peak_reserved;
   Extreme peak_allocated;
   Extreme peak_live_requested;
-  Extreme max_cached_free;             // most bytes reserved but not allocated, any event
-  Extreme worst_fragmentation;         // bytes = cached_free at the sample with the max ratio
+  Extreme max_cached_free;      // most bytes reserved but not allocated, any event
+  Extreme worst_fragmentation;  // bytes = cached_free at the sample with the max ratio
   double worst_fragmentation_ratio = 0;
-  Extreme min_largest_free_block;      // over samples with reserved > 0
-  Extreme min_max_allocatable;         // over samples with reserved > 0
-  DeviceMetrics final_metrics;         // allocator traces only
+  Extreme min_largest_free_block;             // over samples with reserved > 0
+  Extreme min_max_allocatable;                // over samples with reserved > 0
+  DeviceMetrics final_metrics;                // allocator traces only
   model::SizeHistogram free_block_histogram;  // final free blocks, both pools
-  std::uint64_t live_requested_bytes = 0;   // at the end
-  std::uint64_t live_requests = 0;          // at the end
+  std::uint64_t live_requested_bytes = 0;     // at the end
+  std::uint64_t live_requests = 0;            // at the end
   RequestProfile requests;
   std::vector<TimelineSample> timeline;
-  std::vector<LayoutSegment> layout;   // final layout, allocator traces only
+  std::vector<LayoutSegment> layout;  // final layout, allocator traces only
   std::uint64_t num_ooms = 0;
 };
 
 struct AnalysisResult {
-  std::string source;                 // file name
+  std::string source;  // file name
   TraceKind kind = TraceKind::kUnknown;
   std::vector<std::pair<std::string, std::string>> labels;
   std::string producer;
@@ -117,11 +117,11 @@ struct AnalysisResult {
   std::uint64_t every_events = 0;
   std::uint64_t steps_per_sample = 1;  // > 1 after downsampling a long run
   std::uint64_t total_events = 0;
-  std::uint64_t steps = 0;             // step markers seen
+  std::uint64_t steps = 0;  // step markers seen
   double stranded_quantile = 0.5;
   std::optional<std::uint64_t> stranded_threshold;  // when fixed by the user
   std::vector<DeviceReport> devices;
-  std::vector<std::string> notes;     // things the reader should know (fallbacks, caps)
+  std::vector<std::string> notes;  // things the reader should know (fallbacks, caps)
 };
 
 }  // namespace fragscope::analysis

@@ -30,10 +30,10 @@ void FinishRatios(PoolMetrics& m) {
   m.fragmentation_ratio = m.reserved_bytes == 0 ? 0.0
                                                 : static_cast<double>(m.cached_free_bytes) /
                                                       static_cast<double>(m.reserved_bytes);
-  m.external_fragmentation =
-      m.cached_free_bytes == 0 ? 0.0
-                               : 1.0 - static_cast<double>(m.largest_free_block) /
-                                           static_cast<double>(m.cached_free_bytes);
+  m.external_fragmentation = m.cached_free_bytes == 0
+                                 ? 0.0
+                                 : 1.0 - static_cast<double>(m.largest_free_block) /
+                                             static_cast<double>(m.cached_free_bytes);
 }
 
 }  // namespace
@@ -71,8 +71,8 @@ DeviceMetrics ComputeMetrics(const model::DeviceMemory& memory, const MetricsInp
 
   // Cached blocks: a large-pool block serves requests > 1 MiB up to its own size; small-pool
   // requests are <= 1 MiB (§4.2). Either serves a request as large as itself (§4.4).
-  const std::uint64_t from_large = l.largest_free_block > model::kSmallSize ? l.largest_free_block
-                                                                            : 0;
+  const std::uint64_t from_large =
+      l.largest_free_block > model::kSmallSize ? l.largest_free_block : 0;
   const std::uint64_t from_small = std::min(s.largest_free_block, model::kSmallSize);
   d.max_allocatable_cached = std::max(from_large, from_small);
   d.max_allocatable = d.max_allocatable_cached;
@@ -83,8 +83,8 @@ DeviceMetrics ComputeMetrics(const model::DeviceMemory& memory, const MetricsInp
     // After a failed cudaMalloc the allocator frees every fully free cached segment and
     // retries (§4.7), so those bytes count towards a new segment too.
     const std::uint64_t budget = free + a.releasable_bytes;
-    d.max_allocatable = std::max(d.max_allocatable,
-                                 model::AllocatorRules::LargestRequestForNewSegment(budget));
+    d.max_allocatable =
+        std::max(d.max_allocatable, model::AllocatorRules::LargestRequestForNewSegment(budget));
   }
   d.num_ooms = memory.num_ooms();
   return d;

@@ -26,7 +26,7 @@ struct DeviceReplay {
 struct ReplayResult {
   std::string trace;
   model::OomPolicy policy = model::OomPolicy::kStop;
-  bool stopped_at_oom = false;  // the replay ended at the first OOM (policy kStop)
+  bool stopped_at_oom = false;       // the replay ended at the first OOM (policy kStop)
   std::uint64_t request_events = 0;  // request events replayed
   std::vector<DeviceReplay> devices;
   std::vector<model::ReplayOom> ooms;

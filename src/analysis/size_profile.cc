@@ -74,8 +74,7 @@ std::vector<SizeCount> SizeProfile::TopSizes(std::size_t n) const {
     return a.count != b.count ? a.count > b.count : a.size > b.size;
   };
   if (all.size() > n) {
-    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(),
-                      better);
+    std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(), better);
     all.resize(n);
   } else {
     std::sort(all.begin(), all.end(), better);

@@ -10,8 +10,7 @@ TimelineSample MergeSamples(const TimelineSample& a, const TimelineSample& b) {
   m.first_event = a.first_event;
   m.peak_reserved_bytes = std::max(a.peak_reserved_bytes, b.peak_reserved_bytes);
   m.peak_allocated_bytes = std::max(a.peak_allocated_bytes, b.peak_allocated_bytes);
-  m.peak_live_requested_bytes =
-      std::max(a.peak_live_requested_bytes, b.peak_live_requested_bytes);
+  m.peak_live_requested_bytes = std::max(a.peak_live_requested_bytes, b.peak_live_requested_bytes);
   m.allocs = a.allocs + b.allocs;
   m.largest_request = std::max(a.largest_request, b.largest_request);
   return m;
@@ -28,7 +27,8 @@ void Timeline::Add(const TimelineSample& sample) {
   std::vector<TimelineSample> merged;
   merged.reserve(samples_.size() / 2 + 1);
   std::size_t i = 0;
-  for (; i + 1 < samples_.size(); i += 2) merged.push_back(MergeSamples(samples_[i], samples_[i + 1]));
+  for (; i + 1 < samples_.size(); i += 2)
+    merged.push_back(MergeSamples(samples_[i], samples_[i + 1]));
   if (i < samples_.size()) {
     pending_ = samples_[i];
     pending_windows_ = stride_;

@@ -205,13 +205,15 @@ struct TraceAnalyzer::Impl {
         }
         auto size = d.live.Erase(e.addr);
         if (!size) {
-          return Status::Corruption(fmt::format("{} of id {} which is not live (never allocated, "
-                                                "or freed twice)", ActionName(e.action), e.addr));
+          return Status::Corruption(
+              fmt::format("{} of id {} which is not live (never allocated, "
+                          "or freed twice)",
+                          ActionName(e.action), e.addr));
         }
         if (e.size != 0 && e.size != *size) {
-          return Status::Corruption(fmt::format(
-              "{} of id {}: size {} but it was allocated with {} bytes", ActionName(e.action),
-              e.addr, e.size, *size));
+          return Status::Corruption(
+              fmt::format("{} of id {}: size {} but it was allocated with {} bytes",
+                          ActionName(e.action), e.addr, e.size, *size));
         }
         d.live_requested -= *size;
         if (e.action == Action::kFreeRequested) d.awaiting_completion.insert(e.addr);
@@ -245,15 +247,20 @@ struct TraceAnalyzer::Impl {
       return Status::Ok();
     }
     if (e.device < 0 || e.device >= model::MemoryModel::kMaxDevices) {
-      return Status::Corruption(fmt::format("device {} is outside [0, {})", e.device,
-                                            model::MemoryModel::kMaxDevices));
+      return Status::Corruption(
+          fmt::format("device {} is outside [0, {})", e.device, model::MemoryModel::kMaxDevices));
     }
     if (kind == TraceKind::kUnknown) {
       switch (e.action) {
-        case Action::kAlloc: kind = TraceKind::kRequest; break;
+        case Action::kAlloc:
+          kind = TraceKind::kRequest;
+          break;
         case Action::kSegmentAlloc:
-        case Action::kSegmentMap: kind = TraceKind::kAllocator; break;
-        default: break;
+        case Action::kSegmentMap:
+          kind = TraceKind::kAllocator;
+          break;
+        default:
+          break;
       }
     }
     DeviceState& d = Device(e.device);
@@ -315,8 +322,7 @@ struct TraceAnalyzer::Impl {
     result.every_events = step_mode ? 0 : every;
     if (!step_mode && options.every_events == 0) {
       result.notes.push_back(fmt::format(
-          "no step markers in the trace: the timeline samples every {} events instead",
-          every));
+          "no step markers in the trace: the timeline samples every {} events instead", every));
     }
     for (auto& dp : devices) {
       if (!dp) continue;
@@ -342,7 +348,8 @@ struct TraceAnalyzer::Impl {
       p.p99 = d.profile.Quantile(0.99);
       p.exact = d.profile.exact();
       p.distinct_sizes = d.profile.distinct_sizes();
-      for (const SizeCount& sc : d.profile.TopSizes(10)) p.top_sizes.emplace_back(sc.size, sc.count);
+      for (const SizeCount& sc : d.profile.TopSizes(10))
+        p.top_sizes.emplace_back(sc.size, sc.count);
       p.histogram = d.profile.histogram();
       if (d.memory != nullptr) {
         const MetricsInputs in = Inputs(d);
@@ -368,9 +375,9 @@ struct TraceAnalyzer::Impl {
             const std::uint64_t threshold =
                 seg.pool == Pool::kSmall ? in.small_threshold : in.large_threshold;
             d.memory->ForEachBlock(seg, [&](const model::Block& b) {
-              ls.blocks.push_back(LayoutBlock{b.addr, b.size, b.requested, b.state,
-                                              b.state == model::BlockState::kFree &&
-                                                  b.size < threshold});
+              ls.blocks.push_back(
+                  LayoutBlock{b.addr, b.size, b.requested, b.state,
+                              b.state == model::BlockState::kFree && b.size < threshold});
             });
             r.layout.push_back(std::move(ls));
           });
@@ -379,10 +386,10 @@ struct TraceAnalyzer::Impl {
       result.devices.push_back(std::move(r));
     }
     if (result.steps_per_sample > 1) {
-      result.notes.push_back(fmt::format(
-          "long run: each timeline row covers {} {} (at most {} rows are kept)",
-          result.steps_per_sample * (step_mode ? 1 : every), step_mode ? "steps" : "events",
-          options.max_timeline_samples));
+      result.notes.push_back(
+          fmt::format("long run: each timeline row covers {} {} (at most {} rows are kept)",
+                      result.steps_per_sample * (step_mode ? 1 : every),
+                      step_mode ? "steps" : "events", options.max_timeline_samples));
     }
     return result;
   }

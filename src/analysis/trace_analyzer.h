@@ -17,14 +17,14 @@
 namespace fragscope::analysis {
 
 struct AnalysisOptions {
-  std::optional<std::int32_t> device;          // analyze only this device
-  std::uint64_t every_events = 0;              // 0: one sample per step, or auto without steps
+  std::optional<std::int32_t> device;               // analyze only this device
+  std::uint64_t every_events = 0;                   // 0: one sample per step, or auto without steps
   std::optional<std::uint64_t> stranded_threshold;  // fixed threshold for both pools
-  double stranded_quantile = 0.5;              // quantile of recent requests otherwise
-  std::size_t request_window = 1024;           // recent requests per pool for that quantile
-  std::size_t max_timeline_samples = 4096;     // longer runs are downsampled 2:1 repeatedly
-  bool check_invariants = false;               // O(n) sweep after every event: tests, debug
-  bool keep_layout = true;                     // record the final layout for the memory map
+  double stranded_quantile = 0.5;                   // quantile of recent requests otherwise
+  std::size_t request_window = 1024;                // recent requests per pool for that quantile
+  std::size_t max_timeline_samples = 4096;          // longer runs are downsampled 2:1 repeatedly
+  bool check_invariants = false;                    // O(n) sweep after every event: tests, debug
+  bool keep_layout = true;                          // record the final layout for the memory map
 };
 
 class TraceAnalyzer {

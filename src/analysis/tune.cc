@@ -56,10 +56,9 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
     o.num_alloc_retries = static_cast<std::uint64_t>(st.num_alloc_retries);
     o.num_device_alloc = static_cast<std::uint64_t>(st.num_device_alloc);
   }
-  o.waste_at_peak = o.peak_reserved == 0
-                        ? 0.0
-                        : static_cast<double>(o.peak_reserved - o.peak_allocated) /
-                              static_cast<double>(o.peak_reserved);
+  o.waste_at_peak = o.peak_reserved == 0 ? 0.0
+                                         : static_cast<double>(o.peak_reserved - o.peak_allocated) /
+                                               static_cast<double>(o.peak_reserved);
   return r;
 }
 
@@ -83,7 +82,10 @@ Result<std::uint64_t> MinCapacity(const std::vector<Event>& events,
     const std::uint64_t mid = lo + (hi - lo) / g / 2 * g;
     RunResult r = ReplayOnce(events, config, options, mid);
     if (!r.status.ok()) return r.status;
-    if (r.outcome.oom) lo = mid; else hi = mid;
+    if (r.outcome.oom)
+      lo = mid;
+    else
+      hi = mid;
   }
   return hi;
 }

@@ -23,19 +23,19 @@ struct TuneOptions {
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   /// PYTORCH_CUDA_ALLOC_CONF strings to try; empty: DefaultTuneGrid(). "" is the default.
   std::vector<std::string> settings;
-  unsigned threads = 0;          // 0: one per hardware thread
+  unsigned threads = 0;  // 0: one per hardware thread
   bool find_min_capacity = false;
   std::uint64_t min_capacity_granularity = std::uint64_t{2} << 20;  // 2 MiB: segment rounding
 };
 
 struct TuneOutcome {
-  std::string conf;                 // as given ("" = PyTorch's defaults)
+  std::string conf;  // as given ("" = PyTorch's defaults)
   bool oom = false;
-  std::uint64_t oom_event = 0;      // request event index of the first OOM
+  std::uint64_t oom_event = 0;  // request event index of the first OOM
   std::int64_t oom_step = -1;
   std::uint64_t peak_reserved = 0;  // reserved_bytes.all.peak (up to the OOM, if any)
   std::uint64_t peak_allocated = 0;
-  double waste_at_peak = 0;         // (peak reserved − peak allocated) / peak reserved
+  double waste_at_peak = 0;  // (peak reserved − peak allocated) / peak reserved
   std::uint64_t num_alloc_retries = 0;
   std::uint64_t num_device_alloc = 0;
   std::optional<std::uint64_t> min_capacity;  // smallest device without OOM (bisection)

@@ -17,9 +17,12 @@ Result<std::uint64_t> ParseSize(std::string_view text) {
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   const std::size_t number_begin = i;
   bool seen_digit = false, seen_dot = false;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) ||
-                             (text[i] == '.' && !seen_dot))) {
-    if (text[i] == '.') seen_dot = true; else seen_digit = true;
+  while (i < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[i])) || (text[i] == '.' && !seen_dot))) {
+    if (text[i] == '.')
+      seen_dot = true;
+    else
+      seen_digit = true;
     ++i;
   }
   if (!seen_digit) return bad("expected a number");
@@ -34,16 +37,26 @@ Result<std::uint64_t> ParseSize(std::string_view text) {
   if (i != text.size()) return bad("unexpected text after the unit");
 
   long double multiplier = 1;
-  if (unit.empty() || unit == "b" || unit == "bytes") multiplier = 1;
-  else if (unit == "k" || unit == "kib") multiplier = 1024.0L;
-  else if (unit == "m" || unit == "mib") multiplier = 1024.0L * 1024;
-  else if (unit == "g" || unit == "gib") multiplier = 1024.0L * 1024 * 1024;
-  else if (unit == "t" || unit == "tib") multiplier = 1024.0L * 1024 * 1024 * 1024;
-  else if (unit == "kb") multiplier = 1e3L;
-  else if (unit == "mb") multiplier = 1e6L;
-  else if (unit == "gb") multiplier = 1e9L;
-  else if (unit == "tb") multiplier = 1e12L;
-  else return bad(fmt::format("unknown unit '{}'", unit));
+  if (unit.empty() || unit == "b" || unit == "bytes")
+    multiplier = 1;
+  else if (unit == "k" || unit == "kib")
+    multiplier = 1024.0L;
+  else if (unit == "m" || unit == "mib")
+    multiplier = 1024.0L * 1024;
+  else if (unit == "g" || unit == "gib")
+    multiplier = 1024.0L * 1024 * 1024;
+  else if (unit == "t" || unit == "tib")
+    multiplier = 1024.0L * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    multiplier = 1e3L;
+  else if (unit == "mb")
+    multiplier = 1e6L;
+  else if (unit == "gb")
+    multiplier = 1e9L;
+  else if (unit == "tb")
+    multiplier = 1e12L;
+  else
+    return bad(fmt::format("unknown unit '{}'", unit));
 
   const long double value = std::strtold(number.c_str(), nullptr) * multiplier;
   if (!std::isfinite(static_cast<double>(value)) || value >= 18446744073709551615.0L) {

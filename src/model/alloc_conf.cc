@@ -1,7 +1,5 @@
 #include "model/alloc_conf.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -12,6 +10,8 @@
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include <fmt/format.h>
 
 namespace fragscope::model {
 namespace {

@@ -31,8 +31,7 @@ std::uint64_t AllocatorRules::SegmentSize(std::uint64_t rounded) {
   return kRoundLarge * ((rounded + kRoundLarge - 1) / kRoundLarge);
 }
 
-bool AllocatorRules::ShouldSplit(Pool pool, std::uint64_t block_size,
-                                 std::uint64_t rounded) const {
+bool AllocatorRules::ShouldSplit(Pool pool, std::uint64_t block_size, std::uint64_t rounded) const {
   const std::uint64_t remaining = block_size - rounded;
   if (pool == Pool::kSmall || expandable_segments) return remaining >= kMinBlockSize;
   return rounded < max_split_size && remaining > kSmallSize;
@@ -85,8 +84,8 @@ Result<AllocatorRules> AllocatorRules::FromSettings(
       } else if (value == "False" || value == "false" || value == "0") {
         rules.expandable_segments = false;
       } else {
-        return Status::InvalidArgument(fmt::format(
-            "allocator setting expandable_segments: '{}' is not True or False", value));
+        return Status::InvalidArgument(
+            fmt::format("allocator setting expandable_segments: '{}' is not True or False", value));
       }
     } else if (key == "roundup_power2_divisions") {
       // A single value applies to every interval; a list ([1:2, ...]) is the simulator's job.

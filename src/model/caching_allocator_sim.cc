@@ -17,8 +17,6 @@
 // Thread safety: none (see the header).
 #include "model/caching_allocator_sim.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <bit>
 #include <deque>
@@ -27,6 +25,8 @@
 #include <set>
 #include <unordered_map>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "common/units.h"
 #include "model/address_index.h"

@@ -50,12 +50,12 @@ namespace fragscope::model {
 
 /// What the simulated driver knows about the device.
 struct DriverModel {
-  std::uint64_t capacity_bytes = 0;         // total device memory (cudaMemGetInfo total)
-  std::uint64_t used_by_others_bytes = 0;   // CUDA context, NCCL, other processes
+  std::uint64_t capacity_bytes = 0;        // total device memory (cudaMemGetInfo total)
+  std::uint64_t used_by_others_bytes = 0;  // CUDA context, NCCL, other processes
 };
 
 struct SimOptions {
-  AllocatorConfig config;                   // PYTORCH_CUDA_ALLOC_CONF as parsed
+  AllocatorConfig config;  // PYTORCH_CUDA_ALLOC_CONF as parsed
   ConfigVersion version = ConfigVersion::kNewest;
   DriverModel driver;
   std::int32_t device = 0;
@@ -112,15 +112,15 @@ struct SnapshotSegment {
 
 /// Details of the last OOM, for reports.
 struct OomDetails {
-  std::uint64_t requested = 0;      // bytes asked
-  std::uint64_t rounded = 0;        // after §4.1
-  std::uint64_t reported = 0;       // "Tried to allocate" = segment size of §4.3
+  std::uint64_t requested = 0;  // bytes asked
+  std::uint64_t rounded = 0;    // after §4.1
+  std::uint64_t reported = 0;   // "Tried to allocate" = segment size of §4.3
   std::uint64_t device_total = 0;
-  std::uint64_t device_free = 0;    // after the release steps
-  std::uint64_t allocated = 0;      // allocated_bytes.all.current
+  std::uint64_t device_free = 0;  // after the release steps
+  std::uint64_t allocated = 0;    // allocated_bytes.all.current
   std::uint64_t reserved = 0;
   std::optional<std::uint64_t> limit;  // fraction limit bytes, if on
-  std::string message;              // PyTorch's exact text (§12)
+  std::string message;                 // PyTorch's exact text (§12)
 };
 
 class CachingAllocatorSim {

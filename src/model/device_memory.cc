@@ -10,9 +10,12 @@ namespace fragscope::model {
 
 std::string_view BlockStateName(BlockState state) {
   switch (state) {
-    case BlockState::kFree: return "free";
-    case BlockState::kAllocated: return "allocated";
-    case BlockState::kPendingFree: return "pending_free";
+    case BlockState::kFree:
+      return "free";
+    case BlockState::kAllocated:
+      return "allocated";
+    case BlockState::kPendingFree:
+      return "pending_free";
   }
   return "?";
 }
@@ -77,7 +80,10 @@ void DeviceMemory::DeleteSegment(SegmentId id) {
 void DeviceMemory::UpdateReleasable(const Segment& s, bool entering) {
   // Neighbouring free blocks always merge, so no live block means one free block.
   if (s.live_blocks != 0) return;
-  if (entering) counters(s).releasable += s.size; else counters(s).releasable -= s.size;
+  if (entering)
+    counters(s).releasable += s.size;
+  else
+    counters(s).releasable -= s.size;
 }
 
 void DeviceMemory::RemoveFree(BlockId id) { counters(blocks_[id]).free.Remove(blocks_[id].size); }
@@ -94,7 +100,10 @@ void DeviceMemory::InsertFree(BlockId id) {
     RemoveFree(prev);
     blocks_[prev].size += b->size;
     blocks_[prev].next = b->next;
-    if (b->next != kNone) blocks_[b->next].prev = prev; else s.last = prev;
+    if (b->next != kNone)
+      blocks_[b->next].prev = prev;
+    else
+      s.last = prev;
     --s.num_blocks;
     DeleteBlock(id);
     id = prev;
@@ -106,7 +115,10 @@ void DeviceMemory::InsertFree(BlockId id) {
     RemoveFree(next);
     b->size += blocks_[next].size;
     b->next = blocks_[next].next;
-    if (b->next != kNone) blocks_[b->next].prev = id; else s.last = id;
+    if (b->next != kNone)
+      blocks_[b->next].prev = id;
+    else
+      s.last = id;
     --s.num_blocks;
     DeleteBlock(next);
   }
@@ -119,22 +131,24 @@ void DeviceMemory::InsertFree(BlockId id) {
 Status DeviceMemory::CheckNoOverlap(std::uint64_t addr, std::uint64_t size) const {
   if (size == 0) return Status::Corruption("size is 0");
   if (addr + size < addr) {
-    return Status::Corruption(fmt::format("range {} + {} bytes wraps past the end of the "
-                                          "address space", FormatAddress(addr), size));
+    return Status::Corruption(
+        fmt::format("range {} + {} bytes wraps past the end of the "
+                    "address space",
+                    FormatAddress(addr), size));
   }
   auto it = segments_by_addr_.lower_bound(addr);
   if (it != segments_by_addr_.end() && it->first < addr + size) {
     const Segment& s = segments_[it->second];
-    return Status::Corruption(fmt::format(
-        "range [{}, {}) overlaps the segment at {} ({} bytes)", FormatAddress(addr),
-        FormatAddress(addr + size), FormatAddress(s.addr), s.size));
+    return Status::Corruption(fmt::format("range [{}, {}) overlaps the segment at {} ({} bytes)",
+                                          FormatAddress(addr), FormatAddress(addr + size),
+                                          FormatAddress(s.addr), s.size));
   }
   if (it != segments_by_addr_.begin()) {
     const Segment& s = segments_[std::prev(it)->second];
     if (s.end() > addr) {
-      return Status::Corruption(fmt::format(
-          "range [{}, {}) overlaps the segment at {} ({} bytes)", FormatAddress(addr),
-          FormatAddress(addr + size), FormatAddress(s.addr), s.size));
+      return Status::Corruption(fmt::format("range [{}, {}) overlaps the segment at {} ({} bytes)",
+                                            FormatAddress(addr), FormatAddress(addr + size),
+                                            FormatAddress(s.addr), s.size));
     }
   }
   return Status::Ok();
@@ -166,13 +180,20 @@ std::string DeviceMemory::DescribeAddress(std::uint64_t addr) const {
 
 Status DeviceMemory::Apply(const Event& e) {
   switch (e.action) {
-    case Action::kAlloc: return Alloc(e);
-    case Action::kFreeRequested: return FreeRequested(e);
-    case Action::kFreeCompleted: return FreeCompleted(e);
-    case Action::kSegmentAlloc: return SegmentAlloc(e);
-    case Action::kSegmentFree: return SegmentFree(e);
-    case Action::kSegmentMap: return SegmentMap(e);
-    case Action::kSegmentUnmap: return SegmentUnmap(e);
+    case Action::kAlloc:
+      return Alloc(e);
+    case Action::kFreeRequested:
+      return FreeRequested(e);
+    case Action::kFreeCompleted:
+      return FreeCompleted(e);
+    case Action::kSegmentAlloc:
+      return SegmentAlloc(e);
+    case Action::kSegmentFree:
+      return SegmentFree(e);
+    case Action::kSegmentMap:
+      return SegmentMap(e);
+    case Action::kSegmentUnmap:
+      return SegmentUnmap(e);
     case Action::kOom:
       ++num_ooms_;
       last_oom_ = OomRecord{e.size, e.device_free};
@@ -191,8 +212,8 @@ Status DeviceMemory::SegmentAlloc(const Event& e) {
   s.size = e.size;
   s.stream = e.stream;
   // Small-pool segments are exactly kSmallBuffer; large ones are >= kMinLargeAlloc (§4.3).
-  s.pool = e.pool != Pool::kUnknown ? e.pool
-                                    : (e.size <= kSmallBuffer ? Pool::kSmall : Pool::kLarge);
+  s.pool =
+      e.pool != Pool::kUnknown ? e.pool : (e.size <= kSmallBuffer ? Pool::kSmall : Pool::kLarge);
   const SegmentId sid = NewSegment(s);
   Block b;
   b.addr = e.addr;
@@ -226,9 +247,9 @@ Status DeviceMemory::SegmentFree(const Event& e) {
   if (s.num_blocks != 1 || blocks_[s.first].state != BlockState::kFree) {
     std::uint64_t live = 0;
     ForEachBlock(s, [&](const Block& b) { live += b.state != BlockState::kFree; });
-    return Status::Corruption(fmt::format(
-        "segment_free at {}: the segment still holds {} allocated or pending block(s)",
-        FormatAddress(e.addr), live));
+    return Status::Corruption(
+        fmt::format("segment_free at {}: the segment still holds {} allocated or pending block(s)",
+                    FormatAddress(e.addr), live));
   }
   UpdateReleasable(s, false);
   PoolCounters& c = counters(s);
@@ -332,14 +353,17 @@ Status DeviceMemory::SegmentUnmap(const Event& e) {
   // Unmapped pages always lie inside one free block (§6.4). O(blocks in the segment).
   BlockId bid = kNone;
   for (BlockId b = segments_[sid].first; b != kNone; b = blocks_[b].next) {
-    if (blocks_[b].addr <= e.addr && e.addr < blocks_[b].end()) { bid = b; break; }
+    if (blocks_[b].addr <= e.addr && e.addr < blocks_[b].end()) {
+      bid = b;
+      break;
+    }
   }
   if (bid == kNone) return Status::Internal(where + ": the segment's blocks do not cover it");
   const Block target = blocks_[bid];
   if (target.state != BlockState::kFree || e.addr + e.size > target.end()) {
-    return Status::Corruption(fmt::format(
-        "{}: the range must lie inside one free block, but {}", where,
-        DescribeAddress(target.state != BlockState::kFree ? e.addr : target.end())));
+    return Status::Corruption(
+        fmt::format("{}: the range must lie inside one free block, but {}", where,
+                    DescribeAddress(target.state != BlockState::kFree ? e.addr : target.end())));
   }
   Segment s = segments_[sid];
   UpdateReleasable(s, false);
@@ -466,7 +490,10 @@ Status DeviceMemory::Alloc(const Event& e) {
     rest.pool = b.pool;
     const BlockId rid = NewBlock(rest);  // may reallocate blocks_
     Block& nb = blocks_[bid];
-    if (nb.next != kNone) blocks_[nb.next].prev = rid; else s.last = rid;
+    if (nb.next != kNone)
+      blocks_[nb.next].prev = rid;
+    else
+      s.last = rid;
     nb.next = rid;
     nb.size = take;
     ++s.num_blocks;
@@ -493,14 +520,13 @@ Status DeviceMemory::FreeRequested(const Event& e) {
   }
   Block& b = blocks_[bid];
   if (b.state == BlockState::kPendingFree) {
-    return Status::Corruption(
-        fmt::format("free_requested at {}: the block was already freed (double free)",
-                    FormatAddress(e.addr)));
+    return Status::Corruption(fmt::format(
+        "free_requested at {}: the block was already freed (double free)", FormatAddress(e.addr)));
   }
   if (e.size != 0 && e.size != b.requested) {
-    return Status::Corruption(fmt::format(
-        "free_requested at {}: size {} but the block was allocated for {} bytes",
-        FormatAddress(e.addr), e.size, b.requested));
+    return Status::Corruption(
+        fmt::format("free_requested at {}: size {} but the block was allocated for {} bytes",
+                    FormatAddress(e.addr), e.size, b.requested));
   }
   PoolCounters& c = counters(b);
   b.state = BlockState::kPendingFree;
@@ -569,23 +595,22 @@ Status DeviceMemory::CheckInvariants() const {
       const Block& blk = blocks_[b];
       if (++n > blocks_.size()) return fail("block list cycle");
       if (blk.segment != sid || blk.pool != s.pool) {
-        return fail(fmt::format("block {} names another segment or pool",
-                                FormatAddress(blk.addr)));
+        return fail(fmt::format("block {} names another segment or pool", FormatAddress(blk.addr)));
       }
       if (blk.prev != prev) return fail(fmt::format("block {} prev link", FormatAddress(blk.addr)));
       if (blk.addr != cursor) {
-        return fail(fmt::format("blocks of segment {} do not tile it at {}",
-                                FormatAddress(s.addr), FormatAddress(cursor)));
+        return fail(fmt::format("blocks of segment {} do not tile it at {}", FormatAddress(s.addr),
+                                FormatAddress(cursor)));
       }
       if (blk.size == 0) return fail(fmt::format("block {} has size 0", FormatAddress(blk.addr)));
       if (block_index_.Find(blk.addr) != b) {
-        return fail(fmt::format("block {} missing from the address index",
-                                FormatAddress(blk.addr)));
+        return fail(
+            fmt::format("block {} missing from the address index", FormatAddress(blk.addr)));
       }
       const bool is_free = blk.state == BlockState::kFree;
       if (is_free && prev_free) {
-        return fail(fmt::format("neighbouring free blocks at {} were not merged",
-                                FormatAddress(blk.addr)));
+        return fail(
+            fmt::format("neighbouring free blocks at {} were not merged", FormatAddress(blk.addr)));
       }
       if (is_free) {
         ++pc.free_count;
@@ -608,9 +633,10 @@ Status DeviceMemory::CheckInvariants() const {
     }
     if (s.last != prev) return fail(fmt::format("segment {} last link", FormatAddress(s.addr)));
     if (total != s.size || n != s.num_blocks) {
-      return fail(fmt::format("blocks of segment {} sum to {} bytes in {} blocks, expected {} "
-                              "bytes in {}", FormatAddress(s.addr), total, n, s.size,
-                              s.num_blocks));
+      return fail(
+          fmt::format("blocks of segment {} sum to {} bytes in {} blocks, expected {} "
+                      "bytes in {}",
+                      FormatAddress(s.addr), total, n, s.size, s.num_blocks));
     }
     if (live != s.live_blocks) {
       return fail(fmt::format("segment {} counts {} live blocks, has {}", FormatAddress(s.addr),

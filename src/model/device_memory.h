@@ -49,8 +49,8 @@ struct Block {
   BlockId next = kNone;         // neighbour at higher address in the same segment
   SegmentId segment = kNone;
   BlockState state = BlockState::kFree;
-  Pool pool = Pool::kLarge;     // the segment's pool, kept here to spare a lookup
-  std::int32_t frame = -1;      // call site of the allocation, -1 = unknown
+  Pool pool = Pool::kLarge;  // the segment's pool, kept here to spare a lookup
+  std::int32_t frame = -1;   // call site of the allocation, -1 = unknown
 
   std::uint64_t end() const { return addr + size; }
 };

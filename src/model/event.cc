@@ -6,10 +6,21 @@ namespace fragscope {
 
 namespace {
 constexpr std::array<std::string_view, kNumActions> kActionNames = {
-    "alloc",         "free_requested", "free_completed",      "segment_alloc",
-    "segment_free",  "segment_map",    "segment_unmap",       "oom",
-    "snapshot",      "step",           "record_stream",       "stream_sync",
-    "empty_cache",   "set_memory_fraction", "set_allocator_settings",
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "segment_alloc",
+    "segment_free",
+    "segment_map",
+    "segment_unmap",
+    "oom",
+    "snapshot",
+    "step",
+    "record_stream",
+    "stream_sync",
+    "empty_cache",
+    "set_memory_fraction",
+    "set_allocator_settings",
 };
 }  // namespace
 
@@ -30,9 +41,12 @@ std::optional<Action> ParseActionName(std::string_view name) {
 
 std::string_view PoolName(Pool pool) {
   switch (pool) {
-    case Pool::kSmall: return "small";
-    case Pool::kLarge: return "large";
-    case Pool::kUnknown: break;
+    case Pool::kSmall:
+      return "small";
+    case Pool::kLarge:
+      return "large";
+    case Pool::kUnknown:
+      break;
   }
   return "unknown";
 }

@@ -25,7 +25,8 @@ void FreeSizeIndex::AddExact(ClassSizes& sizes, std::uint64_t size) {
     return;
   }
   sizes.tree = std::make_unique<std::map<std::uint64_t, std::uint64_t>>();
-  for (const SizeCount& sc : sizes.flat) sizes.tree->emplace_hint(sizes.tree->end(), sc.size, sc.count);
+  for (const SizeCount& sc : sizes.flat)
+    sizes.tree->emplace_hint(sizes.tree->end(), sc.size, sc.count);
   sizes.flat.clear();
   sizes.flat.shrink_to_fit();
   ++(*sizes.tree)[size];
@@ -71,7 +72,8 @@ void FreeSizeIndex::Remove(std::uint64_t size) {
   Totals& ct = class_totals_[static_cast<std::size_t>(c)];
   --ct.count;
   ct.bytes -= size;
-  if (ct.count == 0) class_mask_[static_cast<std::size_t>(g)] &= ~(std::uint64_t{1} << (c % kSubClasses));
+  if (ct.count == 0)
+    class_mask_[static_cast<std::size_t>(g)] &= ~(std::uint64_t{1} << (c % kSubClasses));
   Totals& gt = group_totals_[static_cast<std::size_t>(g)];
   --gt.count;
   gt.bytes -= size;
@@ -121,7 +123,8 @@ FreeSizeIndex::Totals FreeSizeIndex::Below(std::uint64_t threshold) const {
   const int i = c % kSubClasses;
   for (std::uint64_t m = class_mask_[static_cast<std::size_t>(g)] & ((std::uint64_t{1} << i) - 1);
        m != 0; m &= m - 1) {
-    const Totals& ct = class_totals_[static_cast<std::size_t>(g * kSubClasses + std::countr_zero(m))];
+    const Totals& ct =
+        class_totals_[static_cast<std::size_t>(g * kSubClasses + std::countr_zero(m))];
     t.count += ct.count;
     t.bytes += ct.bytes;
   }

@@ -71,7 +71,7 @@ class FreeSizeIndex {
     std::uint64_t count;
   };
   struct ClassSizes {
-    std::vector<SizeCount> flat;                             // sorted by size
+    std::vector<SizeCount> flat;                                   // sorted by size
     std::unique_ptr<std::map<std::uint64_t, std::uint64_t>> tree;  // when flat overflows
   };
   struct Totals {
@@ -87,10 +87,10 @@ class FreeSizeIndex {
 
   std::uint64_t count_ = 0;
   std::uint64_t bytes_ = 0;
-  std::vector<ClassSizes> sizes_;          // by class
-  std::vector<Totals> class_totals_;       // by class
+  std::vector<ClassSizes> sizes_;     // by class
+  std::vector<Totals> class_totals_;  // by class
   std::array<Totals, kGroups> group_totals_{};
-  std::uint64_t group_mask_ = 0;                 // bit g: group g non-empty
+  std::uint64_t group_mask_ = 0;                     // bit g: group g non-empty
   std::array<std::uint64_t, kGroups> class_mask_{};  // bit i of [g]: class 64 g + i non-empty
   SizeHistogram histogram_;
 };

@@ -26,8 +26,7 @@ RequestReplayer::Device& RequestReplayer::DeviceFor(std::int32_t device) {
   return *devices_[index];
 }
 
-std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> RequestReplayer::devices()
-    const {
+std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> RequestReplayer::devices() const {
   std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> out;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     if (devices_[i]) out.emplace_back(static_cast<std::int32_t>(i), devices_[i]->sim.get());
@@ -84,8 +83,7 @@ Status RequestReplayer::Consume(const Event& e) {
         if (d.failed_ids.Erase(e.addr)) return Status::Ok();
         if (e.action == Action::kFreeCompleted) return Status::Ok();
         return Status::Corruption(fmt::format(
-            "free_requested of id {} which is not live (never allocated, or freed twice)",
-            e.addr));
+            "free_requested of id {} which is not live (never allocated, or freed twice)", e.addr));
       }
       return sim.Free(*addr);
     }
@@ -93,8 +91,7 @@ Status RequestReplayer::Consume(const Event& e) {
       std::optional<std::uint64_t> addr = d.addr_of_id.Find(e.addr);
       if (!addr) {
         if (d.failed_ids.Contains(e.addr)) return Status::Ok();
-        return Status::Corruption(
-            fmt::format("record_stream of id {} which is not live", e.addr));
+        return Status::Corruption(fmt::format("record_stream of id {} which is not live", e.addr));
       }
       return sim.RecordStream(*addr, e.stream);
     }

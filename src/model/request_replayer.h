@@ -37,15 +37,15 @@ struct ReplayOom {
   std::uint64_t event_index = 0;  // index of the request event that failed
   std::int64_t step = -1;         // step in progress (-1: before the first marker)
   std::int32_t device = 0;
-  OomDetails details;             // includes PyTorch's message text
+  OomDetails details;  // includes PyTorch's message text
 };
 
 class RequestReplayer {
  public:
   /// `sim_for_device(d)` gives the options of device d's simulator (capacity, config, ...);
   /// it is called when a device's first event arrives. `sink` receives allocator events.
-  RequestReplayer(std::function<SimOptions(std::int32_t device)> sim_for_device,
-                  OomPolicy policy, std::function<void(const Event&)> sink);
+  RequestReplayer(std::function<SimOptions(std::int32_t device)> sim_for_device, OomPolicy policy,
+                  std::function<void(const Event&)> sink);
   ~RequestReplayer();
 
   /// Replays one request event. Errors: kCorruption for an inconsistent trace (free of an id
@@ -61,8 +61,8 @@ class RequestReplayer {
  private:
   struct Device {
     std::unique_ptr<CachingAllocatorSim> sim;
-    U64Map addr_of_id;            // live id -> simulated address
-    U64Map failed_ids;            // ids whose alloc hit an OOM (kContinue)
+    U64Map addr_of_id;  // live id -> simulated address
+    U64Map failed_ids;  // ids whose alloc hit an OOM (kContinue)
   };
   Device& DeviceFor(std::int32_t device);
 

@@ -1,10 +1,10 @@
 #include "model/sim_internal.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <iterator>
 #include <new>
+
+#include <fmt/format.h>
 
 namespace fragscope::model::internal {
 

@@ -25,12 +25,12 @@ class WorkedExampleTest : public ::testing::Test {
   void SetUp() override {
     for (const Event& e : {
              Ev(Action::kSegmentAlloc, S, 20 * kMiB),
-             Ev(Action::kAlloc, S, 4 * kMiB),                 // A: [0, 4) MiB
-             Ev(Action::kAlloc, S + 4 * kMiB, 8 * kMiB),      // B: [4, 12) MiB
+             Ev(Action::kAlloc, S, 4 * kMiB),                  // A: [0, 4) MiB
+             Ev(Action::kAlloc, S + 4 * kMiB, 8 * kMiB),       // B: [4, 12) MiB
              Ev(Action::kAlloc, S + 12 * kMiB, 7 * kMiB + 1),  // C: whole [12, 20) MiB
-             Ev(Action::kFreeCompleted, S + 4 * kMiB),        // B freed: 8 MiB hole
+             Ev(Action::kFreeCompleted, S + 4 * kMiB),         // B freed: 8 MiB hole
              Ev(Action::kSegmentAlloc, T, 2 * kMiB),
-             Ev(Action::kAlloc, T, 1000),                     // D: 1024-byte block
+             Ev(Action::kAlloc, T, 1000),  // D: 1024-byte block
          }) {
       ASSERT_TRUE(memory_.Apply(e).ok());
     }
@@ -52,8 +52,8 @@ TEST_F(WorkedExampleTest, PoolFigures) {
   EXPECT_DOUBLE_EQ(l.fragmentation_ratio, 0.4);  // 8 / 20
   EXPECT_EQ(l.largest_free_block, 8388608u);
   EXPECT_DOUBLE_EQ(l.external_fragmentation, 0.0);  // the only free block is the largest
-  EXPECT_EQ(l.internal_waste_bytes, 1048575u);   // 12582912 - 11534337
-  EXPECT_EQ(l.stranded_bytes, 0u);               // 8 MiB >= 7 MiB threshold
+  EXPECT_EQ(l.internal_waste_bytes, 1048575u);      // 12582912 - 11534337
+  EXPECT_EQ(l.stranded_bytes, 0u);                  // 8 MiB >= 7 MiB threshold
   const PoolMetrics& s = d.small_pool;
   EXPECT_EQ(s.reserved_bytes, 2097152u);
   EXPECT_EQ(s.allocated_bytes, 1024u);

@@ -19,7 +19,7 @@ TEST(SizeProfileTest, ExactQuantilesAndTopSizes) {
   EXPECT_EQ(p.min(), 100u);
   EXPECT_EQ(p.max(), 4000u);
   EXPECT_EQ(p.Quantile(0.0), 100u);
-  EXPECT_EQ(p.Quantile(0.5), 300u);   // rank ceil(5) - 1 = 4 -> the 5th smallest
+  EXPECT_EQ(p.Quantile(0.5), 300u);  // rank ceil(5) - 1 = 4 -> the 5th smallest
   EXPECT_EQ(p.Quantile(0.6), 300u);
   EXPECT_EQ(p.Quantile(0.61), 4000u);
   EXPECT_EQ(p.Quantile(1.0), 4000u);
@@ -39,7 +39,7 @@ TEST(RequestWindowTest, ForgetsOldRequests) {
   EXPECT_EQ(w.Quantile(0.5), 1024u);
   for (std::uint64_t s : {1 << 20, 1 << 20, 1 << 20}) w.Add(s);
   EXPECT_EQ(w.size(), 4u);
-  EXPECT_EQ(w.Quantile(0.5), 1u << 20);   // three of the four are 1 MiB now
+  EXPECT_EQ(w.Quantile(0.5), 1u << 20);  // three of the four are 1 MiB now
   EXPECT_EQ(w.Quantile(0.25), 1024u);
 }
 
@@ -85,8 +85,8 @@ TEST(TimelineTest, DownsamplesPairwiseAndKeepsPeaks) {
       EXPECT_EQ(samples[i].step_first, samples[i - 1].step_last + 1);
     }
   }
-  EXPECT_EQ(allocs, 10u);  // every window is counted exactly once
-  EXPECT_EQ(peak, 999u);   // a peak survives merging
+  EXPECT_EQ(allocs, 10u);                        // every window is counted exactly once
+  EXPECT_EQ(peak, 999u);                         // a peak survives merging
   EXPECT_EQ(samples.back().reserved_bytes, 9u);  // state is the end of the window
 }
 

@@ -23,7 +23,7 @@ Event Step(std::int64_t n) {
 }
 
 AnalysisResult Analyze(const std::vector<Event>& events, AnalysisOptions options = {},
-                   TraceHeader header = {}) {
+                       TraceHeader header = {}) {
   options.check_invariants = true;
   auto analyzer = TraceAnalyzer::Create(header, options);
   EXPECT_TRUE(analyzer.ok());
@@ -36,15 +36,15 @@ AnalysisResult Analyze(const std::vector<Event>& events, AnalysisOptions options
 
 TEST(TraceAnalyzerTest, AllocatorTracePeaksAndStepTimeline) {
   const std::vector<Event> events = {
-      Ev(Action::kSegmentAlloc, S, 20 * kMiB),  // 0: setup
-      Step(0),                                  // 1
-      Ev(Action::kAlloc, S, 4 * kMiB),          // 2
-      Ev(Action::kAlloc, S + 4 * kMiB, 8 * kMiB),  // 3: peak allocated 12 MiB
-      Ev(Action::kFreeCompleted, S),            // 4
-      Step(1),                                  // 5
+      Ev(Action::kSegmentAlloc, S, 20 * kMiB),              // 0: setup
+      Step(0),                                              // 1
+      Ev(Action::kAlloc, S, 4 * kMiB),                      // 2
+      Ev(Action::kAlloc, S + 4 * kMiB, 8 * kMiB),           // 3: peak allocated 12 MiB
+      Ev(Action::kFreeCompleted, S),                        // 4
+      Step(1),                                              // 5
       Ev(Action::kSegmentAlloc, S + 64 * kMiB, 40 * kMiB),  // 6: peak reserved 60 MiB
-      Ev(Action::kFreeCompleted, S + 4 * kMiB),  // 7
-      Ev(Action::kSegmentFree, S + 64 * kMiB),  // 8
+      Ev(Action::kFreeCompleted, S + 4 * kMiB),             // 7
+      Ev(Action::kSegmentFree, S + 64 * kMiB),              // 8
   };
   TraceHeader header;
   header.devices.push_back(DeviceInfo{0, "gpu0", 80 * kGiB, std::nullopt});
@@ -80,10 +80,14 @@ TEST(TraceAnalyzerTest, AllocatorTracePeaksAndStepTimeline) {
 }
 
 TEST(TraceAnalyzerTest, RequestTraceTracksLiveBytes) {
-  const std::vector<Event> events = {
-      Step(0), Ev(Action::kAlloc, 1, 1000), Ev(Action::kAlloc, 2, 5000),
-      Ev(Action::kFreeRequested, 1, 1000), Step(1), Ev(Action::kAlloc, 1, 300),
-      Ev(Action::kFreeRequested, 2), Ev(Action::kFreeCompleted, 2)};
+  const std::vector<Event> events = {Step(0),
+                                     Ev(Action::kAlloc, 1, 1000),
+                                     Ev(Action::kAlloc, 2, 5000),
+                                     Ev(Action::kFreeRequested, 1, 1000),
+                                     Step(1),
+                                     Ev(Action::kAlloc, 1, 300),
+                                     Ev(Action::kFreeRequested, 2),
+                                     Ev(Action::kFreeCompleted, 2)};
   const AnalysisResult r = Analyze(events);
   EXPECT_EQ(r.kind, TraceKind::kRequest);
   const DeviceReport& d = r.devices[0];

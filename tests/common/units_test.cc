@@ -16,8 +16,8 @@ TEST(ParseSizeTest, AcceptsBytesAndUnits) {
 }
 
 TEST(ParseSizeTest, RejectsMalformedText) {
-  for (const char* bad : {"", "GiB", "12XB", "1.2.3", "-5", "0.3", "99999999999999999999TiB",
-                          "5 MiB extra"}) {
+  for (const char* bad :
+       {"", "GiB", "12XB", "1.2.3", "-5", "0.3", "99999999999999999999TiB", "5 MiB extra"}) {
     auto r = ParseSize(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

@@ -1,8 +1,5 @@
 #include "model/alloc_conf.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -10,6 +7,9 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 namespace fragscope::model {
 namespace {

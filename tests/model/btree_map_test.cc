@@ -3,12 +3,12 @@
 // empty-leaf removal and root collapse happen constantly.
 #include "model/btree_map.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <map>
 #include <random>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace fragscope::model::internal {
 namespace {

@@ -9,8 +9,6 @@
 // come from kResBase upwards, lowest first, each followed by one page of gap.
 #include "model/caching_allocator_sim.h"
 
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -18,6 +16,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "common/units.h"
 #include "model/device_memory.h"

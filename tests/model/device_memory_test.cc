@@ -64,7 +64,7 @@ TEST_F(DeviceMemoryTest, SplitsAtTheLowEndAndMergesOnFree) {
   Apply(Ev(Action::kFreeCompleted, kSeg + 4 * kMiB));
   EXPECT_EQ(c.free.Largest(), 8 * kMiB);
   Apply(Ev(Action::kFreeCompleted, kSeg));  // without free_requested: both steps at once
-  EXPECT_EQ(c.free.Largest(), 12 * kMiB);  // merged with its free neighbour
+  EXPECT_EQ(c.free.Largest(), 12 * kMiB);   // merged with its free neighbour
   EXPECT_EQ(Blocks().size(), 2u);
   Apply(Ev(Action::kFreeCompleted, kSeg + 12 * kMiB));
   EXPECT_EQ(Blocks().size(), 1u);
@@ -105,8 +105,7 @@ TEST_F(DeviceMemoryTest, RejectsInconsistentEvents) {
             std::string::npos);
   EXPECT_NE(ApplyError(Ev(Action::kFreeRequested, kSeg + 512)).find("inside the allocated block"),
             std::string::npos);
-  EXPECT_NE(ApplyError(Ev(Action::kAlloc, kSeg, 100)).find("already allocated"),
-            std::string::npos);
+  EXPECT_NE(ApplyError(Ev(Action::kAlloc, kSeg, 100)).find("already allocated"), std::string::npos);
   EXPECT_NE(ApplyError(Ev(Action::kAlloc, kSeg + 4 * kMiB, 17 * kMiB)).find("does not fit"),
             std::string::npos);
   EXPECT_NE(ApplyError(Ev(Action::kFreeRequested, kSeg, 5)).find("allocated for"),
@@ -125,7 +124,7 @@ TEST_F(DeviceMemoryTest, ExpandableSegmentsGrowMergeAndShrink) {
   Event map = Ev(Action::kSegmentMap, kSeg, 20 * kMiB);
   Apply(map);
   EXPECT_EQ(memory_.pool(Pool::kLarge).reserved, 20 * kMiB);
-  Apply(Ev(Action::kAlloc, kSeg, 30 * kMiB / 2));  // 15 MiB; remainder 5 MiB free
+  Apply(Ev(Action::kAlloc, kSeg, 30 * kMiB / 2));               // 15 MiB; remainder 5 MiB free
   Apply(Ev(Action::kSegmentMap, kSeg + 20 * kMiB, 20 * kMiB));  // grows: one segment, merged tail
   EXPECT_EQ(memory_.segment_count(), 1u);
   EXPECT_EQ(memory_.pool(Pool::kLarge).free.Largest(), 25 * kMiB);

@@ -81,9 +81,12 @@ TEST_P(RandomReplayTest, ModelMatchesReferenceAfterEveryEvent) {
       // Mostly small and medium tensors, some large ones: the shapes of a training step.
       std::uint64_t size;
       const auto kind = rng() % 10;
-      if (kind < 5) size = 1 + rng() % 65536;
-      else if (kind < 8) size = 1 + rng() % (4u << 20);
-      else size = 1 + rng() % (48u << 20);
+      if (kind < 5)
+        size = 1 + rng() % 65536;
+      else if (kind < 8)
+        size = 1 + rng() % (4u << 20);
+      else
+        size = 1 + rng() % (48u << 20);
       live.push_back(ref.Malloc(size, &events));
     } else if (dice < 98) {
       const std::size_t i = rng() % live.size();

@@ -40,13 +40,16 @@ int RunTrace(std::uint64_t seed, int ops) {
     if (dice < 55 || live.empty()) {
       std::uint64_t size;
       const auto kind = rng() % 10;
-      if (kind < 5) size = 1 + rng() % 65536;
-      else if (kind < 8) size = 1 + rng() % (4u << 20);
-      else size = 1 + rng() % (48u << 20);
+      if (kind < 5)
+        size = 1 + rng() % 65536;
+      else if (kind < 8)
+        size = 1 + rng() % (4u << 20);
+      else
+        size = 1 + rng() % (48u << 20);
       const std::uint64_t want = ref.Malloc(size, &ignored);
       Result<std::uint64_t> got = sim.Malloc(size, 0);
-      EXPECT_EQ(want == 0, !got.ok()) << "seed " << seed << " op " << op << " size " << size
-                                      << ": " << got.status().ToString();
+      EXPECT_EQ(want == 0, !got.ok())
+          << "seed " << seed << " op " << op << " size " << size << ": " << got.status().ToString();
       if ((want == 0) != !got.ok()) return -1;
       if (want == 0) {
         EXPECT_EQ(got.status().code(), StatusCode::kOutOfMemory);
@@ -71,11 +74,11 @@ int RunTrace(std::uint64_t seed, int ops) {
     }
     const auto stats = sim.stats().Flatten();
     const Status inv = sim.CheckInvariants();
-    const bool same = FlatLayout(sim) == FlatLayout(ref) && sink_status.ok() &&
-                      FlatLayout(replayed) == FlatLayout(ref) &&
-                      static_cast<std::uint64_t>(stats.at("reserved_bytes.all.current")) ==
-                          ref.reserved() &&
-                      inv.ok();
+    const bool same =
+        FlatLayout(sim) == FlatLayout(ref) && sink_status.ok() &&
+        FlatLayout(replayed) == FlatLayout(ref) &&
+        static_cast<std::uint64_t>(stats.at("reserved_bytes.all.current")) == ref.reserved() &&
+        inv.ok();
     if (!same) {
       EXPECT_EQ(FlatLayout(sim), FlatLayout(ref)) << "seed " << seed << " op " << op;
       EXPECT_TRUE(sink_status.ok()) << sink_status.ToString();

@@ -63,7 +63,10 @@ TEST(FreeSizeIndexTest, MatchesBruteForce) {
       const std::uint64_t t = rng() % (512 * 50001);
       std::uint64_t below = 0, n = 0;
       for (std::uint64_t s : truth) {
-        if (s < t) { below += s; ++n; }
+        if (s < t) {
+          below += s;
+          ++n;
+        }
       }
       ASSERT_EQ(index.BytesBelow(t), below);
       ASSERT_EQ(index.CountBelow(t), n);

@@ -43,7 +43,9 @@ inline analysis::LayoutSegment MakeSegment(std::uint64_t addr,
         b.state = model::BlockState::kFree;
         b.stranded = true;
         break;
-      default: b.state = model::BlockState::kFree; break;
+      default:
+        b.state = model::BlockState::kFree;
+        break;
     }
     s.blocks.push_back(b);
     at += spec.size;

@@ -1,12 +1,12 @@
 #include "sources/trace/input_stream.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
+
+#include <gtest/gtest.h>
 
 #include "sources/trace/output_stream.h"
 #include "testing/test_util.h"

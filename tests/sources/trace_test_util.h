@@ -3,11 +3,11 @@
 #ifndef FRAGSCOPE_TESTS_SOURCES_TRACE_TEST_UTIL_H_
 #define FRAGSCOPE_TESTS_SOURCES_TRACE_TEST_UTIL_H_
 
-#include <gtest/gtest.h>
-
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "fragscope/event.h"
 #include "fragscope/trace.h"

@@ -1,10 +1,11 @@
 #include "testing/test_util.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 

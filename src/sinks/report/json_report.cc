@@ -25,9 +25,12 @@ using Json = nlohmann::ordered_json;
 
 std::string_view KindName(TraceKind kind) {
   switch (kind) {
-    case TraceKind::kAllocator: return "allocator";
-    case TraceKind::kRequest: return "request";
-    case TraceKind::kUnknown: break;
+    case TraceKind::kAllocator:
+      return "allocator";
+    case TraceKind::kRequest:
+      return "request";
+    case TraceKind::kUnknown:
+      break;
   }
   return "unknown";
 }

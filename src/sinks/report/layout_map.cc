@@ -23,9 +23,12 @@ constexpr std::array<char, kNumKinds> kKindCell = {kAllocatedCell, kPendingCell,
 
 Kind KindOf(const LayoutBlock& block) {
   switch (block.state) {
-    case BlockState::kAllocated: return kAllocated;
-    case BlockState::kPendingFree: return kPending;
-    case BlockState::kFree: return block.stranded ? kStranded : kFree;
+    case BlockState::kAllocated:
+      return kAllocated;
+    case BlockState::kPendingFree:
+      return kPending;
+    case BlockState::kFree:
+      return block.stranded ? kStranded : kFree;
   }
   return kAllocated;
 }
@@ -47,11 +50,16 @@ Span Clip(std::uint64_t begin, std::uint64_t end, std::uint64_t lo, std::uint64_
 // ANSI color of a cell symbol; empty for none.
 std::string_view ColorOf(char cell) {
   switch (cell) {
-    case kAllocatedCell: return "\x1b[32m";   // green: in use
-    case kPendingCell: return "\x1b[33m";     // yellow: on its way back
-    case kFreeCell: return "\x1b[2m";         // dim: cached, usable
-    case kStrandedCell: return "\x1b[1;31m";  // bold red: the waste to look at
-    default: return "";
+    case kAllocatedCell:
+      return "\x1b[32m";  // green: in use
+    case kPendingCell:
+      return "\x1b[33m";  // yellow: on its way back
+    case kFreeCell:
+      return "\x1b[2m";  // dim: cached, usable
+    case kStrandedCell:
+      return "\x1b[1;31m";  // bold red: the waste to look at
+    default:
+      return "";
   }
 }
 

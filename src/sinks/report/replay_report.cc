@@ -25,14 +25,13 @@ std::string StepText(std::int64_t step) {
 }  // namespace
 
 std::string RenderReplayText(const analysis::ReplayResult& replay,
-                             const analysis::AnalysisResult& analysis,
-                             const TextOptions& options) {
+                             const analysis::AnalysisResult& analysis, const TextOptions& options) {
   std::string out = fmt::format("fragscope replay: {}\n", replay.trace);
   for (const analysis::DeviceReplay& d : replay.devices) {
-    out += fmt::format("  device {}: virtual GPU of {} ({} used by others), "
-                       "PYTORCH_CUDA_ALLOC_CONF=\"{}\"\n",
-                       d.device, FormatBytes(d.capacity_bytes),
-                       FormatBytes(d.used_by_others_bytes), d.alloc_conf);
+    out += fmt::format(
+        "  device {}: virtual GPU of {} ({} used by others), "
+        "PYTORCH_CUDA_ALLOC_CONF=\"{}\"\n",
+        d.device, FormatBytes(d.capacity_bytes), FormatBytes(d.used_by_others_bytes), d.alloc_conf);
   }
   if (replay.ooms.empty()) {
     out += fmt::format("  result: no out-of-memory error in {} request events\n",
@@ -41,8 +40,7 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
     const model::ReplayOom& first = replay.ooms.front();
     out += fmt::format("  result: OUT OF MEMORY at request event {} ({}, device {}){}\n",
                        first.event_index, StepText(first.step), first.device,
-                       replay.stopped_at_oom ? "; the replay stops there, as the job would"
-                                             : "");
+                       replay.stopped_at_oom ? "; the replay stops there, as the job would" : "");
     out += fmt::format("    torch.OutOfMemoryError: {}\n", first.details.message);
     out += fmt::format("    request {} (rounded {}); reserved {}, allocated {}, driver free {}\n",
                        FormatBytes(first.details.requested), FormatBytes(first.details.rounded),
@@ -68,8 +66,7 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
 }
 
 std::string RenderReplayJson(const analysis::ReplayResult& replay,
-                             const analysis::AnalysisResult& analysis,
-                             const JsonOptions& options) {
+                             const analysis::AnalysisResult& analysis, const JsonOptions& options) {
   Json j = Json::object();
   j["schema"] = kReplaySchemaName;
   j["schema_version"] = kReplaySchemaVersion;

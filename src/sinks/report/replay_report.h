@@ -20,12 +20,10 @@ inline constexpr char kReplaySchemaName[] = "fragscope.replay";
 inline constexpr int kReplaySchemaVersion = 1;
 
 std::string RenderReplayText(const analysis::ReplayResult& replay,
-                             const analysis::AnalysisResult& analysis,
-                             const TextOptions& options);
+                             const analysis::AnalysisResult& analysis, const TextOptions& options);
 
 std::string RenderReplayJson(const analysis::ReplayResult& replay,
-                             const analysis::AnalysisResult& analysis,
-                             const JsonOptions& options);
+                             const analysis::AnalysisResult& analysis, const JsonOptions& options);
 
 }  // namespace fragscope::sinks
 

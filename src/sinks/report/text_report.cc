@@ -83,9 +83,12 @@ std::string FormatWhen(const When& when, bool has_steps) {
 
 std::string TraceKindName(TraceKind kind) {
   switch (kind) {
-    case TraceKind::kAllocator: return "allocator trace";
-    case TraceKind::kRequest: return "request trace";
-    case TraceKind::kUnknown: break;
+    case TraceKind::kAllocator:
+      return "allocator trace";
+    case TraceKind::kRequest:
+      return "request trace";
+    case TraceKind::kUnknown:
+      break;
   }
   return "trace of unknown kind";
 }

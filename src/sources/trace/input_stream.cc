@@ -1,7 +1,6 @@
 #include "sources/trace/input_stream.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -10,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+
+#include <sys/stat.h>
 
 namespace fragscope::sources {
 

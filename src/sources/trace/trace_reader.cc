@@ -7,11 +7,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "fragscope/trace.h"
 #include "sources/trace/input_stream.h"
