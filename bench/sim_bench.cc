@@ -118,7 +118,7 @@ void BM_SimOnly(benchmark::State& state) {
           o.driver.capacity_bytes = kCapacity;
           return o;
         },
-        model::OomPolicy::kStop, [](const Event&) {});
+        model::OomPolicy::kStop, {});
     for (const Event& e : events) {
       if (!replayer.Consume(e).ok()) state.SkipWithError("replay failed");
     }

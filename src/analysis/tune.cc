@@ -30,7 +30,7 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
     o.driver.used_by_others_bytes = options.used_by_others_bytes;
     return o;
   };
-  model::RequestReplayer replayer(sim_options, model::OomPolicy::kStop, [](const Event&) {});
+  model::RequestReplayer replayer(sim_options, model::OomPolicy::kStop, {});
   for (const Event& e : events) {
     Status s = replayer.Consume(e);
     if (s.ok()) continue;

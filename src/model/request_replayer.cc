@@ -20,7 +20,7 @@ RequestReplayer::Device& RequestReplayer::DeviceFor(std::int32_t device) {
     SimOptions options = sim_for_device_(device);
     options.device = device;
     d->sim = std::make_unique<CachingAllocatorSim>(options);
-    d->sim->SetEventSink([this](const Event& e) { sink_(e); });
+    if (sink_) d->sim->SetEventSink([this](const Event& e) { sink_(e); });
     devices_[index] = std::move(d);
   }
   return *devices_[index];
@@ -38,7 +38,7 @@ Status RequestReplayer::Consume(const Event& e) {
   const std::uint64_t index = events_++;
   if (e.action == Action::kStep || e.action == Action::kSnapshot) {
     if (e.action == Action::kStep) step_ = e.step;
-    sink_(e);
+    if (sink_) sink_(e);
     return Status::Ok();
   }
   if (e.device < 0 || e.device >= MemoryModel::kMaxDevices) {

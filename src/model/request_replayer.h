@@ -43,7 +43,8 @@ struct ReplayOom {
 class RequestReplayer {
  public:
   /// `sim_for_device(d)` gives the options of device d's simulator (capacity, config, ...);
-  /// it is called when a device's first event arrives. `sink` receives allocator events.
+  /// it is called when a device's first event arrives. `sink` receives allocator events; an
+  /// empty one spares the simulators from building them (tune needs only the outcome).
   RequestReplayer(std::function<SimOptions(std::int32_t device)> sim_for_device, OomPolicy policy,
                   std::function<void(const Event&)> sink);
   ~RequestReplayer();
