@@ -1,13 +1,7 @@
 #include "analyze_command.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <charconv>
-#include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
@@ -28,17 +22,12 @@ namespace {
 
 struct AnalyzeFlags {
   std::string path;
-  bool json = false;
-  std::int32_t device = -1;  // -1: every device
-  std::uint64_t every_events = 0;
+  ReportFlags report;
+  std::int32_t device = -1;        // -1: every device
   std::string stranded_threshold;  // a size ("2MiB"); empty: use the quantile
   double stranded_quantile = 0.5;
-  bool no_map = false;
   std::size_t map_rows = 32;
   std::string map_scale = "shared";
-  std::size_t timeline_rows = 60;
-  std::string color = "auto";
-  bool check_invariants = false;
   std::string max_line_bytes;  // a size; empty: the reader's default
 };
 
@@ -84,10 +73,8 @@ int RunAnalyze(const AnalyzeFlags& flags) {
   // Options first, so a typo fails before a long read.
   analysis::AnalysisOptions options;
   if (flags.device >= 0) options.device = flags.device;
-  options.every_events = flags.every_events;
+  ApplyReportFlags(flags.report, &options);
   options.stranded_quantile = flags.stranded_quantile;
-  options.check_invariants = flags.check_invariants;
-  options.keep_layout = !flags.no_map;
   // Sizes were validated while parsing; parse errors here would be a bug, reported all the same.
   if (!flags.stranded_threshold.empty()) {
     Result<std::uint64_t> threshold = ParseSize(flags.stranded_threshold);
@@ -123,15 +110,12 @@ int RunAnalyze(const AnalyzeFlags& flags) {
         fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
   }
   std::string out;
-  if (flags.json) {
+  if (flags.report.json) {
     sinks::JsonOptions json;
-    json.include_layout = !flags.no_map;
+    json.include_layout = !flags.report.no_map;
     out = sinks::RenderJson(result, json);
   } else {
-    sinks::TextOptions text;
-    text.color = UseColor(flags.color);
-    text.show_map = !flags.no_map;
-    text.max_timeline_rows = flags.timeline_rows == 0 ? SIZE_MAX : flags.timeline_rows;
+    sinks::TextOptions text = TextOptionsFor(flags.report);
     text.map.max_rows = flags.map_rows;
     text.map.scale =
         flags.map_scale == "segment" ? sinks::MapScale::kPerSegment : sinks::MapScale::kShared;
@@ -149,14 +133,10 @@ Command AddAnalyzeCommand(CLI::App& app) {
   sub->add_option("FILE", flags->path, "Trace to read: JSON Lines, plain, .gz or .zst")
       ->type_name("PATH")
       ->required();
-  sub->add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");
+  AddReportOptions(*sub, &flags->report);
   sub->add_option("--device", flags->device, "Report only this device index")
       ->type_name("N")
       ->check(IntegerAtLeast(0));
-  sub->add_option("--every", flags->every_events,
-                  "One timeline row per N events instead of one per training step")
-      ->type_name("N")
-      ->check(IntegerAtLeast(1));
   sub->add_option("--stranded-threshold", flags->stranded_threshold,
                   "Fixed stranding threshold for both pools, e.g. 2MiB")
       ->type_name("SIZE")
@@ -166,7 +146,6 @@ Command AddAnalyzeCommand(CLI::App& app) {
       ->type_name("Q")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  sub->add_flag("--no-map", flags->no_map, "Leave out the memory map (JSON: \"layout\")");
   sub->add_option("--map-rows", flags->map_rows, "Segments drawn in the memory map")
       ->type_name("N")
       ->check(IntegerAtLeast(1))
@@ -175,16 +154,6 @@ Command AddAnalyzeCommand(CLI::App& app) {
                   "shared: one scale for all rows; segment: each row fills the width")
       ->check(CLI::IsMember({"shared", "segment"}))
       ->capture_default_str();
-  sub->add_option("--timeline-rows", flags->timeline_rows,
-                  "Timeline rows shown in text (0 = all; --json has all)")
-      ->type_name("N")
-      ->check(IntegerAtLeast(0))
-      ->capture_default_str();
-  sub->add_option("--color", flags->color, "Color the text: auto = when stdout is a terminal")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
-  sub->add_flag("--check-invariants", flags->check_invariants,
-                "Check the model's invariants after every event (slow)");
   sub->add_option("--max-line-bytes", flags->max_line_bytes,
                   "Longest trace line accepted (default 16MiB)")
       ->type_name("SIZE")

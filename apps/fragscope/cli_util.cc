@@ -33,6 +33,39 @@ CLI::Validator ByteSize(std::uint64_t min) {
       "");
 }
 
+void AddReportOptions(CLI::App& sub, ReportFlags* flags) {
+  sub.add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");
+  sub.add_option("--every", flags->every_events,
+                 "One timeline row per N events instead of one per training step")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1));
+  sub.add_flag("--no-map", flags->no_map, "Leave out the memory map (JSON: \"layout\")");
+  sub.add_option("--timeline-rows", flags->timeline_rows,
+                 "Timeline rows shown in text (0 = all; --json has all)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0))
+      ->capture_default_str();
+  sub.add_option("--color", flags->color, "Color the text: auto = when stdout is a terminal")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  sub.add_flag("--check-invariants", flags->check_invariants,
+               "Check the model's invariants after every event (slow)");
+}
+
+void ApplyReportFlags(const ReportFlags& flags, analysis::AnalysisOptions* options) {
+  options->every_events = flags.every_events;
+  options->check_invariants = flags.check_invariants;
+  options->keep_layout = !flags.no_map;
+}
+
+sinks::TextOptions TextOptionsFor(const ReportFlags& flags) {
+  sinks::TextOptions text;
+  text.color = UseColor(flags.color);
+  text.show_map = !flags.no_map;
+  text.max_timeline_rows = flags.timeline_rows == 0 ? SIZE_MAX : flags.timeline_rows;
+  return text;
+}
+
 void AddTorchVersionOption(CLI::App& sub, std::string* value) {
   sub.add_option("--torch-version", *value, "Allocator behaviour of: 1.13, 2 (2.0-2.8), newest")
       ->check(CLI::IsMember({"1.13", "2", "newest"}))

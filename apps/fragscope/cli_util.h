@@ -16,11 +16,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "analysis/trace_analyzer.h"
 #include "common/units.h"
 #include "fragscope/event.h"
 #include "fragscope/status.h"
 #include "fragscope/trace.h"
 #include "model/alloc_conf.h"
+#include "sinks/report/text_report.h"
 
 namespace fragscope::cli {
 
@@ -28,6 +30,22 @@ namespace fragscope::cli {
 CLI::Validator IntegerAtLeast(std::int64_t min);
 /// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
 CLI::Validator ByteSize(std::uint64_t min);
+
+/// The report options `analyze` and `replay` share.
+struct ReportFlags {
+  bool json = false;
+  std::uint64_t every_events = 0;  // 0: one timeline row per step
+  bool no_map = false;
+  std::size_t timeline_rows = 60;
+  std::string color = "auto";
+  bool check_invariants = false;
+};
+/// Registers --json, --every, --no-map, --timeline-rows, --color and --check-invariants.
+void AddReportOptions(CLI::App& sub, ReportFlags* flags);
+/// The analysis options these flags set (timeline sampling, invariant checks, layout).
+void ApplyReportFlags(const ReportFlags& flags, analysis::AnalysisOptions* options);
+/// Text-report options from these flags (color, map, timeline rows).
+sinks::TextOptions TextOptionsFor(const ReportFlags& flags);
 
 /// --torch-version 1.13|2|newest: which PyTorch generation's allocator to simulate.
 void AddTorchVersionOption(CLI::App& sub, std::string* value);

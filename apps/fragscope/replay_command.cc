@@ -26,13 +26,8 @@ struct ReplayFlags {
   std::optional<std::string> alloc_conf;  // unset: the header's allocator_settings
   std::string torch_version = "newest";
   bool continue_after_oom = false;
-  bool json = false;
   std::string emit;
-  std::uint64_t every_events = 0;
-  bool no_map = false;
-  std::size_t timeline_rows = 60;
-  std::string color = "auto";
-  bool check_invariants = false;
+  ReportFlags report;
 };
 
 constexpr std::string_view kDescription =
@@ -154,9 +149,7 @@ int RunReplay(const ReplayFlags& flags) {
   }
 
   analysis::AnalysisOptions options;
-  options.every_events = flags.every_events;
-  options.check_invariants = flags.check_invariants;
-  options.keep_layout = !flags.no_map;
+  ApplyReportFlags(flags.report, &options);
   Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
       analysis::TraceAnalyzer::Create(out_header, options);
   if (!created.ok()) return BadInput(created.status().message());
@@ -217,16 +210,12 @@ int RunReplay(const ReplayFlags& flags) {
   }
   const analysis::AnalysisResult result = analyzer.Finish(flags.path);
   std::string out;
-  if (flags.json) {
+  if (flags.report.json) {
     sinks::JsonOptions json;
-    json.include_layout = !flags.no_map;
+    json.include_layout = !flags.report.no_map;
     out = sinks::RenderReplayJson(replay, result, json);
   } else {
-    sinks::TextOptions text;
-    text.color = UseColor(flags.color);
-    text.show_map = !flags.no_map;
-    text.max_timeline_rows = flags.timeline_rows == 0 ? SIZE_MAX : flags.timeline_rows;
-    out = sinks::RenderReplayText(replay, result, text);
+    out = sinks::RenderReplayText(replay, result, TextOptionsFor(flags.report));
   }
   const int written = WriteReport(out);
   if (written != kExitOk) return written;
@@ -256,25 +245,10 @@ Command AddReplayCommand(CLI::App& app) {
   AddTorchVersionOption(*sub, &flags->torch_version);
   sub->add_flag("--continue-after-oom", flags->continue_after_oom,
                 "Go on after an OOM as if the program caught it");
-  sub->add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");
   sub->add_option("--emit", flags->emit,
                   "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst)")
       ->type_name("OUT");
-  sub->add_option("--every", flags->every_events,
-                  "One timeline row per N events instead of one per training step")
-      ->type_name("N")
-      ->check(IntegerAtLeast(1));
-  sub->add_flag("--no-map", flags->no_map, "Leave out the memory map");
-  sub->add_option("--timeline-rows", flags->timeline_rows,
-                  "Timeline rows shown in text (0 = all; --json has all)")
-      ->type_name("N")
-      ->check(IntegerAtLeast(0))
-      ->capture_default_str();
-  sub->add_option("--color", flags->color, "Color the text: auto = when stdout is a terminal")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
-  sub->add_flag("--check-invariants", flags->check_invariants,
-                "Check the model's invariants after every event (slow)");
+  AddReportOptions(*sub, &flags->report);
   return Command{sub, [flags] { return RunReplay(*flags); }};
 }
 
