@@ -1,0 +1,145 @@
+// Document: a read-only tree of plain data (None, bools, ints of any length, floats, strings,
+// bytes, lists, tuples, dicts) decoded from a pickle or a JSON file, for the snapshot decoder.
+//
+// Values are 8-byte handles. Small scalars live in the handle; strings, bytes, floats, big ints
+// and containers live once in the Document and handles refer to them by index, so an object that a
+// pickle memo references a million times is stored once and every reference has the same
+// identity (ObjectId) — the snapshot decoder interns frames and stacks on it. Memory is
+// proportional to distinct objects plus the references held in containers, never to the
+// unfolded size of the tree.
+//
+// A Document is built by one reader (Add*/Append/SetItem) and then only read. Because readers
+// follow the input, a hostile pickle can make a container hold itself: walkers that do not
+// follow a fixed schema must bound their depth (see document_walk.h).
+//
+// Dicts keep their entries in insertion order, duplicates included (a pickle may SETITEM the
+// same key twice); Find returns the last, as Python's dict would hold.
+//
+// Thread safety: a built Document may be read from several threads; building is one thread.
+#ifndef FRAGSCOPE_SOURCES_DOCUMENT_DOCUMENT_H_
+#define FRAGSCOPE_SOURCES_DOCUMENT_DOCUMENT_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace fragscope::sources {
+
+enum class ValueKind : std::uint8_t {
+  kNone,
+  kBool,
+  kInt,     // fits in int64
+  kBigInt,  // any other integer (stored as little-endian two's complement bytes)
+  kFloat,
+  kString,  // UTF-8 as found in the file (not validated)
+  kBytes,
+  kList,
+  kTuple,
+  kDict,
+};
+
+/// "int", "list", ... for messages.
+std::string_view ValueKindName(ValueKind kind);
+
+/// A handle: 8 bytes, copied freely. Small scalars (None, bools, ints that fit the handle)
+/// live in it; everything else is stored in the Document and the handle holds its index.
+class Value {
+ public:
+  Value() = default;  // None
+  ValueKind kind() const;
+  bool is_none() const { return kind() == ValueKind::kNone; }
+  bool is_sequence() const {
+    const ValueKind k = kind();
+    return k == ValueKind::kList || k == ValueKind::kTuple;
+  }
+  bool operator==(const Value&) const = default;
+
+ private:
+  friend class Document;
+  explicit Value(std::uint64_t bits) : bits_(bits) {}
+  std::uint64_t bits_ = 0;  // encoding private to document.cc
+};
+static_assert(sizeof(Value) == 8);
+
+/// Identity of a stored object (string, bytes, big int, container): equal ids = same object.
+using ObjectId = std::uint32_t;
+
+class Document {
+ public:
+  using Entry = std::pair<Value, Value>;
+
+  Document() = default;
+  Document(Document&&) = default;
+  Document& operator=(Document&&) = default;
+
+  Value root() const { return root_; }
+  void set_root(Value v) { root_ = v; }
+
+  // ---- Reading. Each accessor answers for the kinds it names and "nothing" otherwise, so
+  // a decoder can test and read in one step.
+
+  /// kInt, or a kBigInt that fits in int64. Bools are not ints here.
+  std::optional<std::int64_t> AsInt(Value v) const;
+  /// A non-negative kInt or kBigInt below 2^64 (addresses, sizes).
+  std::optional<std::uint64_t> AsUint(Value v) const;
+  /// kFloat, or an int (exactly when |i| <= 2^53, else rounded).
+  std::optional<double> AsDouble(Value v) const;
+  std::optional<bool> AsBool(Value v) const;
+  /// kString only. The view lives as long as the Document.
+  std::optional<std::string_view> AsString(Value v) const;
+  /// kBytes only.
+  std::optional<std::string_view> AsBytes(Value v) const;
+  /// kBigInt: its little-endian two's complement bytes (the shortest form).
+  std::optional<std::string_view> BigIntBytes(Value v) const;
+
+  /// Items of a list or tuple; empty for any other kind.
+  std::span<const Value> Items(Value v) const;
+  /// Entries of a dict in insertion order; empty for any other kind.
+  std::span<const Entry> Entries(Value v) const;
+  /// The value of the last entry whose key is the string `key`; nullopt if none or `dict` is
+  /// not a dict. Linear in the dict's size.
+  std::optional<Value> Find(Value dict, std::string_view key) const;
+
+  /// The identity of a stored object; nullopt for values held in the handle.
+  std::optional<ObjectId> Id(Value v) const;
+
+  // ---- Building (readers).
+
+  Value AddString(std::string_view utf8);
+  Value AddBytes(std::string_view bytes);
+  /// An integer from little-endian two's complement bytes of any length (pickle's LONG1/LONG4);
+  /// kInt when it fits in int64, else kBigInt. Empty = 0.
+  Value AddLongBytes(std::string_view le_bytes);
+  Value AddList();
+  Value AddDict();
+  Value AddTuple(std::span<const Value> items);
+  /// REQUIRES: list.kind() == kList.
+  void Append(Value list, Value item);
+  void Append(Value list, std::span<const Value> items);
+  /// REQUIRES: dict.kind() == kDict.
+  void SetItem(Value dict, Value key, Value value);
+
+  Value AddNone() const { return Value(); }
+  Value AddBool(bool b);
+  Value AddInt(std::int64_t i);
+  Value AddFloat(double d);
+
+  /// Stored objects (strings, bytes, floats, big ints, containers).
+  std::uint64_t object_count() const { return objects_; }
+  /// Approximate heap bytes held (for limits and benchmarks).
+  std::uint64_t heap_bytes() const;
+
+ private:
+  // Storage is private to document.cc: flat arenas, so that a dict of six entries costs about
+  // what its six key/value handles do (see document.cc).
+  Value root_;
+  std::uint64_t objects_ = 0;
+};
+
+}  // namespace fragscope::sources
+
+#endif  // FRAGSCOPE_SOURCES_DOCUMENT_DOCUMENT_H_

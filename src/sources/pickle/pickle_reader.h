@@ -1,0 +1,57 @@
+// A safe pickle reader: decodes the plain-data subset of Python's pickle format (protocols 0
+// to 5: dicts, lists, tuples, str, bytes, ints of any length, floats, bools, None, with the
+// memo) into a Document. It never executes anything: an opcode that would import or call
+// Python code (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID,
+// BINPERSID, EXT1/2/4, NEXT_BUFFER, READONLY_BUFFER) is refused with an error naming the opcode
+// and its byte offset. See ../shared/spec/memory-snapshot-format.md §6 and docs/formats.md.
+//
+// The reader streams: it holds one read buffer, the stack, the memo (handles, 16 bytes a slot)
+// and the Document, never the whole file. It is iterative (no recursion on nesting) and
+// enforces PickleLimits, failing with kLimitExceeded and the offset where the limit was hit.
+// Memo references share the stored object (Document::Id is equal), so memory follows distinct
+// objects, not references.
+//
+// Errors (Status messages) start with "byte N: " where N is the offset of the opcode in the
+// decoded (decompressed) stream; they do not name the file (callers add it).
+//
+// Thread safety: none; one reader per thread.
+#ifndef FRAGSCOPE_SOURCES_PICKLE_PICKLE_READER_H_
+#define FRAGSCOPE_SOURCES_PICKLE_PICKLE_READER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "fragscope/status.h"
+#include "sources/document/document.h"
+#include "sources/trace/input_stream.h"
+
+namespace fragscope::sources {
+
+struct PickleLimits {
+  std::uint64_t max_input_bytes = std::uint64_t{64} << 30;  // decoded bytes
+  std::uint32_t max_depth = 10'000;                         // nested MARKs + open containers
+  std::uint64_t max_objects = 200'000'000;                  // Document::object_count()
+  std::uint64_t max_memo = 100'000'000;                     // memo slots
+  std::uint64_t max_string_bytes = std::uint64_t{1} << 30;  // one str/bytes/long payload
+  std::uint64_t max_stack = 100'000'000;                    // values on the stack
+};
+
+/// Called now and then (about every 4 MiB) with the raw bytes consumed so far and the raw
+/// size if known (0 otherwise); for progress lines.
+using ProgressFn = std::function<void(std::uint64_t consumed, std::uint64_t total)>;
+
+/// Decodes one pickle from `input` (plain, gzip or zstd, as InputStream detects). Bytes after
+/// STOP are ignored. A stream that ends before STOP is kCorruption ("truncated").
+Result<Document> ReadPickle(InputStream& input, const PickleLimits& limits = {},
+                            const ProgressFn& progress = {});
+/// Convenience over a byte string in memory.
+Result<Document> ReadPickleBytes(std::string_view bytes, const PickleLimits& limits = {});
+
+/// The name of a pickle opcode byte ("BINGET", "GLOBAL", ...), or "unknown".
+std::string_view PickleOpcodeName(std::uint8_t op);
+
+}  // namespace fragscope::sources
+
+#endif  // FRAGSCOPE_SOURCES_PICKLE_PICKLE_READER_H_
