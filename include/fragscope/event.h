@@ -32,8 +32,9 @@ enum class Action : std::uint8_t {
   kEmptyCache,            // control: torch.cuda.empty_cache()
   kSetMemoryFraction,     // control: set_per_process_memory_fraction(`fraction`)
   kSetAllocatorSettings,  // control: _set_allocator_settings(`conf`)
+  kBlock,                 // state at the start: a live block of `block_size` bytes at `addr`
 };
-inline constexpr int kNumActions = 15;
+inline constexpr int kNumActions = 16;
 
 /// The trace-format name of an action ("alloc", "segment_map", ...).
 std::string_view ActionName(Action action);
@@ -53,8 +54,8 @@ struct Event {
   std::uint64_t addr = 0;
   /// Requested bytes (alloc, free_*, oom) or segment/range bytes (segment_*).
   std::uint64_t size = 0;
-  /// alloc only, optional: the allocator's block size (rounded); 0 = derive it from `size`
-  /// with the allocator's rounding and split rules.
+  /// alloc, optional: the allocator's block size (rounded); 0 = derive it from `size` with
+  /// the allocator's rounding and split rules. block: required.
   std::uint64_t block_size = 0;
   /// Microseconds (since the epoch or since the start of the capture); -1 = unknown.
   std::int64_t time_us = -1;

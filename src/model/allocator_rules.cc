@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "model/alloc_conf.h"
+
 namespace fragscope::model {
 
 std::uint64_t AllocatorRules::RoundSize(std::uint64_t request) const {
@@ -88,9 +90,18 @@ Result<AllocatorRules> AllocatorRules::FromSettings(
             fmt::format("allocator setting expandable_segments: '{}' is not True or False", value));
       }
     } else if (key == "roundup_power2_divisions") {
-      // A single value applies to every interval; a list ([1:2, ...]) is the simulator's job.
+      // A single value applies to every interval; a list ([1:2,...,>:4], the form snapshots
+      // record) goes through the configuration parser.
       std::string_view v = value;
-      if (!v.empty() && v.front() == '[') continue;
+      if (!v.empty() && v.front() == '[') {
+        Result<AllocatorConfig> config =
+            ParseAllocatorConfig("roundup_power2_divisions:" + std::string(v));
+        if (!config.ok()) {
+          return Status::InvalidArgument("allocator setting " + config.status().message());
+        }
+        rules.roundup_power2_divisions = config->Rules().roundup_power2_divisions;
+        continue;
+      }
       auto parsed = ParseUnsigned(key, v);
       if (!parsed.ok()) return parsed.status();
       if (*parsed != 0 && !std::has_single_bit(*parsed)) {

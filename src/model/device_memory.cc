@@ -182,6 +182,8 @@ Status DeviceMemory::Apply(const Event& e) {
   switch (e.action) {
     case Action::kAlloc:
       return Alloc(e);
+    case Action::kBlock:
+      return PlaceBlock(e);
     case Action::kFreeRequested:
       return FreeRequested(e);
     case Action::kFreeCompleted:
@@ -506,6 +508,71 @@ Status DeviceMemory::Alloc(const Event& e) {
   ab.frame = e.frame;
   c.allocated += take;
   c.active += take;
+  c.requested += e.size;
+  ++c.allocated_count;
+  return Status::Ok();
+}
+
+// A block that was live when the trace began (a snapshot's history starts mid-run): it is
+// carved out of the free block that contains it, exactly, with no rounding or split rule.
+Status DeviceMemory::PlaceBlock(const Event& e) {
+  const auto where = [&] {
+    return fmt::format("block at {} of {} bytes", FormatAddress(e.addr), e.block_size);
+  };
+  if (e.size == 0 || e.block_size < e.size) {
+    return Status::Corruption(where() + ": needs 0 < size <= block_size");
+  }
+  const SegmentId sid = SegmentContaining(e.addr);
+  if (sid == kNone) return Status::Corruption(where() + ": no segment contains it");
+  Segment& s = segments_[sid];
+  if (e.block_size > s.end() - e.addr) {
+    return Status::Corruption(where() + ": runs past the end of its segment");
+  }
+  BlockId bid = s.first;
+  while (bid != kNone && blocks_[bid].end() <= e.addr) bid = blocks_[bid].next;
+  if (bid == kNone || blocks_[bid].state != BlockState::kFree ||
+      blocks_[bid].end() < e.addr + e.block_size) {
+    return Status::Corruption(where() + ": it overlaps a live block (" + DescribeAddress(e.addr) +
+                              ")");
+  }
+  UpdateReleasable(s, false);
+  PoolCounters& c = counters(s);
+  c.free.Remove(blocks_[bid].size);
+  // Split off a free front [b.addr, e.addr) and a free back [e.addr + block_size, b.end()).
+  const auto split_after = [&](BlockId at, std::uint64_t keep) {
+    Block rest;
+    rest.addr = blocks_[at].addr + keep;
+    rest.size = blocks_[at].size - keep;
+    rest.prev = at;
+    rest.next = blocks_[at].next;
+    rest.segment = sid;
+    rest.pool = blocks_[at].pool;
+    const BlockId rid = NewBlock(rest);  // may reallocate blocks_
+    if (blocks_[at].next != kNone)
+      blocks_[blocks_[at].next].prev = rid;
+    else
+      s.last = rid;
+    blocks_[at].next = rid;
+    blocks_[at].size = keep;
+    ++s.num_blocks;
+    return rid;
+  };
+  if (blocks_[bid].addr < e.addr) {
+    const BlockId front = bid;
+    bid = split_after(front, e.addr - blocks_[front].addr);
+    c.free.Add(blocks_[front].size);
+  }
+  if (blocks_[bid].size > e.block_size) {
+    const BlockId back = split_after(bid, e.block_size);
+    c.free.Add(blocks_[back].size);
+  }
+  ++s.live_blocks;
+  Block& b = blocks_[bid];
+  b.state = BlockState::kAllocated;
+  b.requested = e.size;
+  b.frame = e.frame;
+  c.allocated += b.size;
+  c.active += b.size;
   c.requested += e.size;
   ++c.allocated_count;
   return Status::Ok();

@@ -136,6 +136,7 @@ class DeviceMemory {
   Status SegmentMap(const Event& e);
   Status SegmentUnmap(const Event& e);
   Status Alloc(const Event& e);
+  Status PlaceBlock(const Event& e);
   Status FreeRequested(const Event& e);
   Status FreeCompleted(const Event& e);
 

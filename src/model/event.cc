@@ -21,6 +21,7 @@ constexpr std::array<std::string_view, kNumActions> kActionNames = {
     "empty_cache",
     "set_memory_fraction",
     "set_allocator_settings",
+    "block",
 };
 }  // namespace
 

@@ -110,6 +110,7 @@ Status RequestReplayer::Consume(const Event& e) {
     case Action::kSegmentMap:
     case Action::kSegmentUnmap:
     case Action::kOom:
+    case Action::kBlock:
       return Status::Corruption(fmt::format(
           "{} in a request trace: replay takes what the program asked for (alloc, frees and "
           "controls), not allocator outcomes; use `fragscope analyze` for allocator traces",

@@ -359,21 +359,22 @@ std::optional<Action> LookupAction(std::string_view name) {
 
 // Fields each action requires; see the table in docs/formats.md.
 constexpr FieldMask kRequired[kNumActions] = {
-    Bit(kAddr) | Bit(kSize),    // alloc
-    Bit(kAddr),                 // free_requested
-    Bit(kAddr),                 // free_completed
-    Bit(kAddr) | Bit(kSize),    // segment_alloc
-    Bit(kAddr),                 // segment_free
-    Bit(kAddr) | Bit(kSize),    // segment_map
-    Bit(kAddr) | Bit(kSize),    // segment_unmap
-    Bit(kSize),                 // oom
-    0,                          // snapshot
-    Bit(kStep),                 // step
-    Bit(kAddr) | Bit(kStream),  // record_stream
-    0,                          // stream_sync
-    0,                          // empty_cache
-    Bit(kFraction),             // set_memory_fraction
-    Bit(kConf),                 // set_allocator_settings
+    Bit(kAddr) | Bit(kSize),                    // alloc
+    Bit(kAddr),                                 // free_requested
+    Bit(kAddr),                                 // free_completed
+    Bit(kAddr) | Bit(kSize),                    // segment_alloc
+    Bit(kAddr),                                 // segment_free
+    Bit(kAddr) | Bit(kSize),                    // segment_map
+    Bit(kAddr) | Bit(kSize),                    // segment_unmap
+    Bit(kSize),                                 // oom
+    0,                                          // snapshot
+    Bit(kStep),                                 // step
+    Bit(kAddr) | Bit(kStream),                  // record_stream
+    0,                                          // stream_sync
+    0,                                          // empty_cache
+    Bit(kFraction),                             // set_memory_fraction
+    Bit(kConf),                                 // set_allocator_settings
+    Bit(kAddr) | Bit(kSize) | Bit(kBlockSize),  // block
 };
 
 std::string ValidActionList() {
@@ -565,6 +566,7 @@ class TraceReaderImpl final : public TraceReader {
 
     switch (*action) {
       case Action::kAlloc:
+      case Action::kBlock:
         return !Has(kBlockSize) || GetSize(kBlockSize, &event->block_size);
       case Action::kOom:
         if (Has(kDeviceFree)) {

@@ -130,6 +130,7 @@ bool RequiresAddr(Action a) {
     case Action::kSegmentMap:
     case Action::kSegmentUnmap:
     case Action::kRecordStream:
+    case Action::kBlock:
       return true;
     default:
       return false;
@@ -138,6 +139,7 @@ bool RequiresAddr(Action a) {
 bool RequiresSize(Action a) {
   switch (a) {
     case Action::kAlloc:
+    case Action::kBlock:
     case Action::kSegmentAlloc:
     case Action::kSegmentMap:
     case Action::kSegmentUnmap:
@@ -223,7 +225,7 @@ class TraceWriterImpl final : public TraceWriter {
       out.append(R"(,"size":)");
       AppendUint(e.size, &out);
     }
-    if (a == Action::kAlloc && e.block_size != 0) {
+    if ((a == Action::kAlloc || a == Action::kBlock) && e.block_size != 0) {
       out.append(R"(,"block_size":)");
       AppendUint(e.block_size, &out);
     }
@@ -330,6 +332,11 @@ class TraceWriterImpl final : public TraceWriter {
     switch (e.action) {
       case Action::kStep:
         if (e.step < 0) return bad("negative step");
+        break;
+      case Action::kBlock:
+        if (e.size == 0 || e.block_size < e.size) {
+          return bad("a block needs 0 < size <= block_size");
+        }
         break;
       case Action::kStreamSync:
         if (!e.has_stream && e.stream != 0) return bad("stream is set but has_stream is false");
