@@ -18,6 +18,7 @@ build_dir=build/fuzz  # the fuzz preset's binaryDir
 declare -A max_len=(
   [trace_reader]=16384
   [alloc_conf]=4096  # a conf string; PyTorch's are < 200 bytes, the parser caps at 64 KiB
+  [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
 )
 
 targets=("$@")

@@ -3,6 +3,17 @@ fragscope_add_test(sources/input_stream_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/trace_reader_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
 
+# PyTorch memory snapshots (src/sources/snapshot).
+fragscope_add_test(sources/snapshot_decoder_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/snapshot_reader_test.cc LIBS fragscope_sources fragscope_analysis)
+add_executable(snapshot_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/snapshot_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(snapshot_fuzz_replay PRIVATE fragscope_sources fragscope_analysis)
+fragscope_set_warnings(snapshot_fuzz_replay)
+add_test(NAME snapshot_fuzz_replay
+  COMMAND snapshot_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/snapshot)
+
 # The fuzz target's corpus, replayed without libFuzzer, so every saved seed and crash input runs
 # in the normal test suite (fuzz/ itself is only added when FRAGSCOPE_BUILD_FUZZ is on).
 add_executable(trace_reader_fuzz_replay

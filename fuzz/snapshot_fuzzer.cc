@@ -1,0 +1,74 @@
+// Fuzz target for the snapshot path after the pickle reader: bytes -> Document (pickle or JSON,
+// as ReadDocumentFile would choose) -> DecodeSnapshot -> SnapshotReader (the history walked
+// backwards to its start state) -> every event through the TraceAnalyzer, errors skipped as
+// `fragscope analyze` skips them. Oracles: no crash, no sanitizer report; every decoded block
+// lies in the decoded blocks array; the reader yields a finite number of events.
+//
+// Built two ways: with libFuzzer (fuzz/CMakeLists.txt, preset "fuzz") and with replay_main.cc
+// (snapshot_fuzz_replay, a ctest that runs fuzz/corpus/snapshot/).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "analysis/trace_analyzer.h"
+#include "sources/document/json_document.h"
+#include "sources/pickle/pickle_reader.h"
+#include "sources/snapshot/snapshot_reader.h"
+
+namespace {
+
+using namespace fragscope;           // NOLINT: a fuzz target, not library code
+using namespace fragscope::sources;  // NOLINT
+
+constexpr std::size_t kMaxInputBytes = std::size_t{256} << 10;
+
+void Fail(const char* what) {
+  std::fprintf(stderr, "snapshot fuzzer: %s\n", what);
+  std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size > kMaxInputBytes) return 0;
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  PickleLimits limits;
+  limits.max_depth = 200;
+  limits.max_objects = 200'000;
+  limits.max_memo = 100'000;
+  limits.max_string_bytes = 1 << 20;
+  limits.max_stack = 100'000;
+  Result<Document> doc = DetectDocumentFormat(bytes) == DocumentFormat::kJson
+                             ? ReadJsonDocumentBytes(bytes, limits)
+                             : ReadPickleBytes(bytes, limits);
+  if (!doc.ok()) return 0;
+  Result<Snapshot> snapshot = DecodeSnapshot(*doc);
+  if (!snapshot.ok()) {
+    if (snapshot.status().message().empty()) Fail("an error without a message");
+    return 0;
+  }
+  for (const SnapshotSegment& s : snapshot->segments) {
+    if (std::uint64_t{s.first_block} + s.num_blocks > snapshot->blocks.size()) {
+      Fail("a segment's blocks run past the blocks array");
+    }
+  }
+  std::unique_ptr<SnapshotReader> reader =
+      SnapshotReader::FromSnapshot(std::move(*snapshot), "fuzz");
+  Result<std::unique_ptr<analysis::TraceAnalyzer>> analyzer =
+      analysis::TraceAnalyzer::Create(reader->header(), {});
+  if (!analyzer.ok()) return 0;
+  Event e;
+  std::uint64_t events = 0;
+  while (true) {
+    Result<bool> next = reader->Next(&e);
+    if (!next.ok()) Fail("SnapshotReader::Next failed");
+    if (!*next) break;
+    if (++events > 50'000'000) Fail("the reader does not end");
+    (void)(*analyzer)->Consume(e);  // errors are skipped, as analyze does
+  }
+  (void)(*analyzer)->Finish("fuzz");
+  return 0;
+}

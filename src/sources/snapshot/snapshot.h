@@ -1,0 +1,130 @@
+// Snapshot: a PyTorch CUDA memory snapshot (torch.cuda.memory._snapshot(), or the segment list
+// of torch.cuda.memory_snapshot()) decoded from a Document into compact records, for every
+// format generation in ../shared/spec/memory-snapshot-format.md §7. The format is told by
+// content: a dict with "segments" (and maybe "device_traces", "allocator_settings",
+// "external_annotations"), or a bare list of segment dicts. docs/formats.md describes what is
+// read and what is tolerated.
+//
+// Required fields: segments[].{address, total_size, blocks}, blocks[].{size, state}, and for a
+// trace entry its action (plus addr and size for the actions that carry them). A missing or
+// mistyped required field is an error naming its path ("segments[3].blocks[2].size: expected
+// an int, found str"). Optional fields with an unexpected type are ignored with a warning.
+// Everything else is optional and filled as the spec's rule of thumb says (§7): block addresses
+// by running sum, requested size from requested_size, else history[0].real_size, else size.
+//
+// Stacks are interned: frames by content, stacks (frame lists) by the Document's object
+// identity, so a file with a million references to a few hundred frames decodes to a few
+// hundred frames. The decoded Snapshot does not refer to the Document.
+//
+// Thread safety: plain values.
+#ifndef FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_H_
+#define FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fragscope/event.h"
+#include "fragscope/status.h"
+#include "model/device_memory.h"
+#include "sources/document/document.h"
+
+namespace fragscope::sources {
+
+/// One stack frame. Index 0 of a stack is the innermost frame.
+struct SnapshotFrame {
+  std::string name;
+  std::string filename;
+  std::int64_t line = 0;
+};
+
+struct SnapshotBlock {
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t requested = 0;  // stale for free blocks (the last occupant's): never counted
+  model::BlockState state = model::BlockState::kFree;
+  std::int32_t stack = -1;  // index into Snapshot::stacks, -1 = none recorded
+};
+
+struct SnapshotSegment {
+  std::int32_t device = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t total_size = 0;
+  std::uint64_t stream = 0;
+  Pool pool = Pool::kUnknown;  // from segment_type; kUnknown when absent
+  bool expandable = false;
+  std::pair<std::int64_t, std::int64_t> pool_id{0, 0};  // (0, 0) = the default pools
+  std::int32_t stack = -1;
+  std::uint32_t first_block = 0;  // blocks [first_block, first_block + num_blocks)
+  std::uint32_t num_blocks = 0;
+  // The file's own totals, when present (checked against the blocks).
+  std::optional<std::uint64_t> allocated_size;
+  std::optional<std::uint64_t> active_size;
+  std::optional<std::uint64_t> requested_size;
+};
+
+/// One entry of device_traces[d]. Actions: alloc, free_requested, free_completed (an old merged
+/// "free" becomes both), segment_alloc/free/map/unmap, oom, snapshot.
+struct SnapshotTraceEntry {
+  Action action = Action::kAlloc;
+  std::int32_t stack = -1;
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  std::int64_t time_us = -1;      // -1 = not recorded (files before ~2.2)
+  std::uint64_t device_free = 0;  // oom only
+  /// alloc: the block's real size when the history tells it (the block is still live in the
+  /// final segments); 0 = unknown (derived from size by the allocator's rules).
+  std::uint64_t block_size = 0;
+  std::uint32_t entry = 0;  // index in the file's device_traces[d] (for messages)
+};
+
+struct SnapshotAnnotation {
+  std::string stage;  // "START" or "END"
+  std::string name;
+  std::int32_t device = 0;
+  std::int64_t time_us = -1;
+};
+
+enum class SnapshotLayout : std::uint8_t { kDict, kSegmentList };
+
+struct Snapshot {
+  SnapshotLayout layout = SnapshotLayout::kDict;
+  /// "G0".."G6" as in the spec's §7, inferred from the keys present ("?" when nothing tells).
+  std::string generation = "?";
+  std::vector<SnapshotSegment> segments;  // in file order
+  std::vector<SnapshotBlock> blocks;      // of all segments, each segment's in address order
+  /// Index = device ordinal. Devices listed in the file with no entries have empty vectors.
+  std::vector<std::vector<SnapshotTraceEntry>> device_traces;
+  std::vector<SnapshotFrame> frames;
+  std::vector<std::vector<std::uint32_t>> stacks;  // frame indexes, innermost first
+  /// allocator_settings as found: key and value rendered as text ("roundup_power2_divisions"
+  /// becomes "[1:0,2:0,...]"), in file order; empty when the file has none.
+  std::vector<std::pair<std::string, std::string>> allocator_settings;
+  bool has_allocator_settings = false;
+  std::vector<SnapshotAnnotation> annotations;
+  /// Things the reader tolerated (ignored fields, unknown actions), in order. Capped; the
+  /// last says how many more there were.
+  std::vector<std::string> warnings;
+  std::uint64_t trace_entries = 0;  // all devices
+  std::uint64_t ignored_entries = 0;
+};
+
+struct SnapshotDecodeOptions {
+  std::size_t max_warnings = 50;
+};
+
+/// Decodes a snapshot from a Document (see ReadDocumentFile). kCorruption when the top level is
+/// neither a snapshot dict nor a list of segments, or a required field is missing or mistyped.
+Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions& options = {});
+
+/// The frame that best names the allocation site of a stack: the innermost Python frame outside
+/// torch's own package, else the innermost Python frame, else the innermost frame; -1 for an
+/// empty or absent stack.
+std::int32_t CallSiteFrame(const Snapshot& snapshot, std::int32_t stack);
+
+}  // namespace fragscope::sources
+
+#endif  // FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_H_

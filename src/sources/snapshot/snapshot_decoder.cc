@@ -1,0 +1,570 @@
+// DecodeSnapshot: Document -> Snapshot. See snapshot.h for the rules.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "sources/snapshot/snapshot.h"
+
+namespace fragscope::sources {
+namespace {
+
+// A value's kind for messages: "str", "int", ...
+std::string_view KindOf(Value v) { return ValueKindName(v.kind()); }
+
+class Decoder {
+ public:
+  Decoder(const Document& doc, const SnapshotDecodeOptions& options, Snapshot* out)
+      : doc_(doc), options_(options), out_(*out) {}
+
+  Status Run() {
+    const Value root = doc_.root();
+    if (root.kind() == ValueKind::kList) {
+      out_.layout = SnapshotLayout::kSegmentList;
+      FRAGSCOPE_RETURN_IF_ERROR(Segments(root, "[]"));
+      out_.generation = GenerationFromSegments();
+      return Status::Ok();
+    }
+    if (root.kind() != ValueKind::kDict) {
+      return Status::Corruption(
+          fmt::format("not a memory snapshot: the top-level object is a {}, expected a dict with "
+                      "\"segments\" or a list of segments",
+                      KindOf(root)));
+    }
+    const std::optional<Value> segments = doc_.Find(root, "segments");
+    if (!segments) {
+      return Status::Corruption(
+          "not a memory snapshot: the top-level dict has no \"segments\" key (keys: " +
+          KeyList(root) + ")");
+    }
+    if (segments->kind() != ValueKind::kList) {
+      return Status::Corruption(
+          fmt::format("segments: expected a list, found {}", KindOf(*segments)));
+    }
+    FRAGSCOPE_RETURN_IF_ERROR(Segments(*segments, "segments"));
+    // _memory_viz.py wraps a bare list as {"segments": ..., "traces": []}: accept that too.
+    std::optional<Value> traces = doc_.Find(root, "device_traces");
+    if (!traces) traces = doc_.Find(root, "traces");
+    if (traces) FRAGSCOPE_RETURN_IF_ERROR(Traces(*traces));
+    if (const std::optional<Value> settings = doc_.Find(root, "allocator_settings")) {
+      Settings(*settings);
+    }
+    if (const std::optional<Value> annotations = doc_.Find(root, "external_annotations")) {
+      Annotations(*annotations);
+    }
+    out_.generation = Generation(root);
+    return Status::Ok();
+  }
+
+ private:
+  // ---- Fields.
+
+  std::string KeyList(Value dict) const {
+    std::string keys;
+    std::size_t n = 0;
+    for (const auto& [k, v] : doc_.Entries(dict)) {
+      if (n == 8) {
+        keys += ", ...";
+        break;
+      }
+      if (n++ > 0) keys += ", ";
+      const auto s = doc_.AsString(k);
+      keys += s ? std::string(*s) : std::string("<") + std::string(KindOf(k)) + ">";
+    }
+    return keys.empty() ? "none" : keys;
+  }
+
+  // A required unsigned integer field.
+  Status RequiredUint(Value dict, std::string_view key, const std::string& where,
+                      std::uint64_t* out) const {
+    const std::optional<Value> v = doc_.Find(dict, key);
+    if (!v)
+      return Status::Corruption(fmt::format("{}: the required key \"{}\" is missing", where, key));
+    const std::optional<std::uint64_t> u = doc_.AsUint(*v);
+    if (!u) {
+      const std::optional<std::int64_t> i = doc_.AsInt(*v);
+      if (i) {
+        return Status::Corruption(
+            fmt::format("{}.{}: expected a non-negative int, found {}", where, key, *i));
+      }
+      return Status::Corruption(
+          fmt::format("{}.{}: expected an int, found {}", where, key, KindOf(*v)));
+    }
+    *out = *u;
+    return Status::Ok();
+  }
+
+  // An optional unsigned integer; a wrong type warns and reads as absent.
+  std::optional<std::uint64_t> OptionalUint(Value dict, std::string_view key,
+                                            const std::string_view where, std::size_t index) {
+    const std::optional<Value> v = doc_.Find(dict, key);
+    if (!v || v->is_none()) return std::nullopt;
+    const std::optional<std::uint64_t> u = doc_.AsUint(*v);
+    if (!u)
+      Warn(fmt::format("{}[{}].{}: expected an int, found {}; ignored", where, index, key,
+                       KindOf(*v)));
+    return u;
+  }
+
+  void Warn(std::string message) {
+    if (out_.warnings.size() < options_.max_warnings) {
+      out_.warnings.push_back(std::move(message));
+    } else {
+      ++suppressed_warnings_;
+      if (out_.warnings.size() == options_.max_warnings) {
+        out_.warnings.push_back("");  // replaced by the count at the end
+      }
+      out_.warnings.back() = fmt::format("... and {} more warnings", suppressed_warnings_);
+    }
+  }
+
+  // ---- Stacks.
+
+  std::int32_t Frame(Value frame) {
+    if (const std::optional<ObjectId> id = doc_.Id(frame)) {
+      if (auto it = frame_by_object_.find(*id); it != frame_by_object_.end()) return it->second;
+    }
+    SnapshotFrame f;
+    if (auto name = doc_.Find(frame, "name")) f.name = doc_.AsString(*name).value_or("");
+    if (auto file = doc_.Find(frame, "filename")) f.filename = doc_.AsString(*file).value_or("");
+    if (auto line = doc_.Find(frame, "line")) f.line = doc_.AsInt(*line).value_or(0);
+    std::string key = f.filename;
+    key += '\0';
+    key += f.name;
+    key += '\0';
+    key += std::to_string(f.line);
+    auto [it, inserted] = frame_by_content_.try_emplace(
+        std::move(key), static_cast<std::int32_t>(out_.frames.size()));
+    if (inserted) out_.frames.push_back(std::move(f));
+    if (const std::optional<ObjectId> id = doc_.Id(frame)) frame_by_object_[*id] = it->second;
+    return it->second;
+  }
+
+  // A stack (list of frame dicts) as an index into out_.stacks; -1 when absent or empty.
+  std::int32_t Stack(std::optional<Value> frames) {
+    if (!frames || !frames->is_sequence()) return -1;
+    const std::optional<ObjectId> id = doc_.Id(*frames);
+    if (id) {
+      if (auto it = stack_by_object_.find(*id); it != stack_by_object_.end()) return it->second;
+    }
+    std::int32_t result = -1;
+    const auto items = doc_.Items(*frames);
+    if (!items.empty()) {
+      std::vector<std::uint32_t> stack;
+      stack.reserve(items.size());
+      for (const Value f : items) {
+        if (f.kind() != ValueKind::kDict) continue;
+        stack.push_back(static_cast<std::uint32_t>(Frame(f)));
+      }
+      if (!stack.empty()) {
+        result = static_cast<std::int32_t>(out_.stacks.size());
+        out_.stacks.push_back(std::move(stack));
+      }
+    }
+    if (id) stack_by_object_[*id] = result;
+    return result;
+  }
+
+  // ---- Segments and blocks.
+
+  Status Segments(Value list, std::string_view where) {
+    const auto items = doc_.Items(list);
+    out_.segments.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      FRAGSCOPE_RETURN_IF_ERROR(Segment(items[i], fmt::format("{}[{}]", where, i)));
+    }
+    return Status::Ok();
+  }
+
+  Status Segment(Value seg, const std::string& where) {
+    if (seg.kind() != ValueKind::kDict) {
+      return Status::Corruption(
+          fmt::format("{}: expected a segment dict, found {}", where, KindOf(seg)));
+    }
+    SnapshotSegment s;
+    FRAGSCOPE_RETURN_IF_ERROR(RequiredUint(seg, "address", where, &s.addr));
+    FRAGSCOPE_RETURN_IF_ERROR(RequiredUint(seg, "total_size", where, &s.total_size));
+    const std::size_t index = out_.segments.size();
+    if (auto device = doc_.Find(seg, "device")) {
+      const std::optional<std::int64_t> d = doc_.AsInt(*device);
+      if (!d || *d < 0 || *d > 65535) {
+        return Status::Corruption(fmt::format("{}.device: expected a device ordinal, found {}",
+                                              where, d ? std::to_string(*d) : KindOf(*device)));
+      }
+      s.device = static_cast<std::int32_t>(*d);
+    }
+    s.stream = OptionalUint(seg, "stream", "segments", index).value_or(0);
+    if (auto type = doc_.Find(seg, "segment_type")) {
+      const auto t = doc_.AsString(*type);
+      if (t == "small") {
+        s.pool = Pool::kSmall;
+      } else if (t == "large") {
+        s.pool = Pool::kLarge;
+      } else {
+        Warn(fmt::format("{}.segment_type: expected \"small\" or \"large\"; ignored", where));
+      }
+    }
+    if (auto exp = doc_.Find(seg, "is_expandable"))
+      s.expandable = doc_.AsBool(*exp).value_or(false);
+    if (auto pool_id = doc_.Find(seg, "segment_pool_id")) {
+      const auto ids = doc_.Items(*pool_id);
+      if (ids.size() == 2) {
+        s.pool_id = {doc_.AsInt(ids[0]).value_or(0), doc_.AsInt(ids[1]).value_or(0)};
+      }
+    }
+    s.stack = Stack(doc_.Find(seg, "frames"));
+    s.allocated_size = OptionalUint(seg, "allocated_size", "segments", index);
+    s.active_size = OptionalUint(seg, "active_size", "segments", index);
+    s.requested_size = OptionalUint(seg, "requested_size", "segments", index);
+
+    const std::optional<Value> blocks = doc_.Find(seg, "blocks");
+    if (!blocks)
+      return Status::Corruption(fmt::format("{}: the required key \"blocks\" is missing", where));
+    if (!blocks->is_sequence()) {
+      return Status::Corruption(
+          fmt::format("{}.blocks: expected a list, found {}", where, KindOf(*blocks)));
+    }
+    s.first_block = static_cast<std::uint32_t>(out_.blocks.size());
+    std::uint64_t offset = 0;
+    const auto items = doc_.Items(*blocks);
+    for (std::size_t b = 0; b < items.size(); ++b) {
+      SnapshotBlock block;
+      const std::string block_where = fmt::format("{}.blocks[{}]", where, b);
+      FRAGSCOPE_RETURN_IF_ERROR(Block(items[b], block_where, s.addr + offset, &block));
+      offset += block.size;
+      out_.blocks.push_back(block);
+    }
+    s.num_blocks = static_cast<std::uint32_t>(items.size());
+    if (offset != s.total_size) {
+      Warn(fmt::format("{}: its blocks add up to {} bytes, not total_size {}", where, offset,
+                       s.total_size));
+    } else {
+      for (std::uint32_t b = 0; b < s.num_blocks; ++b) {
+        const SnapshotBlock& block = out_.blocks[s.first_block + b];
+        const std::uint64_t expected = b == 0 ? s.addr
+                                              : out_.blocks[s.first_block + b - 1].addr +
+                                                    out_.blocks[s.first_block + b - 1].size;
+        if (block.addr != expected) {
+          Warn(fmt::format("{}.blocks[{}]: address {:#x} leaves a gap or overlap (expected {:#x})",
+                           where, b, block.addr, expected));
+          break;
+        }
+      }
+    }
+    if (s.pool == Pool::kUnknown) {
+      // G0 files have no segment_type: small segments are exactly 2 MiB (spec §3).
+      s.pool =
+          s.total_size == (std::uint64_t{2} << 20) && !s.expandable ? Pool::kSmall : Pool::kLarge;
+    }
+    out_.segments.push_back(s);
+    return Status::Ok();
+  }
+
+  Status Block(Value value, const std::string& where, std::uint64_t running_addr,
+               SnapshotBlock* b) {
+    if (value.kind() != ValueKind::kDict) {
+      return Status::Corruption(
+          fmt::format("{}: expected a block dict, found {}", where, KindOf(value)));
+    }
+    FRAGSCOPE_RETURN_IF_ERROR(RequiredUint(value, "size", where, &b->size));
+    const std::optional<Value> state = doc_.Find(value, "state");
+    if (!state)
+      return Status::Corruption(fmt::format("{}: the required key \"state\" is missing", where));
+    const std::optional<std::string_view> s = doc_.AsString(*state);
+    if (s == "active_allocated") {
+      b->state = model::BlockState::kAllocated;
+    } else if (s == "active_pending_free" || s == "active_awaiting_free") {
+      b->state = model::BlockState::kPendingFree;
+    } else if (s == "inactive") {
+      b->state = model::BlockState::kFree;
+    } else {
+      return Status::Corruption(fmt::format(
+          "{}.state: expected \"active_allocated\", \"active_pending_free\" or \"inactive\", "
+          "found {}",
+          where, s ? fmt::format("\"{}\"", *s) : std::string(KindOf(*state))));
+    }
+    b->addr = running_addr;
+    if (auto addr = doc_.Find(value, "address")) {
+      if (const auto a = doc_.AsUint(*addr)) {
+        b->addr = *a;
+        saw_block_address_ = true;
+      }
+    }
+    // Spec §7: requested_size, else history[0].real_size, else size.
+    std::optional<Value> history_first;
+    if (auto history = doc_.Find(value, "history")) {
+      const auto h = doc_.Items(*history);
+      if (!h.empty() && h[0].kind() == ValueKind::kDict) history_first = h[0];
+    }
+    b->requested = b->size;
+    if (auto req = doc_.Find(value, "requested_size"); req && doc_.AsUint(*req)) {
+      b->requested = *doc_.AsUint(*req);
+    } else if (history_first) {
+      if (auto real = doc_.Find(*history_first, "real_size"); real && doc_.AsUint(*real)) {
+        b->requested = *doc_.AsUint(*real);
+      }
+    }
+    if (b->state != model::BlockState::kFree) {
+      std::optional<Value> frames = doc_.Find(value, "frames");
+      if (!frames && history_first) frames = doc_.Find(*history_first, "frames");
+      b->stack = Stack(frames);
+    }
+    return Status::Ok();
+  }
+
+  // ---- Traces.
+
+  Status Traces(Value traces) {
+    if (!traces.is_sequence()) {
+      Warn(
+          fmt::format("device_traces: expected a list, found {}; no history read", KindOf(traces)));
+      return Status::Ok();
+    }
+    const auto devices = doc_.Items(traces);
+    if (devices.size() > 65536) {
+      return Status::Corruption(
+          fmt::format("device_traces: {} device lists (more than 65536)", devices.size()));
+    }
+    out_.device_traces.resize(devices.size());
+    for (std::size_t d = 0; d < devices.size(); ++d) {
+      if (!devices[d].is_sequence()) {
+        Warn(fmt::format("device_traces[{}]: expected a list, found {}; ignored", d,
+                         KindOf(devices[d])));
+        continue;
+      }
+      const auto entries = doc_.Items(devices[d]);
+      if (entries.size() > 0xffffffffu) {
+        return Status::Corruption(fmt::format("device_traces[{}]: too many entries", d));
+      }
+      auto& out = out_.device_traces[d];
+      out.reserve(entries.size());
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        FRAGSCOPE_RETURN_IF_ERROR(Entry(entries[i], d, i, &out));
+      }
+      out_.trace_entries += entries.size();
+    }
+    return Status::Ok();
+  }
+
+  Status Entry(Value e, std::size_t device, std::size_t index,
+               std::vector<SnapshotTraceEntry>* out) {
+    const auto where = [&] { return fmt::format("device_traces[{}][{}]", device, index); };
+    if (e.kind() != ValueKind::kDict) {
+      return Status::Corruption(
+          fmt::format("{}: expected a trace entry dict, found {}", where(), KindOf(e)));
+    }
+    // Keys are looked up in one pass: entries are small dicts and this is the hot loop.
+    std::optional<Value> action, addr, size, stream, time_us, frames, device_free;
+    for (const auto& [k, v] : doc_.Entries(e)) {
+      const std::optional<std::string_view> key = doc_.AsString(k);
+      if (!key) continue;
+      if (*key == "action")
+        action = v;
+      else if (*key == "addr")
+        addr = v;
+      else if (*key == "size")
+        size = v;
+      else if (*key == "stream")
+        stream = v;
+      else if (*key == "time_us")
+        time_us = v;
+      else if (*key == "frames")
+        frames = v;
+      else if (*key == "device_free")
+        device_free = v;
+    }
+    if (!action) return Status::Corruption(where() + ": the required key \"action\" is missing");
+    const std::optional<std::string_view> name = doc_.AsString(*action);
+    if (!name) {
+      return Status::Corruption(
+          fmt::format("{}.action: expected a str, found {}", where(), KindOf(*action)));
+    }
+    SnapshotTraceEntry t;
+    t.entry = static_cast<std::uint32_t>(index);
+    bool merged_free = false;
+    if (*name == "free") {  // old files: one merged event (spec §4)
+      t.action = Action::kFreeRequested;
+      merged_free = true;
+    } else if (const std::optional<Action> a = ParseActionName(*name);
+               a && *a <= Action::kSnapshot) {
+      t.action = *a;
+    } else {
+      // annotate and anything newer: not part of the memory history.
+      ++out_.ignored_entries;
+      if (*name != "annotate") {
+        Warn(fmt::format("{}: unknown action \"{}\"; ignored", where(), *name));
+      }
+      return Status::Ok();
+    }
+    const bool needs_addr = t.action != Action::kOom && t.action != Action::kSnapshot;
+    if (needs_addr) {
+      if (!addr) return Status::Corruption(where() + ": the required key \"addr\" is missing");
+      const auto a = doc_.AsUint(*addr);
+      if (!a) {
+        return Status::Corruption(
+            fmt::format("{}.addr: expected an int, found {}", where(), KindOf(*addr)));
+      }
+      t.addr = *a;
+    }
+    if (t.action != Action::kSnapshot) {
+      if (!size) return Status::Corruption(where() + ": the required key \"size\" is missing");
+      const auto s = doc_.AsUint(*size);
+      if (!s) {
+        return Status::Corruption(
+            fmt::format("{}.size: expected an int, found {}", where(), KindOf(*size)));
+      }
+      t.size = *s;
+    }
+    if (stream) t.stream = doc_.AsUint(*stream).value_or(0);
+    if (time_us) t.time_us = doc_.AsInt(*time_us).value_or(-1);
+    if (device_free) t.device_free = doc_.AsUint(*device_free).value_or(0);
+    t.stack = Stack(frames);
+    out->push_back(t);
+    if (merged_free) {
+      t.action = Action::kFreeCompleted;
+      out->push_back(t);
+    }
+    return Status::Ok();
+  }
+
+  // ---- allocator_settings and external_annotations.
+
+  std::string Render(Value v, int depth = 0) const {
+    switch (v.kind()) {
+      case ValueKind::kNone:
+        return "None";
+      case ValueKind::kBool:
+        return *doc_.AsBool(v) ? "True" : "False";
+      case ValueKind::kInt:
+        return std::to_string(*doc_.AsInt(v));
+      case ValueKind::kFloat:
+        return fmt::format("{}", *doc_.AsDouble(v));
+      case ValueKind::kString:
+        return std::string(*doc_.AsString(v));
+      case ValueKind::kDict: {
+        if (depth > 0) return "{...}";
+        std::string s = "[";
+        for (const auto& [k, val] : doc_.Entries(v)) {
+          if (s.size() > 1) s += ',';
+          s += Render(k, depth + 1) + ":" + Render(val, depth + 1);
+        }
+        return s + "]";
+      }
+      default:
+        return fmt::format("<{}>", KindOf(v));
+    }
+  }
+
+  void Settings(Value settings) {
+    if (settings.kind() != ValueKind::kDict) {
+      Warn(fmt::format("allocator_settings: expected a dict, found {}; ignored", KindOf(settings)));
+      return;
+    }
+    out_.has_allocator_settings = true;
+    for (const auto& [k, v] : doc_.Entries(settings)) {
+      const auto key = doc_.AsString(k);
+      if (!key) continue;
+      out_.allocator_settings.emplace_back(std::string(*key), Render(v));
+    }
+  }
+
+  void Annotations(Value list) {
+    for (const Value a : doc_.Items(list)) {
+      if (a.kind() != ValueKind::kDict) continue;
+      SnapshotAnnotation n;
+      if (auto v = doc_.Find(a, "stage")) n.stage = doc_.AsString(*v).value_or("");
+      if (auto v = doc_.Find(a, "name")) n.name = doc_.AsString(*v).value_or("");
+      if (auto v = doc_.Find(a, "device")) {
+        n.device = static_cast<std::int32_t>(doc_.AsInt(*v).value_or(0));
+      }
+      if (auto v = doc_.Find(a, "time_us")) n.time_us = doc_.AsInt(*v).value_or(-1);
+      out_.annotations.push_back(std::move(n));
+    }
+  }
+
+  // ---- Generation (spec §7), from the keys present.
+
+  // A bare segment list (torch.cuda.memory_snapshot()): G0 when blocks carry no address.
+  std::string GenerationFromSegments() const {
+    return saw_block_address_ || out_.segments.empty() ? "segment list" : "segment list, G0";
+  }
+
+  std::string Generation(Value root) const {
+    bool has_time = false, has_compile = false, has_metadata = false, has_pool_id = false;
+    std::size_t looked = 0;
+    for (const Value device : doc_.Items(doc_.Find(root, "device_traces").value_or(Value()))) {
+      for (const Value e : doc_.Items(device)) {
+        has_time |= doc_.Find(e, "time_us").has_value();
+        has_compile |= doc_.Find(e, "compile_context").has_value();
+        has_metadata |= doc_.Find(e, "user_metadata").has_value();
+        has_pool_id |= doc_.Find(e, "pool_id").has_value();
+        if (++looked == 64) break;
+      }
+      if (looked >= 64) break;
+    }
+    bool block_address = false, block_history = false, segment_pool = false;
+    for (const Value seg : doc_.Items(*doc_.Find(root, "segments"))) {
+      segment_pool |= doc_.Find(seg, "segment_pool_id").has_value();
+      for (const Value b : doc_.Items(doc_.Find(seg, "blocks").value_or(Value()))) {
+        block_address |= doc_.Find(b, "address").has_value();
+        block_history |= doc_.Find(b, "history").has_value();
+        break;
+      }
+    }
+    if (has_pool_id || doc_.Find(root, "host_segments")) return "G6";
+    if (has_metadata) return "G5";
+    if (has_compile) return "G4";
+    if (doc_.Find(root, "external_annotations")) return "G3";
+    if (doc_.Find(root, "allocator_settings")) return "G3a";
+    if (has_time) return "G2";
+    if (block_address || segment_pool) return "G1";
+    if (block_history || !out_.segments.empty() || out_.trace_entries > 0) return "G0";
+    return "?";
+  }
+
+  const Document& doc_;
+  const SnapshotDecodeOptions& options_;
+  Snapshot& out_;
+  std::size_t suppressed_warnings_ = 0;
+  bool saw_block_address_ = false;
+  std::unordered_map<ObjectId, std::int32_t> frame_by_object_;
+  std::unordered_map<std::string, std::int32_t> frame_by_content_;
+  std::unordered_map<ObjectId, std::int32_t> stack_by_object_;
+};
+
+bool IsPythonFile(std::string_view filename) {
+  return filename.size() > 3 && filename.substr(filename.size() - 3) == ".py";
+}
+
+bool IsTorchInternal(std::string_view filename) {
+  return filename.find("/torch/") != std::string_view::npos ||
+         filename.find("\\torch\\") != std::string_view::npos;
+}
+
+}  // namespace
+
+Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions& options) {
+  Snapshot snapshot;
+  Decoder decoder(doc, options, &snapshot);
+  FRAGSCOPE_RETURN_IF_ERROR(decoder.Run());
+  return snapshot;
+}
+
+std::int32_t CallSiteFrame(const Snapshot& snapshot, std::int32_t stack) {
+  if (stack < 0 || static_cast<std::size_t>(stack) >= snapshot.stacks.size()) return -1;
+  const auto& frames = snapshot.stacks[static_cast<std::size_t>(stack)];
+  if (frames.empty()) return -1;
+  std::int32_t first_python = -1;
+  for (const std::uint32_t f : frames) {
+    const std::string& file = snapshot.frames[f].filename;
+    if (!IsPythonFile(file)) continue;
+    if (!IsTorchInternal(file)) return static_cast<std::int32_t>(f);
+    if (first_python < 0) first_python = static_cast<std::int32_t>(f);
+  }
+  return first_python >= 0 ? first_python : static_cast<std::int32_t>(frames.front());
+}
+
+}  // namespace fragscope::sources

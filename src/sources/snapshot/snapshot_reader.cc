@@ -1,0 +1,493 @@
+#include "sources/snapshot/snapshot_reader.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <map>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "model/alloc_conf.h"
+#include "model/allocator_rules.h"
+#include "sources/document/json_document.h"
+#include "sources/trace/input_stream.h"
+
+namespace fragscope::sources {
+namespace {
+
+constexpr std::uint64_t kSmallSegment = std::uint64_t{2} << 20;
+
+struct SegState {
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  Pool pool = Pool::kUnknown;
+  bool expandable = false;
+};
+
+struct LiveState {
+  std::uint64_t requested = 0;
+  std::uint64_t block_size = 0;  // 0 = unknown
+  std::uint64_t stream = 0;
+  std::int32_t stack = -1;
+  bool pending = false;  // free_requested seen, free_completed not yet
+};
+
+}  // namespace
+
+Result<InputKind> DetectInputKind(const std::string& path) {
+  Result<std::unique_ptr<ByteSource>> source = OpenFileSource(path);
+  if (!source.ok()) return source.status();
+  Result<std::unique_ptr<InputStream>> input = InputStream::Open(std::move(*source));
+  if (!input.ok()) return input.status().WithPrefix(path);
+  std::string head(4096, '\0');
+  std::size_t got = 0;
+  while (got < head.size()) {
+    Result<std::size_t> n = (*input)->Read(head.data() + got, head.size() - got);
+    if (!n.ok()) return n.status().WithPrefix(path);
+    if (*n == 0) break;
+    got += *n;
+  }
+  head.resize(got);
+  if (DetectDocumentFormat(head) == DocumentFormat::kPickle) return InputKind::kSnapshot;
+  // A fragscope trace names its format on the first line; a JSON snapshot does not.
+  const std::string_view first_line = std::string_view(head).substr(0, head.find('\n'));
+  if (first_line.find("fragscope-trace") != std::string_view::npos) return InputKind::kTrace;
+  if (first_line.find("\"format\"") != std::string_view::npos) return InputKind::kTrace;
+  const std::size_t start = head.find_first_not_of(" \t\r\n");
+  if (start != std::string::npos && head[start] == '[') return InputKind::kSnapshot;
+  if (head.find("\"segments\"") != std::string::npos ||
+      head.find("\"device_traces\"") != std::string::npos) {
+    return InputKind::kSnapshot;
+  }
+  return InputKind::kTrace;  // the trace reader will say what is wrong with it
+}
+
+SnapshotReader::~SnapshotReader() = default;
+
+Result<std::unique_ptr<SnapshotReader>> SnapshotReader::Open(const std::string& path,
+                                                             const SnapshotReadOptions& options) {
+  DocumentFormat format = DocumentFormat::kPickle;
+  Result<Document> doc = ReadDocumentFile(path, &format, options.limits, options.progress);
+  if (!doc.ok()) return doc.status();
+  Result<Snapshot> snapshot = DecodeSnapshot(*doc, options.decode);
+  if (!snapshot.ok()) return snapshot.status().WithPrefix(path);
+  std::unique_ptr<SnapshotReader> reader = FromSnapshot(std::move(*snapshot), path);
+  reader->container_ = format == DocumentFormat::kJson ? "JSON" : "pickle";
+  if (Result<std::unique_ptr<ByteSource>> src = OpenFileSource(path); src.ok()) {
+    reader->input_bytes_ = (*src)->size_bytes();
+  }
+  return reader;
+}
+
+std::unique_ptr<SnapshotReader> SnapshotReader::FromSnapshot(Snapshot snapshot, std::string name) {
+  std::unique_ptr<SnapshotReader> reader(new SnapshotReader());
+  reader->name_ = std::move(name);
+  reader->snapshot_ = std::move(snapshot);
+  reader->Prepare();
+  return reader;
+}
+
+void SnapshotReader::Prepare() {
+  Snapshot& s = snapshot_;
+  warnings_ = s.warnings;
+  header_.kind = TraceKind::kAllocator;
+  header_.producer = fmt::format("PyTorch memory snapshot ({}{})", s.generation,
+                                 s.layout == SnapshotLayout::kSegmentList ? ", segment list" : "");
+  // The header carries the recorded settings as PYTORCH_CUDA_ALLOC_CONF pairs, as any trace.
+  recorded_conf_ = ComputeConf();
+  std::string_view rest = recorded_conf_;
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const std::size_t colon = item.find(':');
+    header_.allocator_settings.emplace_back(std::string(item.substr(0, colon)),
+                                            std::string(item.substr(colon + 1)));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+
+  frames_.reserve(s.frames.size());
+  for (std::size_t i = 0; i < s.frames.size(); ++i) {
+    Frame f;
+    f.id = static_cast<std::int32_t>(i);
+    f.name = s.frames[i].name;
+    f.filename = s.frames[i].filename;
+    f.line = s.frames[i].line;
+    frames_.push_back(std::move(f));
+  }
+  site_of_stack_.resize(s.stacks.size());
+  for (std::size_t i = 0; i < s.stacks.size(); ++i) {
+    site_of_stack_[i] = CallSiteFrame(s, static_cast<std::int32_t>(i));
+  }
+
+  std::vector<std::int32_t> devices;
+  for (const SnapshotSegment& seg : s.segments) devices.push_back(seg.device);
+  for (std::size_t d = 0; d < s.device_traces.size(); ++d) {
+    if (!s.device_traces[d].empty()) {
+      devices.push_back(static_cast<std::int32_t>(d));
+      with_history_.push_back(static_cast<std::int32_t>(d));
+    }
+  }
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  for (const std::int32_t d : devices) {
+    DeviceInfo info;
+    info.device = d;
+    header_.devices.push_back(info);
+    BuildDevice(d);
+  }
+}
+
+// Walks device `device`'s history backwards from the final segments to the state at its start.
+void SnapshotReader::BuildDevice(std::int32_t device) {
+  Snapshot& s = snapshot_;
+  DevicePlan plan;
+  plan.device = device;
+  const auto d = static_cast<std::size_t>(device);
+  std::vector<SnapshotTraceEntry>* entries =
+      d < s.device_traces.size() ? &s.device_traces[d] : nullptr;
+  plan.entries = entries;
+  auto warn = [&](const SnapshotTraceEntry& e, std::string what) {
+    warnings_.push_back(fmt::format("device_traces[{}][{}] ({} at {}): {}", device, e.entry,
+                                    ActionName(e.action), FormatAddress(e.addr), what));
+  };
+
+  std::map<std::uint64_t, SegState> segs;
+  std::unordered_map<std::uint64_t, LiveState> live;
+  for (const SnapshotSegment& seg : s.segments) {
+    if (seg.device != device) continue;
+    segs[seg.addr] = SegState{seg.total_size, seg.stream, seg.pool, seg.expandable};
+    for (std::uint32_t b = seg.first_block; b < seg.first_block + seg.num_blocks; ++b) {
+      const SnapshotBlock& block = s.blocks[b];
+      if (block.state == model::BlockState::kFree) continue;
+      live[block.addr] = LiveState{block.requested, block.size, seg.stream, block.stack,
+                                   block.state == model::BlockState::kPendingFree};
+    }
+  }
+
+  if (entries != nullptr) {
+    for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
+      SnapshotTraceEntry& e = *it;
+      switch (e.action) {
+        case Action::kAlloc: {
+          auto found = live.find(e.addr);
+          if (found == live.end()) {
+            warn(e, "no block is live there afterwards (the history and the segments disagree)");
+            break;
+          }
+          if (found->second.requested == e.size) e.block_size = found->second.block_size;
+          live.erase(found);
+          break;
+        }
+        case Action::kFreeCompleted: {
+          auto [found, inserted] = live.try_emplace(e.addr);
+          if (!inserted) {
+            warn(e, "a block is already live there afterwards; free_completed ignored");
+            break;
+          }
+          found->second = LiveState{e.size, 0, e.stream, e.stack, true};
+          break;
+        }
+        case Action::kFreeRequested: {
+          auto found = live.find(e.addr);
+          if (found != live.end() && found->second.pending) {
+            found->second.pending = false;
+          } else if (found == live.end()) {
+            live[e.addr] = LiveState{e.size, 0, e.stream, e.stack, false};
+          } else {
+            warn(e, "a block is already live there afterwards; free_requested ignored");
+          }
+          break;
+        }
+        case Action::kSegmentAlloc: {
+          auto found = segs.find(e.addr);
+          if (found == segs.end()) {
+            warn(e, "no segment starts there afterwards");
+          } else {
+            if (found->second.size != e.size) {
+              warn(e, fmt::format("the segment there has {} bytes afterwards, not {}",
+                                  found->second.size, e.size));
+            }
+            segs.erase(found);
+          }
+          break;
+        }
+        case Action::kSegmentFree: {
+          auto next = segs.lower_bound(e.addr);
+          const bool overlaps = (next != segs.end() && next->first < e.addr + e.size) ||
+                                (next != segs.begin() &&
+                                 std::prev(next)->first + std::prev(next)->second.size > e.addr);
+          if (overlaps) {
+            warn(e, "the freed range overlaps a segment that exists afterwards");
+            break;
+          }
+          const Pool pool = e.size == kSmallSegment ? Pool::kSmall : Pool::kLarge;
+          segs[e.addr] = SegState{e.size, e.stream, pool, false};
+          break;
+        }
+        case Action::kSegmentMap: {
+          // Before the map the range was not mapped: cut it out of the segment that holds it.
+          auto it2 = segs.upper_bound(e.addr);
+          if (it2 == segs.begin()) {
+            warn(e, "no mapped range holds it afterwards");
+            break;
+          }
+          --it2;
+          const std::uint64_t start = it2->first;
+          const SegState seg = it2->second;
+          if (start + seg.size < e.addr + e.size) {
+            warn(e, "no mapped range holds it afterwards");
+            break;
+          }
+          segs.erase(it2);
+          if (e.addr > start) {
+            SegState left = seg;
+            left.size = e.addr - start;
+            segs[start] = left;
+          }
+          if (start + seg.size > e.addr + e.size) {
+            SegState right = seg;
+            right.size = start + seg.size - (e.addr + e.size);
+            segs[e.addr + e.size] = right;
+          }
+          break;
+        }
+        case Action::kSegmentUnmap: {
+          // Before the unmap the range was mapped: join it with touching ranges of its stream.
+          std::uint64_t start = e.addr;
+          std::uint64_t size = e.size;
+          Pool pool = Pool::kUnknown;
+          auto next = segs.lower_bound(e.addr);
+          if (next != segs.end() && next->first < e.addr + e.size) {
+            warn(e, "the range overlaps a segment that exists afterwards");
+            break;
+          }
+          if (next != segs.begin()) {
+            auto prev = std::prev(next);
+            if (prev->first + prev->second.size > e.addr) {
+              warn(e, "the range overlaps a segment that exists afterwards");
+              break;
+            }
+            if (prev->first + prev->second.size == e.addr && prev->second.expandable &&
+                prev->second.stream == e.stream) {
+              start = prev->first;
+              size += prev->second.size;
+              pool = prev->second.pool;
+              segs.erase(prev);
+            }
+          }
+          next = segs.lower_bound(e.addr + e.size);
+          if (next != segs.end() && next->first == e.addr + e.size && next->second.expandable &&
+              next->second.stream == e.stream) {
+            size += next->second.size;
+            pool = next->second.pool;
+            segs.erase(next);
+          }
+          segs[start] = SegState{size, e.stream, pool, true};
+          break;
+        }
+        default:
+          break;
+      }
+    }
+  }
+
+  // The start state as events: segments, then the blocks live in them.
+  for (const auto& [addr, seg] : segs) {
+    Event ev;
+    ev.action = seg.expandable ? Action::kSegmentMap : Action::kSegmentAlloc;
+    ev.device = device;
+    ev.addr = addr;
+    ev.size = seg.size;
+    ev.stream = seg.stream;
+    ev.pool = seg.pool;
+    plan.start.push_back(std::move(ev));
+  }
+  plan.start_segments = segs.size();
+  std::vector<std::pair<std::uint64_t, LiveState>> blocks(live.begin(), live.end());
+  std::sort(blocks.begin(), blocks.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  Result<model::AllocatorRules> parsed =
+      model::AllocatorRules::FromSettings(header_.allocator_settings);
+  const model::AllocatorRules rules = parsed.ok() ? *parsed : model::AllocatorRules{};
+  for (const auto& [addr, block] : blocks) {
+    Event ev;
+    ev.action = Action::kBlock;
+    ev.device = device;
+    ev.addr = addr;
+    ev.size = std::max<std::uint64_t>(block.requested, 1);
+    ev.block_size = block.block_size != 0 ? block.block_size : rules.RoundSize(ev.size);
+    ev.stream = block.stream;
+    ev.frame = block.stack >= 0 ? site_of_stack_[static_cast<std::size_t>(block.stack)] : -1;
+    plan.start.push_back(ev);
+    if (block.pending) {
+      ev.action = Action::kFreeRequested;
+      ev.block_size = 0;
+      plan.start.push_back(ev);
+    }
+  }
+  plans_.push_back(std::move(plan));
+}
+
+void SnapshotReader::Rewind() {
+  plan_ = 0;
+  index_ = 0;
+  position_ = 0;
+  in_start_ = true;
+  last_plan_ = 0;
+  last_index_ = 0;
+  last_in_start_ = true;
+}
+
+Result<bool> SnapshotReader::Next(Event* event) {
+  while (plan_ < plans_.size()) {
+    DevicePlan& plan = plans_[plan_];
+    last_plan_ = plan_;
+    if (in_start_) {
+      if (index_ < plan.start.size()) {
+        last_in_start_ = true;
+        last_index_ = index_;
+        *event = plan.start[index_++];
+        ++position_;
+        return true;
+      }
+      in_start_ = false;
+      index_ = 0;
+    }
+    if (plan.entries != nullptr && index_ < plan.entries->size()) {
+      const SnapshotTraceEntry& e = (*plan.entries)[index_];
+      last_in_start_ = false;
+      last_index_ = index_++;
+      Event& ev = *event;
+      ev = Event();
+      ev.action = e.action;
+      ev.device = plan.device;
+      ev.addr = e.addr;
+      ev.size = e.size;
+      ev.stream = e.stream;
+      ev.time_us = e.time_us;
+      if (e.action == Action::kOom) ev.device_free = e.device_free;
+      if (e.action == Action::kAlloc) ev.block_size = e.block_size;
+      if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentFree) {
+        ev.pool = e.size == kSmallSegment ? Pool::kSmall : Pool::kLarge;
+      }
+      ev.frame = e.stack >= 0 ? site_of_stack_[static_cast<std::size_t>(e.stack)] : -1;
+      ++position_;
+      return true;
+    }
+    ++plan_;
+    in_start_ = true;
+    index_ = 0;
+  }
+  return false;
+}
+
+bool SnapshotReader::CompleteHistory(std::int32_t device) const {
+  for (const DevicePlan& plan : plans_) {
+    if (plan.device == device) {
+      return plan.entries != nullptr && !plan.entries->empty() && plan.start_segments == 0;
+    }
+  }
+  return false;
+}
+
+std::vector<model::SnapshotSegment> SnapshotReader::FinalSegments(std::int32_t device) const {
+  std::vector<model::SnapshotSegment> out;
+  for (const SnapshotSegment& s : snapshot_.segments) {
+    if (s.device != device) continue;
+    model::SnapshotSegment seg;
+    seg.device = device;
+    seg.address = s.addr;
+    seg.total_size = s.total_size;
+    seg.stream = s.stream;
+    seg.segment_type = s.pool == Pool::kSmall ? "small" : "large";
+    seg.is_expandable = s.expandable;
+    for (std::uint32_t i = s.first_block; i < s.first_block + s.num_blocks; ++i) {
+      const SnapshotBlock& b = snapshot_.blocks[i];
+      model::SnapshotBlock block;
+      block.address = b.addr;
+      block.size = b.size;
+      block.requested_size = b.state == model::BlockState::kFree ? 0 : b.requested;
+      block.state = b.state == model::BlockState::kFree        ? "inactive"
+                    : b.state == model::BlockState::kAllocated ? "active_allocated"
+                                                               : "active_pending_free";
+      if (b.state == model::BlockState::kAllocated) {
+        seg.allocated_size += b.size;
+        seg.requested_size += b.requested;
+      }
+      if (b.state != model::BlockState::kFree) seg.active_size += b.size;
+      seg.blocks.push_back(std::move(block));
+    }
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
+std::string SnapshotReader::RecordedConf(std::vector<std::string>* notes) const {
+  notes->insert(notes->end(), conf_notes_.begin(), conf_notes_.end());
+  return recorded_conf_;
+}
+
+std::string SnapshotReader::ComputeConf() {
+  std::string conf;
+  // Each option is checked on its own: one PyTorch would refuse is dropped with a warning.
+  auto add = [&](const std::string& item) {
+    if (Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(item); !c.ok()) {
+      warnings_.push_back(fmt::format("allocator_settings: {} not understood ({}); ignored", item,
+                                      c.status().message()));
+      return;
+    }
+    if (!conf.empty()) conf += ',';
+    conf += item;
+  };
+  std::vector<std::string>* notes = &conf_notes_;
+  if (!snapshot_.has_allocator_settings) {
+    for (const SnapshotSegment& s : snapshot_.segments) {
+      if (s.expandable) {
+        notes->push_back(
+            "the snapshot records no allocator settings; it has expandable segments, so "
+            "expandable_segments:True is assumed");
+        return "expandable_segments:True";
+      }
+    }
+    notes->push_back(
+        "the snapshot records no allocator settings (PyTorch < 2.3): defaults assumed");
+    return conf;
+  }
+  for (const auto& [key, value] : snapshot_.allocator_settings) {
+    if (key == "expandable_segments" && value == "True") {
+      add("expandable_segments:True");
+    } else if (key == "max_split_size" && value != "-1") {
+      const std::uint64_t bytes = std::strtoull(value.c_str(), nullptr, 10);
+      add(fmt::format("max_split_size_mb:{}", bytes >> 20));
+    } else if (key == "garbage_collection_threshold" && value != "0" && value != "0.0") {
+      add("garbage_collection_threshold:" + value);
+    } else if (key == "roundup_power2_divisions" && !value.empty() && value.front() == '[') {
+      // Only worth writing when some interval has divisions.
+      bool any = false;
+      for (std::size_t i = 0; i + 1 < value.size(); ++i) {
+        if (value[i] == ':' && value[i + 1] != '0') any = true;
+      }
+      if (any) add("roundup_power2_divisions:" + value);
+    }
+  }
+  return conf;
+}
+
+std::string SnapshotReader::Where() const {
+  if (last_plan_ >= plans_.size()) return name_;
+  const DevicePlan& plan = plans_[last_plan_];
+  if (last_in_start_) {
+    return fmt::format("{}: start state of device {} (rebuilt from the segments)", name_,
+                       plan.device);
+  }
+  const std::uint32_t entry = plan.entries != nullptr && last_index_ < plan.entries->size()
+                                  ? (*plan.entries)[last_index_].entry
+                                  : static_cast<std::uint32_t>(last_index_);
+  return fmt::format("{}: device_traces[{}][{}]", name_, plan.device, entry);
+}
+
+}  // namespace fragscope::sources

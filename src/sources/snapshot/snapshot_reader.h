@@ -1,0 +1,121 @@
+// SnapshotReader: a PyTorch memory snapshot read as an allocator trace, so everything that
+// reads traces (analyze, convert, replay) reads snapshots too.
+//
+// A snapshot holds the final segments and, when history was recorded, the last N allocator
+// events per device (a ring buffer: the oldest are lost). The reader rebuilds the state at the
+// start of the recorded history by walking each device's events backwards from the final
+// segments (undoing allocs, frees and segment events), then yields, per device in ascending
+// order: the start state (segment_alloc / segment_map for the segments, `block` for the blocks
+// that were already live) followed by the recorded events. A snapshot without history yields
+// just its final state. Inconsistencies found on the way (an alloc of an address that is not
+// live later, a free of a block the segments do not know, ...) become warnings naming the
+// device and trace entry; the history continues.
+//
+// Call sites: frames() holds every distinct frame of the file; an event's `frame` is the call
+// site of its stack (CallSiteFrame in snapshot.h).
+//
+// Thread safety: none.
+#ifndef FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_READER_H_
+#define FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_READER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fragscope/status.h"
+#include "fragscope/trace.h"
+#include "model/caching_allocator_sim.h"
+#include "sources/pickle/pickle_reader.h"
+#include "sources/snapshot/snapshot.h"
+
+namespace fragscope::sources {
+
+/// What a file holds, from its first decoded bytes.
+enum class InputKind { kTrace, kSnapshot };
+/// kTrace for a fragscope trace (a first line naming "fragscope-trace"), kSnapshot for a
+/// pickle or a JSON document. Errors: the file cannot be opened or decompressed.
+Result<InputKind> DetectInputKind(const std::string& path);
+
+struct SnapshotReadOptions {
+  PickleLimits limits;
+  ProgressFn progress;
+  SnapshotDecodeOptions decode;
+};
+
+class SnapshotReader final : public TraceReader {
+ public:
+  /// Reads, decodes and prepares `path`. Errors start with the path.
+  static Result<std::unique_ptr<SnapshotReader>> Open(const std::string& path,
+                                                      const SnapshotReadOptions& options = {});
+  /// Same, over an already decoded snapshot; `name` is used in messages.
+  static std::unique_ptr<SnapshotReader> FromSnapshot(Snapshot snapshot, std::string name);
+  ~SnapshotReader() override;
+
+  const TraceHeader& header() const override { return header_; }
+  Result<bool> Next(Event* event) override;
+  /// Starts the events over from the first (a second pass over the same history).
+  void Rewind();
+  const std::vector<Frame>& frames() const override { return frames_; }
+  /// "PATH: device_traces[D][I]" for a recorded event, "PATH: start state of device D" for the
+  /// rebuilt state.
+  std::string Where() const override;
+  std::uint64_t line_number() const override { return position_; }
+  std::uint64_t input_bytes_consumed() const override { return input_bytes_; }
+  std::uint64_t input_bytes_total() const override { return input_bytes_; }
+
+  const Snapshot& snapshot() const { return snapshot_; }
+  /// Decoder warnings, then the history's, in order. Analyze prints them as notes.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  /// "pickle protocol 4", "JSON", ...
+  const std::string& container() const { return container_; }
+  /// Devices whose history was read (non-empty device_traces), ascending.
+  const std::vector<std::int32_t>& devices_with_history() const { return with_history_; }
+  /// Whether `device`'s recorded history starts from nothing (no segment existed before its
+  /// first event), so the history holds every request of the run.
+  bool CompleteHistory(std::int32_t device) const;
+  /// The final segments of `device` in the simulator's snapshot shape (for comparisons).
+  std::vector<model::SnapshotSegment> FinalSegments(std::int32_t device) const;
+  /// The recorded allocator settings as a PYTORCH_CUDA_ALLOC_CONF string (options that differ
+  /// from the defaults only); a file without settings but with expandable segments gives
+  /// "expandable_segments:True". Notes say what was inferred.
+  std::string RecordedConf(std::vector<std::string>* notes) const;
+
+ private:
+  SnapshotReader() = default;
+  void Prepare();
+  void BuildDevice(std::int32_t device);
+  std::string ComputeConf();
+
+  struct DevicePlan {
+    std::int32_t device = 0;
+    std::vector<Event> start;  // the rebuilt start state
+    std::size_t start_segments = 0;
+    const std::vector<SnapshotTraceEntry>* entries = nullptr;
+  };
+
+  std::string name_;
+  std::string container_;
+  Snapshot snapshot_;
+  TraceHeader header_;
+  std::vector<Frame> frames_;
+  std::vector<std::int32_t> site_of_stack_;
+  std::vector<std::string> warnings_;
+  std::string recorded_conf_;
+  std::vector<std::string> conf_notes_;
+  std::vector<std::int32_t> with_history_;
+  std::vector<DevicePlan> plans_;
+  std::uint64_t input_bytes_ = 0;
+  // Iteration.
+  std::size_t plan_ = 0;
+  std::size_t index_ = 0;  // into start, then into entries (start.size() + i)
+  std::uint64_t position_ = 0;
+  bool in_start_ = true;
+  std::size_t last_plan_ = 0;
+  std::size_t last_index_ = 0;
+  bool last_in_start_ = true;
+};
+
+}  // namespace fragscope::sources
+
+#endif  // FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_READER_H_
