@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/diagnosis.h"
 #include "fragscope/metrics.h"
 #include "fragscope/trace.h"
 #include "model/device_memory.h"
@@ -105,7 +106,15 @@ struct DeviceReport {
   std::vector<TimelineSample> timeline;
   std::vector<LayoutSegment> layout;  // final layout, allocator traces only
   std::uint64_t num_ooms = 0;
+  /// Allocator traces: the first kMaxOomDiagnoses oom events, each against the state before it.
+  std::vector<OomDiagnosis> oom_diagnoses;
+  /// Allocator traces: call sites whose live blocks strand free gaps (top 10), taken at the
+  /// first oom event, else at the end; "first oom" or "end" says which.
+  std::vector<SiteStranding> stranding_sites;
+  std::string stranding_sites_at;
 };
+inline constexpr std::size_t kMaxOomDiagnoses = 16;
+inline constexpr std::size_t kTopStrandingSites = 10;
 
 struct AnalysisResult {
   std::string source;  // file name

@@ -9,10 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "analysis/fidelity.h"
 #include "model/caching_allocator_sim.h"
 #include "model/request_replayer.h"
 
 namespace fragscope::analysis {
+
+/// The capacity of a virtual GPU that never runs out (1 PiB): replays of snapshots, which do
+/// not record the device's size, use it unless told --capacity.
+inline constexpr std::uint64_t kUnlimitedCapacity = std::uint64_t{1} << 50;
 
 struct DeviceReplay {
   std::int32_t device = 0;
@@ -30,6 +35,9 @@ struct ReplayResult {
   std::uint64_t request_events = 0;  // request events replayed
   std::vector<DeviceReplay> devices;
   std::vector<model::ReplayOom> ooms;
+  /// Replays of a snapshot: the recorded run against the simulation, per device.
+  std::vector<DeviceFidelity> fidelity;
+  std::vector<std::string> notes;
 };
 
 }  // namespace fragscope::analysis

@@ -96,6 +96,21 @@ struct TraceAnalyzer::Impl {
 
   When Now() const { return When{events, current_step, last_time_us}; }
 
+  // An oom event of an allocator trace: why it failed, and who stranded the gaps then.
+  void DiagnoseAt(DeviceState& d, const Event& e) {
+    DeviceReport& r = d.report;
+    if (r.oom_diagnoses.size() < kMaxOomDiagnoses) {
+      OomDiagnosis diagnosis = DiagnoseOom(*d.memory, rules, e);
+      diagnosis.event_index = events;
+      diagnosis.step = current_step;
+      r.oom_diagnoses.push_back(diagnosis);
+    }
+    if (r.stranding_sites_at.empty()) {
+      r.stranding_sites = AttributeStranding(*d.memory, kTopStrandingSites);
+      r.stranding_sites_at = "first oom";
+    }
+  }
+
   MetricsInputs Inputs(const DeviceState& d) const {
     MetricsInputs in;
     if (options.stranded_threshold) {
@@ -223,6 +238,7 @@ struct TraceAnalyzer::Impl {
       case Action::kSegmentFree:
       case Action::kSegmentMap:
       case Action::kSegmentUnmap:
+      case Action::kBlock:
         return Status::Corruption(fmt::format(
             "{} in a request trace (segment events belong to allocator traces; a trace's first "
             "alloc or segment event decides its kind, or the header's \"kind\")",
@@ -257,6 +273,7 @@ struct TraceAnalyzer::Impl {
           break;
         case Action::kSegmentAlloc:
         case Action::kSegmentMap:
+        case Action::kBlock:
           kind = TraceKind::kAllocator;
           break;
         default:
@@ -266,6 +283,7 @@ struct TraceAnalyzer::Impl {
     DeviceState& d = Device(e.device);
     if (kind == TraceKind::kAllocator) {
       if (d.memory == nullptr) d.memory = &model.Device(e.device);
+      if (e.action == Action::kOom) DiagnoseAt(d, e);
       FRAGSCOPE_RETURN_IF_ERROR(d.memory->Apply(e));
       if (options.check_invariants) FRAGSCOPE_RETURN_IF_ERROR(d.memory->CheckInvariants());
     } else {
@@ -364,6 +382,10 @@ struct TraceAnalyzer::Impl {
           }
         }
         r.num_ooms = d.memory->num_ooms();
+        if (r.stranding_sites_at.empty()) {
+          r.stranding_sites = AttributeStranding(*d.memory, kTopStrandingSites);
+          r.stranding_sites_at = "end";
+        }
         if (options.keep_layout) {
           d.memory->ForEachSegment([&](const model::Segment& seg) {
             LayoutSegment ls;

@@ -174,6 +174,38 @@ Json SegmentJson(const LayoutSegment& s) {
   return j;
 }
 
+Json OomJson(const analysis::OomDiagnosis& o) {
+  Json j = Json::object();
+  When when;
+  when.event_index = o.event_index;
+  when.step = o.step;
+  when.time_us = o.time_us;
+  j["when"] = WhenJson(when);
+  j["requested_bytes"] = o.requested;
+  j["rounded_bytes"] = o.rounded;
+  j["segment_bytes"] = o.needed;
+  j["pool"] = PoolName(o.pool);
+  j["reserved_bytes"] = o.reserved;
+  j["allocated_bytes"] = o.allocated;
+  j["free_unusable_bytes"] = o.free_unusable;
+  j["largest_free_block"] = o.largest_free_block;
+  j["device_free_bytes"] = o.device_free ? Json(*o.device_free) : Json(nullptr);
+  j["cause"] = analysis::OomCauseName(o.cause);
+  j["margin_bytes"] = o.margin;
+  return j;
+}
+
+Json SiteJson(const analysis::SiteStranding& s) {
+  Json j = Json::object();
+  j["frame"] = s.frame;
+  j["site"] = s.site;
+  j["stranded_bytes"] = s.stranded_bytes;
+  j["live_bytes"] = s.live_bytes;
+  j["blocks"] = s.blocks;
+  j["segments"] = s.segments;
+  return j;
+}
+
 Json DeviceJson(const DeviceReport& d, bool allocator, const JsonOptions& options) {
   auto alloc_extreme = [allocator](const Extreme& e) {
     return allocator ? ExtremeJson(e) : Json(nullptr);
@@ -206,6 +238,14 @@ Json DeviceJson(const DeviceReport& d, bool allocator, const JsonOptions& option
   j["final"] = allocator ? FinalJson(d.final_metrics) : Json(nullptr);
   j["free_block_histogram"] = allocator ? HistogramJson(d.free_block_histogram) : Json(nullptr);
   j["requests"] = RequestsJson(d.requests);
+  Json ooms = Json::array();
+  for (const analysis::OomDiagnosis& o : d.oom_diagnoses) ooms.push_back(OomJson(o));
+  j["oom_diagnoses"] = std::move(ooms);
+  Json sites = Json::array();
+  for (const analysis::SiteStranding& s : d.stranding_sites) sites.push_back(SiteJson(s));
+  j["stranding_sites"] = allocator ? std::move(sites) : Json(nullptr);
+  j["stranding_sites_at"] =
+      allocator && !d.stranding_sites_at.empty() ? Json(d.stranding_sites_at) : Json(nullptr);
   Json timeline = Json::array();
   for (const TimelineSample& s : d.timeline) timeline.push_back(SampleJson(s, allocator));
   j["timeline"] = std::move(timeline);

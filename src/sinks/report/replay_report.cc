@@ -22,6 +22,35 @@ std::string StepText(std::int64_t step) {
   return step < 0 ? std::string("setup (before the first step)") : fmt::format("step {}", step);
 }
 
+std::string SignedBytes(std::uint64_t sim, std::uint64_t real) {
+  if (sim == real) return "same";
+  return sim > real ? "+" + FormatBytes(sim - real) : "-" + FormatBytes(real - sim);
+}
+
+void RenderFidelity(const analysis::ReplayResult& replay, std::string* out) {
+  if (replay.fidelity.empty()) return;
+  *out += "  re-simulation against the recorded run (final segments matched as multisets):\n";
+  for (const analysis::DeviceFidelity& f : replay.fidelity) {
+    *out += fmt::format(
+        "    device {}: segments {} recorded / {} simulated; same layout {} ({:.1f}%), same size "
+        "{} ({:.1f}%){}\n",
+        f.device, f.real_segments, f.sim_segments, f.matched_segments,
+        100.0 * f.segment_agreement(), f.matched_by_size, 100.0 * f.size_agreement(),
+        f.history_entries == 0 ? "; no recorded history: the final blocks were requested in "
+                                 "address order"
+        : f.complete_history
+            ? "; complete history"
+            : "; the history starts mid-run (segments existed before its first event), so "
+              "its start state was rebuilt and requested in address order");
+    *out += fmt::format(
+        "      reserved at the end {} recorded, {} simulated ({}); peak reserved {} recorded, {} "
+        "simulated ({})\n",
+        FormatBytes(f.real_reserved), FormatBytes(f.sim_reserved),
+        SignedBytes(f.sim_reserved, f.real_reserved), FormatBytes(f.real_peak_reserved),
+        FormatBytes(f.sim_peak_reserved), SignedBytes(f.sim_peak_reserved, f.real_peak_reserved));
+  }
+}
+
 }  // namespace
 
 std::string RenderReplayText(const analysis::ReplayResult& replay,
@@ -31,7 +60,10 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
     out += fmt::format(
         "  device {}: virtual GPU of {} ({} used by others), "
         "PYTORCH_CUDA_ALLOC_CONF=\"{}\"\n",
-        d.device, FormatBytes(d.capacity_bytes), FormatBytes(d.used_by_others_bytes), d.alloc_conf);
+        d.device,
+        d.capacity_bytes >= analysis::kUnlimitedCapacity ? std::string("unlimited memory")
+                                                         : FormatBytes(d.capacity_bytes),
+        FormatBytes(d.used_by_others_bytes), d.alloc_conf);
   }
   if (replay.ooms.empty()) {
     out += fmt::format("  result: no out-of-memory error in {} request events\n",
@@ -60,6 +92,8 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
         Stat(d, "segment.all.peak"), Stat(d, "num_device_alloc"), Stat(d, "num_device_free"),
         Stat(d, "num_alloc_retries"), Stat(d, "num_ooms"));
   }
+  RenderFidelity(replay, &out);
+  for (const std::string& note : replay.notes) out += "  note: " + note + "\n";
   out += "\n";
   out += RenderText(analysis, options);
   return out;
@@ -93,6 +127,28 @@ std::string RenderReplayJson(const analysis::ReplayResult& replay,
   }
   j["oom"] = ooms.empty() ? Json(nullptr) : ooms.front();
   j["ooms"] = std::move(ooms);
+  Json fidelity = Json::array();
+  for (const analysis::DeviceFidelity& f : replay.fidelity) {
+    Json x = Json::object();
+    x["device"] = f.device;
+    x["complete_history"] = f.complete_history;
+    x["history_entries"] = f.history_entries;
+    x["real_segments"] = f.real_segments;
+    x["sim_segments"] = f.sim_segments;
+    x["matched_segments"] = f.matched_segments;
+    x["matched_by_size"] = f.matched_by_size;
+    x["segment_agreement"] = f.segment_agreement();
+    x["size_agreement"] = f.size_agreement();
+    x["real_reserved_bytes"] = f.real_reserved;
+    x["sim_reserved_bytes"] = f.sim_reserved;
+    x["real_allocated_bytes"] = f.real_allocated;
+    x["sim_allocated_bytes"] = f.sim_allocated;
+    x["real_peak_reserved_bytes"] = f.real_peak_reserved;
+    x["sim_peak_reserved_bytes"] = f.sim_peak_reserved;
+    fidelity.push_back(std::move(x));
+  }
+  j["fidelity"] = replay.fidelity.empty() ? Json(nullptr) : std::move(fidelity);
+  j["notes"] = replay.notes;
   Json devices = Json::array();
   for (const analysis::DeviceReplay& d : replay.devices) {
     Json x = Json::object();

@@ -538,6 +538,68 @@ std::vector<std::size_t> SelectTimelineRows(const std::vector<TimelineSample>& t
   return rows;
 }
 
+void RenderOomDiagnoses(const AnalysisResult& r, const DeviceReport& d, const Styler& style,
+                        std::string* out) {
+  for (std::size_t i = 0; i < d.oom_diagnoses.size(); ++i) {
+    const analysis::OomDiagnosis& o = d.oom_diagnoses[i];
+    *out += '\n';
+    When when;
+    when.event_index = o.event_index;
+    when.step = o.step;
+    when.time_us = o.time_us;
+    *out += style.Heading(fmt::format("Out of memory{}", d.oom_diagnoses.size() > 1
+                                                             ? fmt::format(" #{}", i + 1)
+                                                             : std::string()));
+    *out += fmt::format(" at {}\n", FormatWhen(when, r.steps > 0));
+    *out += fmt::format("  requested {} (a {} block in the {} pool; a new segment of {})\n",
+                        FormatBytes(o.requested), FormatBytes(o.rounded), PoolName(o.pool),
+                        FormatBytes(o.needed));
+    *out += fmt::format("  reserved {}, allocated {}; free but unusable (gaps in segments) {}\n",
+                        FormatBytes(o.reserved), FormatBytes(o.allocated),
+                        FormatBytes(o.free_unusable));
+    *out += fmt::format("  largest free block in that pool {}; device free {}\n",
+                        FormatBytes(o.largest_free_block),
+                        o.device_free ? FormatBytes(*o.device_free) : std::string("unknown"));
+    if (o.cause == analysis::OomCause::kFragmentation) {
+      *out += style.Warn(fmt::format(
+          "  verdict: fragmentation. {} was free in all (gaps + device), {} more than the block "
+          "needed, but no single free range was large enough.",
+          FormatBytes(o.free_unusable + o.device_free.value_or(0)), FormatBytes(o.margin)));
+    } else {
+      *out += style.Warn(fmt::format(
+          "  verdict: real shortage. Even joined, the free memory ({}) falls {} short of the "
+          "block.",
+          FormatBytes(o.free_unusable + o.device_free.value_or(0)), FormatBytes(o.margin)));
+    }
+    *out += '\n';
+  }
+}
+
+void RenderStrandingSites(const DeviceReport& d, const Styler& style, std::string* out) {
+  if (d.stranding_sites.empty()) return;
+  const bool named = std::any_of(d.stranding_sites.begin(), d.stranding_sites.end(),
+                                 [](const analysis::SiteStranding& s) { return s.frame >= 0; });
+  if (!named) return;  // no stacks recorded: nothing to attribute
+  *out += '\n';
+  Table t({style.Heading(
+               fmt::format("Call sites stranding free gaps (at the {})", d.stranding_sites_at)),
+           "stranded", "live", "blocks", "segments"},
+          "<>>>>");
+  for (const analysis::SiteStranding& s : d.stranding_sites) {
+    // Long paths keep their informative end: "...project/train/model.py:12 in forward".
+    constexpr std::size_t kMaxSite = 72;
+    std::string site = s.site;
+    if (site.size() > kMaxSite) {
+      std::size_t cut = site.size() - (kMaxSite - 3);
+      while (cut < site.size() && (static_cast<unsigned char>(site[cut]) & 0xc0) == 0x80) ++cut;
+      site = "..." + site.substr(cut);
+    }
+    t.AddRow({"  " + site, FormatBytes(s.stranded_bytes), FormatBytes(s.live_bytes),
+              Grouped(s.blocks), Grouped(s.segments)});
+  }
+  *out += t.Render("  ");
+}
+
 std::string RenderText(const AnalysisResult& result, const TextOptions& options) {
   const Styler style(options.color);
   std::string out;
@@ -555,8 +617,10 @@ std::string RenderText(const AnalysisResult& result, const TextOptions& options)
       RenderTimeline(result, d, options, style, &out);
       continue;
     }
+    RenderOomDiagnoses(result, d, style, &out);
     RenderExtremes(result, d, style, &out);
     RenderFinalState(d, style, &out);
+    RenderStrandingSites(d, style, &out);
     RenderRequestSummary(d.requests, style, &out);
     RenderTimeline(result, d, options, style, &out);
     if (options.show_map) {
