@@ -32,7 +32,7 @@ struct AnalyzeFlags {
 };
 
 constexpr std::string_view kDescription =
-    "Report peaks, fragmentation, a per-step timeline and a memory map of a trace";
+    "Report peaks, fragmentation, a timeline and a memory map of a trace or snapshot";
 
 constexpr std::string_view kFooter =
     R"(Reports, per device: the peaks of reserved and allocated memory and when they happened
@@ -56,18 +56,49 @@ What the numbers mean (docs/metrics.md has every formula):
   memory map              one row per segment: # allocated  + pending free  . free
                           ! stranded
 
+For every oom event the report says why it failed (fragmentation or real shortage, how much
+was free but unusable), and it lists the call sites whose live blocks strand free gaps (when
+the input records stacks).
+
+FILE may be a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot(), pickle or JSON):
+it is read safely (no code in it runs), its history is replayed from the state at its start
+(rebuilt from the final segments) and reported like a trace (docs/snapshots.md).
+
 A request trace (only the program's allocs and frees, no segments) gets live requested bytes,
 request-size statistics and per-step peaks; allocator-level numbers need a replay through the
-simulator (`fragscope replay`, coming).
+simulator (`fragscope replay`).
 
 Examples:
+  fragscope analyze snapshot.pickle
   fragscope analyze trace.jsonl.gz
   fragscope analyze trace.jsonl.gz --json | jq .devices[0].peak_reserved
   fragscope analyze trace.jsonl.gz --every 1000 --no-map
   fragscope analyze trace.jsonl --device 1 --stranded-threshold 2MiB
 
-Exit status: 0 on success; 2 for bad input (the message names file:line) or bad usage.
+Exit status: 0 on success; 2 for bad input (the message names file:line, or the snapshot's
+byte offset or field) or bad usage.
 JSON schema: docs/json-schema.md. Guide: docs/user-guide.md.)";
+
+// What a snapshot adds to the report's notes: its layout, history and what was tolerated.
+void AddSnapshotNotes(const sources::SnapshotReader& reader,
+                      const std::vector<std::string>& consume_notes,
+                      analysis::AnalysisResult* result) {
+  const sources::Snapshot& s = reader.snapshot();
+  std::vector<std::string> notes;
+  std::string history;
+  if (reader.devices_with_history().empty()) {
+    history = "no recorded history: the report shows the final state only";
+  } else {
+    history = fmt::format("{} history {}; the start state was rebuilt from the segments",
+                          s.trace_entries, s.trace_entries == 1 ? "entry" : "entries");
+  }
+  notes.push_back(fmt::format("memory snapshot ({}, {}): {} segments, {} blocks; {}",
+                              reader.container(), s.generation, s.segments.size(), s.blocks.size(),
+                              history));
+  for (const std::string& w : reader.warnings()) notes.push_back("snapshot: " + w);
+  notes.insert(notes.end(), consume_notes.begin(), consume_notes.end());
+  result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
+}
 
 int RunAnalyze(const AnalyzeFlags& flags) {
   // Options first, so a typo fails before a long read.
@@ -89,9 +120,9 @@ int RunAnalyze(const AnalyzeFlags& flags) {
         std::min<std::uint64_t>(*max_line, std::numeric_limits<std::size_t>::max()));
   }
 
-  Result<std::unique_ptr<TraceReader>> opened = TraceReader::Open(flags.path, limits);
+  Result<OpenedInput> opened = OpenInput(flags.path, limits);
   if (!opened.ok()) return BadInput(opened.status().message());
-  TraceReader& reader = **opened;
+  TraceReader& reader = *opened->reader;
 
   Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
       analysis::TraceAnalyzer::Create(reader.header(), options);
@@ -99,12 +130,21 @@ int RunAnalyze(const AnalyzeFlags& flags) {
     return BadInput(fmt::format("{}: {}", reader.Where(), created.status().message()));
   analysis::TraceAnalyzer& analyzer = **created;
 
-  Result<std::uint64_t> read = ReadAllEvents(
-      reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
-      [&](const Event& e) { analyzer.Prefetch(e); });
+  std::vector<std::string> notes;
+  Result<std::uint64_t> read =
+      opened->snapshot != nullptr
+          ? ReadSnapshotEvents(
+                *opened->snapshot, [&](const Event& e) { return analyzer.Consume(e); }, &notes)
+          : ReadAllEvents(
+                reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
+                [&](const Event& e) { analyzer.Prefetch(e); });
   if (!read.ok()) return BadInput(read.status().message());
 
-  const analysis::AnalysisResult result = analyzer.Finish(flags.path);
+  analysis::AnalysisResult result = analyzer.Finish(flags.path);
+  if (opened->snapshot != nullptr) AddSnapshotNotes(*opened->snapshot, notes, &result);
+  for (analysis::DeviceReport& d : result.devices) {
+    for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
+  }
   if (flags.device >= 0 && result.devices.empty()) {
     return BadInput(
         fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
@@ -130,7 +170,9 @@ Command AddAnalyzeCommand(CLI::App& app) {
   auto flags = std::make_shared<AnalyzeFlags>();
   CLI::App* sub = app.add_subcommand("analyze", std::string(kDescription));
   sub->footer(std::string(kFooter));
-  sub->add_option("FILE", flags->path, "Trace to read: JSON Lines, plain, .gz or .zst")
+  sub->add_option("FILE", flags->path,
+                  "A fragscope trace (JSON Lines) or a PyTorch memory snapshot (pickle or JSON); "
+                  "plain, .gz or .zst")
       ->type_name("PATH")
       ->required();
   AddReportOptions(*sub, &flags->report);

@@ -83,6 +83,11 @@ int BadInput(std::string_view message) {
   return kExitBadInput;
 }
 
+int Failure(std::string_view message) {
+  std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
+  return kExitFailure;
+}
+
 bool UseColor(const std::string& mode) {
   if (mode == "always") return true;
   if (mode == "never") return false;
@@ -98,6 +103,59 @@ int WriteReport(const std::string& report) {
     return kExitFailure;
   }
   return kExitOk;
+}
+
+Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits) {
+  Result<sources::InputKind> kind = sources::DetectInputKind(path);
+  if (!kind.ok()) return kind.status();
+  OpenedInput opened;
+  if (*kind == sources::InputKind::kTrace) {
+    Result<std::unique_ptr<TraceReader>> reader = TraceReader::Open(path, limits);
+    if (!reader.ok()) return reader.status();
+    opened.reader = std::move(*reader);
+    return opened;
+  }
+  ProgressLine progress;
+  sources::SnapshotReadOptions options;
+  options.progress = [&](std::uint64_t done, std::uint64_t total) {
+    progress.UpdateBytes(done, total, "reading the snapshot");
+  };
+  Result<std::unique_ptr<sources::SnapshotReader>> snapshot =
+      sources::SnapshotReader::Open(path, options);
+  progress.Clear();
+  if (!snapshot.ok()) return snapshot.status();
+  opened.snapshot = snapshot->get();
+  opened.reader = std::move(*snapshot);
+  return opened;
+}
+
+Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
+                                         const std::function<Status(const Event&)>& consume,
+                                         std::vector<std::string>* notes) {
+  constexpr std::size_t kMaxNotes = 20;
+  std::uint64_t events = 0, skipped = 0;
+  ProgressLine progress;
+  Event e;
+  while (true) {
+    Result<bool> next = reader.Next(&e);
+    if (!next.ok()) {
+      progress.Clear();
+      return next.status().WithPrefix(reader.Where());
+    }
+    if (!*next) break;
+    ++events;
+    if (Status st = consume(e); !st.ok()) {
+      if (++skipped <= kMaxNotes) {
+        notes->push_back(fmt::format("{}: {}; event skipped", reader.Where(), st.message()));
+      }
+    }
+    if ((events & 0xfff) == 0) progress.Update(reader, events);
+  }
+  progress.Clear();
+  if (skipped > kMaxNotes) {
+    notes->push_back(fmt::format("... {} events skipped in all", skipped));
+  }
+  return events;
 }
 
 Result<std::uint64_t> ReadAllEvents(TraceReader& reader,

@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 #include "fragscope/trace.h"
 #include "model/alloc_conf.h"
 #include "sinks/report/text_report.h"
+#include "sources/snapshot/snapshot_reader.h"
 
 namespace fragscope::cli {
 
@@ -53,6 +55,8 @@ model::ConfigVersion TorchVersion(const std::string& value);
 
 /// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
 int BadInput(std::string_view message);
+/// Prints "fragscope: <message>" to stderr and returns kExitFailure (output could not be made).
+int Failure(std::string_view message);
 /// --color=auto|always|never: auto colors only a terminal, and honours NO_COLOR and TERM=dumb.
 bool UseColor(const std::string& mode);
 /// Writes `report` to stdout; on failure says so on stderr and returns kExitFailure, else
@@ -72,24 +76,12 @@ class ProgressLine {
 
   // Cheap enough to call every few thousand events.
   void Update(const TraceReader& reader, std::uint64_t events) {
-    if (!enabled_) return;
-    const Clock::time_point now = Clock::now();
-    if (now - start_ < delay_ || (shown_ && now - last_ < std::chrono::milliseconds(250))) return;
-    last_ = now;
-    shown_ = true;
-    const std::uint64_t done = reader.input_bytes_consumed();
-    const std::uint64_t total = reader.input_bytes_total();
-    std::string line = "\rfragscope: ";
-    if (total > 0) {
-      line += fmt::format("{:3.0f}% of {}, ",
-                          100.0 * static_cast<double>(done) / static_cast<double>(total),
-                          FormatBytes(total));
-    } else {
-      line += fmt::format("{} read, ", FormatBytes(done));
-    }
-    line += fmt::format("{:.1f} M events\x1b[K", static_cast<double>(events) / 1e6);
-    std::fputs(line.c_str(), stderr);
-    std::fflush(stderr);
+    Show(reader.input_bytes_consumed(), reader.input_bytes_total(),
+         fmt::format("{:.1f} M events", static_cast<double>(events) / 1e6));
+  }
+  // Bytes of a file read so far, for inputs read before their events (snapshots).
+  void UpdateBytes(std::uint64_t done, std::uint64_t total, std::string_view what) {
+    Show(done, total, what);
   }
 
   // Erases the line, if one was printed.
@@ -101,6 +93,26 @@ class ProgressLine {
   }
 
  private:
+  void Show(std::uint64_t done, std::uint64_t total, std::string_view what) {
+    if (!enabled_) return;
+    const Clock::time_point now = Clock::now();
+    if (now - start_ < delay_ || (shown_ && now - last_ < std::chrono::milliseconds(250))) return;
+    last_ = now;
+    shown_ = true;
+    std::string line = "\rfragscope: ";
+    if (total > 0) {
+      line += fmt::format("{:3.0f}% of {}, ",
+                          100.0 * static_cast<double>(done) / static_cast<double>(total),
+                          FormatBytes(total));
+    } else {
+      line += fmt::format("{} read, ", FormatBytes(done));
+    }
+    line += what;
+    line += "\x1b[K";
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
   using Clock = std::chrono::steady_clock;
   bool enabled_ = false;
   bool shown_ = false;
@@ -108,6 +120,22 @@ class ProgressLine {
   Clock::time_point start_;
   Clock::time_point last_;
 };
+
+/// An input file: a fragscope trace or a PyTorch memory snapshot, told apart by content.
+struct OpenedInput {
+  std::unique_ptr<TraceReader> reader;
+  sources::SnapshotReader* snapshot = nullptr;  // reader itself, when the input is a snapshot
+};
+/// Opens `path`; a snapshot is read and decoded here, with a progress line for big files.
+/// Errors start with the path.
+Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits = {});
+
+/// Reads every event of a snapshot into `consume`. A consumer error does not stop the read: the
+/// event is skipped and a note naming the trace entry goes to `notes` (the first 20, then a
+/// count), so that an inconsistent file is analyzed as far as it can be.
+Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
+                                         const std::function<Status(const Event&)>& consume,
+                                         std::vector<std::string>* notes);
 
 /// Reads every event of `reader` into `consume`, with a progress line. On a reader error
 /// returns its message ("file:line: ..."); on a consumer error, "file:line: " + its message.

@@ -7,6 +7,7 @@
 
 #include "analyze_command.h"
 #include "command.h"
+#include "convert_command.h"
 #include "replay_command.h"
 #include "tune_command.h"
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddAnalyzeCommand(app));
   commands.push_back(fragscope::cli::AddReplayCommand(app));
   commands.push_back(fragscope::cli::AddTuneCommand(app));
+  commands.push_back(fragscope::cli::AddConvertCommand(app));
 
   try {
     app.parse(argc, argv);

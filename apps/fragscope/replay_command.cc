@@ -1,5 +1,6 @@
 #include "replay_command.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/units.h"
 #include "fragscope/trace.h"
 #include "model/alloc_conf.h"
+#include "model/request_extractor.h"
 #include "model/request_replayer.h"
 #include "sinks/report/replay_report.h"
 
@@ -45,6 +47,12 @@ After an out-of-memory error the replay stops, as an uncaught torch.OutOfMemoryE
 job. With --continue-after-oom it goes on as if the program caught the error: the failed
 tensor never exists and its later free is ignored.
 
+TRACE may be a PyTorch memory snapshot: its recorded requests are replayed under the
+allocator settings it recorded (--alloc-conf overrides) on an unlimited device (--capacity to
+test a size), and the report compares the simulation with what the real allocator did: final
+segments matched by layout and by size, reserved memory at the end and at its peak
+(docs/snapshots.md).
+
 Sizes accept units: 80GiB, 40GB (decimal), 512MiB, 1.5GiB, or plain bytes.
 
 Examples:
@@ -52,6 +60,8 @@ Examples:
   fragscope replay trace.jsonl.gz --capacity 16GiB --alloc-conf expandable_segments:True
   fragscope replay trace.jsonl.gz --capacity 24GiB --used-by-others 600MiB --json | jq .oom
   fragscope replay trace.jsonl.gz --capacity 24GiB --emit simulated.jsonl.zst
+  fragscope replay snapshot.pickle
+  fragscope replay snapshot.pickle --capacity 40GiB --alloc-conf expandable_segments:True
 
 Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
 
@@ -79,18 +89,72 @@ int RunReplay(const ReplayFlags& flags) {
   }
   const model::ConfigVersion version = TorchVersion(flags.torch_version);
 
-  Result<std::unique_ptr<TraceReader>> opened = TraceReader::Open(flags.path);
+  Result<OpenedInput> opened = OpenInput(flags.path);
   if (!opened.ok()) return BadInput(opened.status().message());
-  TraceReader& reader = **opened;
-  const TraceHeader& header = reader.header();
-  if (header.kind == TraceKind::kAllocator) {
+  TraceReader& reader = *opened->reader;
+  sources::SnapshotReader* snapshot = opened->snapshot;
+  TraceHeader header = reader.header();
+  std::vector<std::string> notes;
+  if (snapshot == nullptr && header.kind == TraceKind::kAllocator) {
     return BadInput(
         fmt::format("{}: this is an allocator trace (header kind \"allocator\"); "
-                    "replay takes a request trace. `fragscope analyze` reads "
-                    "allocator traces",
-                    flags.path));
+                    "replay takes a request trace (`fragscope convert {} -o requests.jsonl --to "
+                    "requests` makes one) or a snapshot. `fragscope analyze` reads allocator "
+                    "traces",
+                    flags.path, flags.path));
   }
-  const std::string conf_text = flags.alloc_conf ? *flags.alloc_conf : HeaderConf(header);
+  std::string conf_text = flags.alloc_conf ? *flags.alloc_conf : HeaderConf(header);
+  // A snapshot: its requests are replayed under the settings it recorded (unless told), after
+  // a first pass over the recorded run for its peaks and OOMs.
+  std::unique_ptr<analysis::TraceAnalyzer> recorded;
+  std::optional<analysis::AnalysisResult> real;
+  std::vector<std::int32_t> unlimited_devices;
+  if (snapshot != nullptr) {
+    header.kind = TraceKind::kRequest;
+    header.allocator_settings.clear();
+    if (!flags.alloc_conf) conf_text = snapshot->RecordedConf(&notes);
+    analysis::AnalysisOptions recorded_options;
+    recorded_options.keep_layout = false;
+    Result<std::unique_ptr<analysis::TraceAnalyzer>> r =
+        analysis::TraceAnalyzer::Create(reader.header(), recorded_options);
+    if (!r.ok()) return BadInput(fmt::format("{}: {}", flags.path, r.status().message()));
+    recorded = std::move(*r);
+    Result<std::uint64_t> read = ReadSnapshotEvents(
+        *snapshot, [&](const Event& e) { return recorded->Consume(e); }, &notes);
+    if (!read.ok()) return BadInput(read.status().message());
+    snapshot->Rewind();
+    real = recorded->Finish(flags.path);
+    if (!capacity) {
+      // The device's size is not recorded. A device that ran out of memory tells it, as the
+      // allocator saw it: reserved + the driver's free bytes at its first OOM (memory used
+      // by others counts as part of neither).
+      for (DeviceInfo& d : header.devices) {
+        const analysis::DeviceReport* report = nullptr;
+        for (const analysis::DeviceReport& x : real->devices) {
+          if (x.device == d.device) report = &x;
+        }
+        if (report != nullptr && !report->oom_diagnoses.empty() &&
+            report->oom_diagnoses.front().device_free) {
+          const analysis::OomDiagnosis& o = report->oom_diagnoses.front();
+          d.capacity_bytes = o.reserved + *o.device_free;
+          notes.push_back(fmt::format(
+              "device {}: capacity taken from its recorded OOM: reserved {} + driver free {} = "
+              "{} (--capacity overrides)",
+              d.device, FormatBytes(o.reserved), FormatBytes(*o.device_free),
+              FormatBytes(*d.capacity_bytes)));
+        } else {
+          d.capacity_bytes = analysis::kUnlimitedCapacity;
+          unlimited_devices.push_back(d.device);
+        }
+      }
+      if (header.devices.empty()) capacity = analysis::kUnlimitedCapacity;  // an empty snapshot
+      if (!unlimited_devices.empty()) {
+        notes.push_back(
+            "a snapshot does not record the device's capacity: devices without a recorded OOM "
+            "are replayed with unlimited memory (give --capacity to test a size)");
+      }
+    }
+  }
   Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf_text, version);
   if (!config.ok()) {
     return BadInput((flags.alloc_conf ? std::string("--alloc-conf: ")
@@ -172,28 +236,55 @@ int RunReplay(const ReplayFlags& flags) {
     }
     if (writer) sink_status = writer->Write(e);
   };
-  model::RequestReplayer replayer(
-      sim_options, flags.continue_after_oom ? model::OomPolicy::kContinue : model::OomPolicy::kStop,
-      sink);
+  const model::OomPolicy policy = flags.continue_after_oom || snapshot != nullptr
+                                      ? model::OomPolicy::kContinue
+                                      : model::OomPolicy::kStop;
+  model::RequestReplayer replayer(sim_options, policy, sink);
 
+  auto consume_request = [&](const Event& e) {
+    Status s = replayer.Consume(e);
+    if (s.ok() && !sink_status.ok()) return sink_status;
+    return s;
+  };
   Status consumer_status;
-  Result<std::uint64_t> read = ReadAllEvents(
-      reader,
-      [&](const Event& e) {
-        Status s = replayer.Consume(e);
-        if (s.ok() && !sink_status.ok()) return sink_status;
-        return s;
-      },
-      &consumer_status);
-  const bool stopped_at_oom = !read.ok() && consumer_status.code() == StatusCode::kOutOfMemory;
-  if (!read.ok() && !stopped_at_oom) return BadInput(read.status().message());
+  bool stopped_at_oom = false;
+  if (snapshot == nullptr) {
+    Result<std::uint64_t> read = ReadAllEvents(reader, consume_request, &consumer_status);
+    stopped_at_oom = !read.ok() && consumer_status.code() == StatusCode::kOutOfMemory;
+    if (!read.ok() && !stopped_at_oom) return BadInput(read.status().message());
+  } else {
+    // The recorded program went on after its OOMs (it wrote the snapshot), so the replay
+    // does too; the OOM request of a device replayed with unlimited memory is left out.
+    model::RequestExtractor extractor(/*infer_empty_cache=*/true);
+    Result<std::uint64_t> read = ReadSnapshotEvents(
+        *snapshot,
+        [&](const Event& e) -> Status {
+          Event request;
+          if (!extractor.Convert(e, &request)) return Status::Ok();
+          if (e.action == Action::kOom &&
+              std::find(unlimited_devices.begin(), unlimited_devices.end(), e.device) !=
+                  unlimited_devices.end()) {
+            return Status::Ok();
+          }
+          Status s = consume_request(request);
+          return s.code() == StatusCode::kOutOfMemory ? Status::Ok() : s;
+        },
+        &notes);
+    if (!read.ok()) return BadInput(read.status().message());
+    if (extractor.inferred_empty_caches() > 0) {
+      notes.push_back(fmt::format(
+          "{} runs of segment frees in the recorded history were replayed as empty_cache() (a "
+          "snapshot does not record those calls)",
+          extractor.inferred_empty_caches()));
+    }
+  }
   if (writer) {
     if (Status s = writer->Close(); !s.ok()) return BadInput("--emit: " + s.message());
   }
 
   analysis::ReplayResult replay;
   replay.trace = flags.path;
-  replay.policy = flags.continue_after_oom ? model::OomPolicy::kContinue : model::OomPolicy::kStop;
+  replay.policy = policy;
   replay.stopped_at_oom = stopped_at_oom;
   replay.request_events = replayer.events();
   replay.ooms = replayer.ooms();
@@ -207,6 +298,26 @@ int RunReplay(const ReplayFlags& flags) {
     d.memory_stats = sim->stats().Flatten();
     d.segments = sim->MemorySnapshot();
     replay.devices.push_back(std::move(d));
+  }
+  replay.notes = std::move(notes);
+  if (snapshot != nullptr) {
+    for (const analysis::DeviceReplay& d : replay.devices) {
+      analysis::DeviceFidelity f =
+          analysis::CompareSegments(snapshot->FinalSegments(d.device), d.segments);
+      f.device = d.device;
+      f.complete_history = snapshot->CompleteHistory(d.device);
+      const auto& traces = snapshot->snapshot().device_traces;
+      if (static_cast<std::size_t>(d.device) < traces.size()) {
+        f.history_entries = traces[static_cast<std::size_t>(d.device)].size();
+      }
+      const auto peak = d.memory_stats.find("reserved_bytes.all.peak");
+      f.sim_peak_reserved =
+          peak == d.memory_stats.end() ? 0 : static_cast<std::uint64_t>(peak->second);
+      for (const analysis::DeviceReport& r : real->devices) {
+        if (r.device == d.device) f.real_peak_reserved = r.peak_reserved.bytes;
+      }
+      replay.fidelity.push_back(f);
+    }
   }
   const analysis::AnalysisResult result = analyzer.Finish(flags.path);
   std::string out;
@@ -228,7 +339,8 @@ Command AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
   CLI::App* sub = app.add_subcommand("replay", std::string(kDescription));
   sub->footer(std::string(kFooter));
-  sub->add_option("TRACE", flags->path, "Request trace: JSON Lines, plain, .gz or .zst")
+  sub->add_option("TRACE", flags->path,
+                  "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")
       ->required();
   sub->add_option("--capacity", flags->capacity,

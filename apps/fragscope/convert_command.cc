@@ -1,0 +1,269 @@
+#include "convert_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/counter_track.h"
+#include "cli_util.h"
+#include "model/allocator_rules.h"
+#include "model/request_extractor.h"
+#include "sinks/export/perfetto.h"
+#include "sources/document/document_json.h"
+#include "sources/document/json_document.h"
+#include "sources/trace/output_stream.h"
+
+namespace fragscope::cli {
+namespace {
+
+struct ConvertFlags {
+  std::string input;
+  std::string output;
+  std::string to;  // trace, requests, perfetto, json; empty = from OUT's name
+};
+
+constexpr std::string_view kDescription =
+    "Convert a snapshot or trace: to a fragscope trace, Perfetto JSON or plain JSON";
+
+constexpr std::string_view kFooter =
+    R"(Formats (--to, or from OUT's name):
+  trace      fragscope allocator trace, JSON Lines (OUT.jsonl, .jsonl.gz, .jsonl.zst): every
+             allocator event, with a snapshot's start state as segment and `block` events;
+             call sites as frame lines. Reads back with `fragscope analyze`.
+  requests   fragscope request trace: only what the program asked for (allocs and frees), for
+             `fragscope replay` and `tune` under other settings or capacities.
+  perfetto   Chrome/Perfetto trace-event JSON (OUT.perfetto.json or OUT.trace.json): per GPU,
+             counter tracks of reserved, allocated, largest free block and fragmentation
+             ratio, and instants for OOMs and segment allocs/frees. Open it in
+             https://ui.perfetto.dev or chrome://tracing.
+  json       a snapshot as plain JSON (OUT.json), the same keys as the pickle, for scripts.
+
+INPUT is a fragscope trace or a PyTorch memory snapshot (pickle or JSON; plain, .gz or .zst).
+A snapshot is read safely: no code in it runs. The output is written to OUT.tmp and renamed
+to OUT when complete; .gz and .zst names are compressed.
+
+Examples:
+  fragscope convert snapshot.pickle -o trace.jsonl.zst
+  fragscope convert snapshot.pickle -o memory.perfetto.json
+  fragscope convert snapshot.pickle -o requests.jsonl --to requests
+  fragscope convert snapshot.pickle -o snapshot.json
+
+Exit status: 0 written; 2 bad input or usage; 1 the output could not be written.)";
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string FormatFor(const std::string& out) {
+  std::string_view name = out;
+  for (std::string_view z : {".gz", ".zst"}) {
+    if (EndsWith(name, z)) name.remove_suffix(z.size());
+  }
+  if (EndsWith(name, ".jsonl")) return "trace";
+  if (EndsWith(name, ".perfetto.json") || EndsWith(name, ".trace.json")) return "perfetto";
+  if (EndsWith(name, ".json")) return "json";
+  return "";
+}
+
+// A compressed (by OUT's name) file written to OUT.tmp and renamed by Commit().
+class AtomicOutput {
+ public:
+  static Result<std::unique_ptr<AtomicOutput>> Create(const std::string& path) {
+    auto out = std::unique_ptr<AtomicOutput>(new AtomicOutput(path));
+    Result<std::unique_ptr<sources::ByteSink>> sink = sources::CreateFileSink(out->tmp_);
+    if (!sink.ok()) return sink.status();
+    Result<std::unique_ptr<sources::OutputStream>> stream =
+        sources::OutputStream::Create(CompressionForPath(path), std::move(*sink));
+    if (!stream.ok()) return stream.status();
+    out->stream_ = std::move(*stream);
+    return out;
+  }
+  ~AtomicOutput() {
+    if (!committed_) {
+      stream_.reset();
+      std::remove(tmp_.c_str());
+    }
+  }
+  Status Write(std::string_view data) { return stream_->Write(data); }
+  Status Commit() {
+    FRAGSCOPE_RETURN_IF_ERROR(stream_->Finish());
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      return Status::IoError(fmt::format("{}: cannot rename {} to it", path_, tmp_));
+    }
+    committed_ = true;
+    return Status::Ok();
+  }
+
+ private:
+  explicit AtomicOutput(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
+  std::string path_;
+  std::string tmp_;
+  std::unique_ptr<sources::OutputStream> stream_;
+  bool committed_ = false;
+};
+
+// Reads every event of the input (tolerant for snapshots: skipped events become notes).
+Result<std::uint64_t> ForEachEvent(OpenedInput& in, const std::function<Status(const Event&)>& fn,
+                                   std::vector<std::string>* notes) {
+  if (in.snapshot != nullptr) return ReadSnapshotEvents(*in.snapshot, fn, notes);
+  return ReadAllEvents(*in.reader, fn);
+}
+
+void PrintNotes(const OpenedInput& in, const std::vector<std::string>& notes) {
+  if (in.snapshot != nullptr) {
+    for (const std::string& w : in.snapshot->warnings()) {
+      std::fprintf(stderr, "fragscope: note: snapshot: %s\n", w.c_str());
+    }
+  }
+  for (const std::string& n : notes) std::fprintf(stderr, "fragscope: note: %s\n", n.c_str());
+}
+
+int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
+  TraceHeader header = in.reader->header();
+  if (requests) header.kind = TraceKind::kRequest;
+  if (header.producer.empty()) header.producer = "fragscope convert";
+  Result<std::unique_ptr<TraceWriter>> writer = TraceWriter::Create(flags.output, header);
+  if (!writer.ok()) return Failure(writer.status().message());
+  // Frames are defined before the first event that names them.
+  std::vector<bool> defined(in.reader->frames().size(), false);
+  auto define = [&](std::int32_t frame) -> Status {
+    if (frame < 0) return Status::Ok();
+    const auto f = static_cast<std::size_t>(frame);
+    if (f >= defined.size() || defined[f]) return Status::Ok();
+    defined[f] = true;
+    return (*writer)->WriteFrame(in.reader->frames()[f]);
+  };
+  model::RequestExtractor extractor;
+  std::uint64_t written = 0;
+  std::vector<std::string> notes;
+  Status write_error;
+  Result<std::uint64_t> read = ForEachEvent(
+      in,
+      [&](const Event& e) -> Status {
+        if (!write_error.ok()) return Status::Ok();
+        Event out;
+        if (requests) {
+          if (!extractor.Convert(e, &out)) return Status::Ok();
+        } else {
+          out = e;
+        }
+        if (out.frame >= 0 && static_cast<std::size_t>(out.frame) >= defined.size()) {
+          out.frame = -1;
+        }
+        write_error = define(out.frame);
+        if (write_error.ok()) write_error = (*writer)->Write(out);
+        if (write_error.ok()) ++written;
+        return Status::Ok();
+      },
+      &notes);
+  if (!read.ok()) return BadInput(read.status().message());
+  if (!write_error.ok()) return Failure(write_error.message());
+  if (Status st = (*writer)->Close(); !st.ok()) return Failure(st.message());
+  PrintNotes(in, notes);
+  std::fprintf(stderr, "fragscope: wrote %llu %s events to %s\n",
+               static_cast<unsigned long long>(written), requests ? "request" : "allocator",
+               flags.output.c_str());
+  return kExitOk;
+}
+
+int ToPerfetto(const ConvertFlags& flags, OpenedInput& in) {
+  Result<model::AllocatorRules> rules =
+      model::AllocatorRules::FromSettings(in.reader->header().allocator_settings);
+  if (!rules.ok()) return BadInput(fmt::format("{}: {}", flags.input, rules.status().message()));
+  if (in.reader->header().kind == TraceKind::kRequest) {
+    return BadInput(
+        fmt::format("{}: a request trace has no allocator state to chart; replay it first "
+                    "(fragscope replay --emit OUT.jsonl) and convert that",
+                    flags.input));
+  }
+  Result<std::unique_ptr<AtomicOutput>> out = AtomicOutput::Create(flags.output);
+  if (!out.ok()) return Failure(out.status().message());
+  sinks::PerfettoWriter writer([&](std::string_view s) { return (*out)->Write(s); }, flags.input);
+  Status write_error;
+  analysis::CounterTrack track(
+      *rules,
+      [&](const analysis::CounterSample& s) {
+        if (write_error.ok()) write_error = writer.Sample(s);
+        return Status::Ok();
+      },
+      [&](const analysis::Marker& m) {
+        if (write_error.ok()) write_error = writer.Mark(m);
+        return Status::Ok();
+      });
+  std::vector<std::string> notes;
+  Result<std::uint64_t> read = ForEachEvent(
+      in, [&](const Event& e) { return track.Consume(e); }, &notes);
+  if (!read.ok()) return BadInput(read.status().message());
+  if (write_error.ok()) write_error = writer.Finish();
+  if (write_error.ok()) write_error = (*out)->Commit();
+  if (!write_error.ok()) return Failure(write_error.message());
+  PrintNotes(in, notes);
+  std::fprintf(stderr, "fragscope: wrote %llu trace events (%llu input events) to %s\n",
+               static_cast<unsigned long long>(writer.events_written()),
+               static_cast<unsigned long long>(*read), flags.output.c_str());
+  return kExitOk;
+}
+
+int ToJson(const ConvertFlags& flags) {
+  ProgressLine progress;
+  Result<sources::Document> doc = sources::ReadDocumentFile(
+      flags.input, nullptr, {}, [&](std::uint64_t done, std::uint64_t total) {
+        progress.UpdateBytes(done, total, "reading the snapshot");
+      });
+  progress.Clear();
+  if (!doc.ok()) return BadInput(doc.status().message());
+  Result<std::unique_ptr<AtomicOutput>> out = AtomicOutput::Create(flags.output);
+  if (!out.ok()) return Failure(out.status().message());
+  Status st =
+      sources::WriteDocumentJson(*doc, [&](std::string_view s) { return (*out)->Write(s); });
+  if (st.code() == StatusCode::kLimitExceeded) return BadInput(flags.input + ": " + st.message());
+  if (st.ok()) st = (*out)->Commit();
+  if (!st.ok()) return Failure(st.message());
+  std::fprintf(stderr, "fragscope: wrote %s\n", flags.output.c_str());
+  return kExitOk;
+}
+
+int RunConvert(const ConvertFlags& flags) {
+  const std::string to = flags.to.empty() ? FormatFor(flags.output) : flags.to;
+  if (to.empty()) {
+    return BadInput(fmt::format(
+        "-o {}: cannot tell the format from the name; use --to trace|requests|perfetto|json",
+        flags.output));
+  }
+  if (flags.output == flags.input) return BadInput("-o names the input file itself");
+  Result<sources::InputKind> kind = sources::DetectInputKind(flags.input);
+  if (!kind.ok()) return BadInput(kind.status().message());
+  if (to == "json") {
+    if (*kind != sources::InputKind::kSnapshot) {
+      return BadInput(fmt::format(
+          "{}: --to json converts snapshots; this is a fragscope trace (already JSON Lines)",
+          flags.input));
+    }
+    return ToJson(flags);
+  }
+  Result<OpenedInput> in = OpenInput(flags.input);
+  if (!in.ok()) return BadInput(in.status().message());
+  if (to == "perfetto") return ToPerfetto(flags, *in);
+  return ToTrace(flags, *in, to == "requests");
+}
+
+}  // namespace
+
+Command AddConvertCommand(CLI::App& app) {
+  auto flags = std::make_shared<ConvertFlags>();
+  CLI::App* sub = app.add_subcommand("convert", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("INPUT", flags->input, "A PyTorch memory snapshot or a fragscope trace")
+      ->type_name("PATH")
+      ->required();
+  sub->add_option("-o,--output", flags->output, "Where to write")->type_name("OUT")->required();
+  sub->add_option("--to", flags->to, "Output format (default: from OUT's name)")
+      ->check(CLI::IsMember({"trace", "requests", "perfetto", "json"}));
+  return Command{sub, [flags] { return RunConvert(*flags); }};
+}
+
+}  // namespace fragscope::cli
