@@ -1,5 +1,6 @@
 #include "cli_util.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -156,6 +157,42 @@ Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
     notes->push_back(fmt::format("... {} events skipped in all", skipped));
   }
   return events;
+}
+
+Status SnapshotRequests::Consume(const Event& e) {
+  if (reader_.last_was_start()) {
+    if (std::find(seeded_.begin(), seeded_.end(), e.device) != seeded_.end()) {
+      return Status::Ok();
+    }
+    seeded_.push_back(e.device);
+    const model::SeedResult seed = model::SeedRequests(reader_.start_events(e.device), rules_);
+    exact_segments_ += seed.exact_segments;
+    fallback_segments_ += seed.fallback_segments;
+    for (const Event& request : seed.requests) FRAGSCOPE_RETURN_IF_ERROR(emit_(request));
+    return Status::Ok();
+  }
+  if (e.action == Action::kOom &&
+      std::find(drop_ooms_.begin(), drop_ooms_.end(), e.device) != drop_ooms_.end()) {
+    return Status::Ok();
+  }
+  Event request;
+  if (!extractor_.Convert(e, &request)) return Status::Ok();
+  return emit_(request);
+}
+
+void SnapshotRequests::AddNotes(std::vector<std::string>* notes) const {
+  if (exact_segments_ + fallback_segments_ > 0) {
+    notes->push_back(fmt::format(
+        "the state before the first recorded event was rebuilt with requests: {} segments "
+        "exactly, {} only as their live blocks in address order (docs/snapshots.md)",
+        exact_segments_, fallback_segments_));
+  }
+  if (extractor_.inferred_empty_caches() > 0) {
+    notes->push_back(fmt::format(
+        "{} runs of segment frees in the recorded history were replayed as empty_cache() (a "
+        "snapshot does not record those calls)",
+        extractor_.inferred_empty_caches()));
+  }
 }
 
 Result<std::uint64_t> ReadAllEvents(TraceReader& reader,

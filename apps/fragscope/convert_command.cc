@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -137,29 +138,36 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
     defined[f] = true;
     return (*writer)->WriteFrame(in.reader->frames()[f]);
   };
-  model::RequestExtractor extractor;
   std::uint64_t written = 0;
   std::vector<std::string> notes;
   Status write_error;
+  auto write = [&](const Event& e) -> Status {
+    if (!write_error.ok()) return Status::Ok();
+    Event out = e;
+    if (out.frame >= 0 && static_cast<std::size_t>(out.frame) >= defined.size()) out.frame = -1;
+    write_error = define(out.frame);
+    if (write_error.ok()) write_error = (*writer)->Write(out);
+    if (write_error.ok()) ++written;
+    return Status::Ok();
+  };
+  // Requests: a snapshot's start state is rebuilt with requests (SnapshotRequests); a trace's
+  // allocator events become the program's requests.
+  Result<model::AllocatorRules> rules =
+      model::AllocatorRules::FromSettings(header.allocator_settings);
+  if (!rules.ok()) return BadInput(fmt::format("{}: {}", flags.input, rules.status().message()));
+  std::optional<SnapshotRequests> from_snapshot;
+  if (requests && in.snapshot != nullptr) from_snapshot.emplace(*in.snapshot, *rules, write);
+  model::RequestExtractor extractor;
   Result<std::uint64_t> read = ForEachEvent(
       in,
       [&](const Event& e) -> Status {
-        if (!write_error.ok()) return Status::Ok();
+        if (!requests) return write(e);
+        if (from_snapshot) return from_snapshot->Consume(e);
         Event out;
-        if (requests) {
-          if (!extractor.Convert(e, &out)) return Status::Ok();
-        } else {
-          out = e;
-        }
-        if (out.frame >= 0 && static_cast<std::size_t>(out.frame) >= defined.size()) {
-          out.frame = -1;
-        }
-        write_error = define(out.frame);
-        if (write_error.ok()) write_error = (*writer)->Write(out);
-        if (write_error.ok()) ++written;
-        return Status::Ok();
+        return extractor.Convert(e, &out) ? write(out) : Status::Ok();
       },
       &notes);
+  if (from_snapshot) from_snapshot->AddNotes(&notes);
   if (!read.ok()) return BadInput(read.status().message());
   if (!write_error.ok()) return Failure(write_error.message());
   if (Status st = (*writer)->Close(); !st.ok()) return Failure(st.message());

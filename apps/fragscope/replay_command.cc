@@ -255,28 +255,15 @@ int RunReplay(const ReplayFlags& flags) {
   } else {
     // The recorded program went on after its OOMs (it wrote the snapshot), so the replay
     // does too; the OOM request of a device replayed with unlimited memory is left out.
-    model::RequestExtractor extractor(/*infer_empty_cache=*/true);
+    SnapshotRequests requests(*snapshot, config->Rules(), [&](const Event& request) -> Status {
+      Status s = consume_request(request);
+      return s.code() == StatusCode::kOutOfMemory ? Status::Ok() : s;
+    });
+    requests.DropOoms(unlimited_devices);  // the failed request, on a device without a size
     Result<std::uint64_t> read = ReadSnapshotEvents(
-        *snapshot,
-        [&](const Event& e) -> Status {
-          Event request;
-          if (!extractor.Convert(e, &request)) return Status::Ok();
-          if (e.action == Action::kOom &&
-              std::find(unlimited_devices.begin(), unlimited_devices.end(), e.device) !=
-                  unlimited_devices.end()) {
-            return Status::Ok();
-          }
-          Status s = consume_request(request);
-          return s.code() == StatusCode::kOutOfMemory ? Status::Ok() : s;
-        },
-        &notes);
+        *snapshot, [&](const Event& e) { return requests.Consume(e); }, &notes);
     if (!read.ok()) return BadInput(read.status().message());
-    if (extractor.inferred_empty_caches() > 0) {
-      notes.push_back(fmt::format(
-          "{} runs of segment frees in the recorded history were replayed as empty_cache() (a "
-          "snapshot does not record those calls)",
-          extractor.inferred_empty_caches()));
-    }
+    requests.AddNotes(&notes);
   }
   if (writer) {
     if (Status s = writer->Close(); !s.ok()) return BadInput("--emit: " + s.message());

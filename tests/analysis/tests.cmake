@@ -1,3 +1,6 @@
 fragscope_add_test(analysis/metrics_test.cc LIBS fragscope_analysis)
 fragscope_add_test(analysis/size_profile_test.cc LIBS fragscope_analysis)
 fragscope_add_test(analysis/trace_analyzer_test.cc LIBS fragscope_analysis)
+fragscope_add_test(analysis/diagnosis_test.cc LIBS fragscope_analysis)
+fragscope_add_test(analysis/fidelity_test.cc LIBS fragscope_analysis)
+fragscope_add_test(analysis/counter_track_test.cc LIBS fragscope_analysis)

@@ -16,3 +16,5 @@ add_test(NAME alloc_conf_fuzz_replay
 fragscope_add_test(model/caching_allocator_sim_test.cc LIBS fragscope_model)
 fragscope_add_test(model/btree_map_test.cc LIBS fragscope_model)
 fragscope_add_test(model/sim_differential_test.cc LIBS fragscope_model)
+fragscope_add_test(model/seed_requests_test.cc LIBS fragscope_model)
+fragscope_add_test(model/request_extractor_test.cc LIBS fragscope_model)

@@ -5,6 +5,7 @@ fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
 
 # PyTorch memory snapshots (src/sources/snapshot).
 fragscope_add_test(sources/snapshot_decoder_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/document_json_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/snapshot_reader_test.cc LIBS fragscope_sources fragscope_analysis)
 add_executable(snapshot_fuzz_replay
   ${PROJECT_SOURCE_DIR}/fuzz/snapshot_fuzzer.cc

@@ -385,6 +385,13 @@ Result<bool> SnapshotReader::Next(Event* event) {
   return false;
 }
 
+std::span<const Event> SnapshotReader::start_events(std::int32_t device) const {
+  for (const DevicePlan& plan : plans_) {
+    if (plan.device == device) return plan.start;
+  }
+  return {};
+}
+
 bool SnapshotReader::CompleteHistory(std::int32_t device) const {
   for (const DevicePlan& plan : plans_) {
     if (plan.device == device) {

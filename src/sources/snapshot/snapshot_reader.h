@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ class SnapshotReader final : public TraceReader {
   Result<bool> Next(Event* event) override;
   /// Starts the events over from the first (a second pass over the same history).
   void Rewind();
+  /// Whether the event Next() returned last belongs to a device's rebuilt start state.
+  bool last_was_start() const { return last_in_start_; }
+  /// The rebuilt start state of `device` (the events Next() yields first for it).
+  std::span<const Event> start_events(std::int32_t device) const;
   const std::vector<Frame>& frames() const override { return frames_; }
   /// "PATH: device_traces[D][I]" for a recorded event, "PATH: start state of device D" for the
   /// rebuilt state.

@@ -1,0 +1,148 @@
+#include "model/seed_requests.h"
+
+#include <algorithm>
+
+namespace fragscope::model {
+namespace {
+
+struct Live {
+  std::uint64_t addr;
+  std::uint64_t block_size;
+  std::uint64_t requested;
+  std::int32_t frame;
+  bool pending;
+};
+
+Event Request(Action action, const Event& like, std::uint64_t id, std::uint64_t size) {
+  Event e;
+  e.action = action;
+  e.device = like.device;
+  e.stream = like.stream;
+  e.addr = id;
+  e.size = size;
+  return e;
+}
+
+}  // namespace
+
+SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rules) {
+  SeedResult out;
+  std::vector<const Event*> segments;
+  std::vector<Live> live;
+  for (const Event& e : start) {
+    if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) {
+      segments.push_back(&e);
+    } else if (e.action == Action::kBlock) {
+      live.push_back(Live{e.addr, e.block_size, e.size, e.frame, false});
+    } else if (e.action == Action::kFreeRequested && !live.empty() && live.back().addr == e.addr) {
+      live.back().pending = true;
+    }
+  }
+  std::sort(segments.begin(), segments.end(),
+            [](const Event* a, const Event* b) { return a->addr < b->addr; });
+  std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) { return a.addr < b.addr; });
+
+  std::uint64_t next_filler = kSeedIdBase;
+  std::vector<Event> fillers;  // freed at the end
+  std::vector<Event> pending;  // freed after the fillers
+  // A live block's request: its requested size when that rounds to the block, else the block.
+  auto live_request = [&](const Live& b) {
+    return rules.RoundSize(b.requested) == b.block_size ? b.requested : b.block_size;
+  };
+  std::size_t next_live = 0;
+  for (const Event* seg : segments) {
+    const std::uint64_t end = seg->addr + seg->size;
+    std::size_t first = next_live;
+    while (first < live.size() && live[first].addr < seg->addr) ++first;  // outside any segment
+    std::size_t last = first;
+    while (last < live.size() && live[last].addr < end) ++last;
+    next_live = last;
+
+    // The pieces, and whether the allocator would carve exactly these.
+    struct Piece {
+      std::uint64_t size;
+      const Live* block;  // nullptr: a gap
+    };
+    std::vector<Piece> pieces;
+    std::uint64_t at = seg->addr;
+    bool exact = seg->action == Action::kSegmentAlloc;
+    const bool small = seg->pool == Pool::kSmall || (seg->pool == Pool::kUnknown && seg->size <= kSmallBuffer);
+    for (std::size_t i = first; i < last && exact; ++i) {
+      if (live[i].addr < at || live[i].addr + live[i].block_size > end) {
+        exact = false;
+        break;
+      }
+      if (live[i].addr > at) pieces.push_back(Piece{live[i].addr - at, nullptr});
+      pieces.push_back(Piece{live[i].block_size, &live[i]});
+      at = live[i].addr + live[i].block_size;
+    }
+    if (exact && at < end) pieces.push_back(Piece{end - at, nullptr});
+    for (const Piece& p : pieces) {
+      if (!exact) break;
+      if (p.block != nullptr && rules.RoundSize(live_request(*p.block)) != p.size) exact = false;
+      if (!small && (p.size <= kSmallSize || rules.RoundSize(p.size) != p.size)) exact = false;
+      if (!small && p.size < rules.max_split_size && seg->size >= rules.max_split_size) {
+        exact = false;
+      }
+      if (small && p.block == nullptr && p.size % kMinBlockSize != 0) exact = false;
+    }
+    if (small && seg->size != kSmallBuffer) exact = false;
+    if (!small && AllocatorRules::SegmentSize(rules.RoundSize(seg->size)) != seg->size) {
+      exact = false;
+    }
+
+    if (!exact) {
+      ++out.fallback_segments;
+      for (std::size_t i = first; i < last; ++i) {
+        out.requests.push_back(Request(Action::kAlloc, *seg, live[i].addr, live_request(live[i])));
+        out.requests.back().frame = live[i].frame;
+        if (live[i].pending) pending.push_back(Request(Action::kFreeRequested, *seg, live[i].addr, 0));
+      }
+      continue;
+    }
+    ++out.exact_segments;
+    if (!small) {
+      const std::uint64_t whole = next_filler++;
+      out.requests.push_back(Request(Action::kAlloc, *seg, whole, seg->size));
+      out.requests.push_back(Request(Action::kFreeRequested, *seg, whole, 0));
+    }
+    for (const Piece& p : pieces) {
+      if (p.block != nullptr) {
+        out.requests.push_back(Request(Action::kAlloc, *seg, p.block->addr, live_request(*p.block)));
+        out.requests.back().frame = p.block->frame;
+        if (p.block->pending) {
+          pending.push_back(Request(Action::kFreeRequested, *seg, p.block->addr, 0));
+        }
+        continue;
+      }
+      // A gap: one filler, or chunks of at most 1 MiB in the small pool.
+      std::uint64_t left = p.size;
+      while (left > 0) {
+        const std::uint64_t chunk = small ? std::min(left, kSmallSize) : left;
+        const std::uint64_t id = next_filler++;
+        out.requests.push_back(Request(Action::kAlloc, *seg, id, chunk));
+        fillers.push_back(Request(Action::kFreeRequested, *seg, id, 0));
+        left -= chunk;
+      }
+    }
+  }
+  // Live blocks outside every segment (an inconsistent start state): requested plainly.
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    bool inside = false;
+    for (const Event* seg : segments) {
+      inside |= live[i].addr >= seg->addr && live[i].addr < seg->addr + seg->size;
+    }
+    if (inside) continue;
+    Event e;
+    e.action = Action::kAlloc;
+    e.device = start.empty() ? 0 : start.front().device;
+    e.addr = live[i].addr;
+    e.size = live_request(live[i]);
+    out.requests.push_back(e);
+  }
+  out.requests.insert(out.requests.end(), fillers.begin(), fillers.end());
+  out.requests.insert(out.requests.end(), pending.begin(), pending.end());
+  return out;
+}
+
+}  // namespace fragscope::model
