@@ -3,6 +3,9 @@ fragscope_add_test(sources/input_stream_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/trace_reader_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
 
+# Snapshot input (src/sources/document, src/sources/pickle).
+fragscope_add_test(sources/document_test.cc LIBS fragscope_sources)
+
 # The fuzz target's corpus, replayed without libFuzzer, so every saved seed and crash input runs
 # in the normal test suite (fuzz/ itself is only added when FRAGSCOPE_BUILD_FUZZ is on).
 add_executable(trace_reader_fuzz_replay
