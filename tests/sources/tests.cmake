@@ -5,6 +5,8 @@ fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
 
 # Snapshot input (src/sources/document, src/sources/pickle).
 fragscope_add_test(sources/document_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/pickle_reader_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/json_document_test.cc LIBS fragscope_sources)
 
 # The fuzz target's corpus, replayed without libFuzzer, so every saved seed and crash input runs
 # in the normal test suite (fuzz/ itself is only added when FRAGSCOPE_BUILD_FUZZ is on).

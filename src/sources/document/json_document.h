@@ -29,8 +29,7 @@ DocumentFormat DetectDocumentFormat(std::string_view first_bytes);
 /// Opens `path` (plain, gzip or zstd), detects the format and reads it. Errors start with the
 /// path: "PATH: byte N: ..." or "PATH: line L, column C: ...".
 Result<Document> ReadDocumentFile(const std::string& path, DocumentFormat* format = nullptr,
-                                  const PickleLimits& limits = {},
-                                  const ProgressFn& progress = {});
+                                  const PickleLimits& limits = {}, const ProgressFn& progress = {});
 
 }  // namespace fragscope::sources
 
