@@ -3,6 +3,10 @@ fragscope_add_test(sources/input_stream_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/trace_reader_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
 
+# Snapshot input (src/sources/document, src/sources/pickle).
+fragscope_add_test(sources/document_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/pickle_reader_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/json_document_test.cc LIBS fragscope_sources)
 # PyTorch memory snapshots (src/sources/snapshot).
 fragscope_add_test(sources/snapshot_decoder_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/document_json_test.cc LIBS fragscope_sources)

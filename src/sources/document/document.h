@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,10 @@ using ObjectId = std::uint32_t;
 class Document {
  public:
   using Entry = std::pair<Value, Value>;
+
+  /// The most items, entries or payload bytes one object may hold; readers refuse more
+  /// (kLimitExceeded) before calling the builders.
+  static constexpr std::uint64_t kMaxObjectSize = UINT32_MAX;
 
   Document() = default;
   Document(Document&&) = default;
@@ -122,11 +127,19 @@ class Document {
   void Append(Value list, std::span<const Value> items);
   /// REQUIRES: dict.kind() == kDict.
   void SetItem(Value dict, Value key, Value value);
+  /// Adds keys_and_values[0] -> [1], [2] -> [3], ... in one batch (pickle's SETITEMS).
+  /// REQUIRES: dict.kind() == kDict and an even number of values.
+  void SetItems(Value dict, std::span<const Value> keys_and_values);
 
   Value AddNone() const { return Value(); }
   Value AddBool(bool b);
   Value AddInt(std::int64_t i);
   Value AddFloat(double d);
+
+  /// Ends building: releases what only building needs (the index that lets equal runs of
+  /// list/tuple items share storage) and trims spare capacity, so heap_bytes() drops to what
+  /// reading needs. Building may go on afterwards; items added later are no longer shared.
+  void FinishBuilding();
 
   /// Stored objects (strings, bytes, floats, big ints, containers).
   std::uint64_t object_count() const { return objects_; }
@@ -136,8 +149,29 @@ class Document {
  private:
   // Storage is private to document.cc: flat arenas, so that a dict of six entries costs about
   // what its six key/value handles do (see document.cc).
+  // Makes room for `add` more items of container `id` and returns where they go; the caller
+  // writes them all before anything else touches the arena. *first = it had none before.
+  template <typename T>
+  T* Extend(std::vector<T>& arena, ObjectId id, std::size_t add, bool* first);
+  template <typename T>
+  void ShareRun(std::vector<T>& arena, ObjectId id);
+  Value AddObject(unsigned tag, std::uint64_t word, std::uint32_t size);
+
   Value root_;
   std::uint64_t objects_ = 0;
+  // Per stored object, indexed by ObjectId: the arena offset (containers, strings, bytes, big
+  // ints) or the bits (floats, int64s too big for the handle); and the item, entry or byte
+  // count.
+  std::vector<std::uint64_t> word_;
+  std::vector<std::uint32_t> size_;
+  std::vector<Value> items_;    // list and tuple items, one run per container
+  std::vector<Entry> entries_;  // dict entries, one run per dict
+  std::string bytes_;           // string, bytes and big int payloads
+  // Building only: open-addressing index of item runs by content hash, (hash << 32) | (id + 1)
+  // per slot, 0 = empty; and the spare capacity reserved behind relocated containers.
+  std::vector<std::uint64_t> run_index_;
+  std::uint64_t run_index_used_ = 0;
+  std::unordered_map<ObjectId, std::uint32_t> reserved_;
 };
 
 }  // namespace fragscope::sources
