@@ -66,7 +66,8 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
     std::vector<Piece> pieces;
     std::uint64_t at = seg->addr;
     bool exact = seg->action == Action::kSegmentAlloc;
-    const bool small = seg->pool == Pool::kSmall || (seg->pool == Pool::kUnknown && seg->size <= kSmallBuffer);
+    const bool small =
+        seg->pool == Pool::kSmall || (seg->pool == Pool::kUnknown && seg->size <= kSmallBuffer);
     for (std::size_t i = first; i < last && exact; ++i) {
       if (live[i].addr < at || live[i].addr + live[i].block_size > end) {
         exact = false;
@@ -96,7 +97,8 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       for (std::size_t i = first; i < last; ++i) {
         out.requests.push_back(Request(Action::kAlloc, *seg, live[i].addr, live_request(live[i])));
         out.requests.back().frame = live[i].frame;
-        if (live[i].pending) pending.push_back(Request(Action::kFreeRequested, *seg, live[i].addr, 0));
+        if (live[i].pending)
+          pending.push_back(Request(Action::kFreeRequested, *seg, live[i].addr, 0));
       }
       continue;
     }
@@ -108,7 +110,8 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
     }
     for (const Piece& p : pieces) {
       if (p.block != nullptr) {
-        out.requests.push_back(Request(Action::kAlloc, *seg, p.block->addr, live_request(*p.block)));
+        out.requests.push_back(
+            Request(Action::kAlloc, *seg, p.block->addr, live_request(*p.block)));
         out.requests.back().frame = p.block->frame;
         if (p.block->pending) {
           pending.push_back(Request(Action::kFreeRequested, *seg, p.block->addr, 0));

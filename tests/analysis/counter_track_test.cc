@@ -61,10 +61,12 @@ TEST(CounterTrackTest, SamplesWhenTheCountersChangeAndMarksSegments) {
 
 TEST(CounterTrackTest, UntimedTracesUseTheEventIndex) {
   std::vector<CounterSample> samples;
-  CounterTrack track(model::AllocatorRules{}, [&](const CounterSample& s) {
-    samples.push_back(s);
-    return Status::Ok();
-  }, {});
+  CounterTrack track(model::AllocatorRules{},
+                     [&](const CounterSample& s) {
+                       samples.push_back(s);
+                       return Status::Ok();
+                     },
+                     {});
   ASSERT_TRUE(track.Consume(Make(Action::kSegmentAlloc, 0x1000000, 2 * MiB)).ok());
   ASSERT_TRUE(track.Consume(Make(Action::kAlloc, 0x1000000, 512)).ok());
   ASSERT_EQ(samples.size(), 2u);

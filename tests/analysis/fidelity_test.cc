@@ -5,7 +5,8 @@
 namespace fragscope::analysis {
 namespace {
 
-model::SnapshotSegment Seg(std::uint64_t addr, std::vector<std::pair<std::uint64_t, const char*>> blocks) {
+model::SnapshotSegment Seg(std::uint64_t addr,
+                           std::vector<std::pair<std::uint64_t, const char*>> blocks) {
   model::SnapshotSegment s;
   s.address = addr;
   for (const auto& [size, state] : blocks) {

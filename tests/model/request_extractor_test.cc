@@ -26,12 +26,12 @@ std::vector<Event> Extract(RequestExtractor& x, const std::vector<Event>& in) {
 
 TEST(RequestExtractorTest, KeepsWhatTheProgramAskedFor) {
   RequestExtractor x;
-  const auto out = Extract(x, {Make(Action::kSegmentAlloc, 0x1000, 20 << 20),
-                           Make(Action::kAlloc, 0x1000, 100), Make(Action::kBlock, 0x2000, 300),
-                           Make(Action::kFreeRequested, 0x1000, 100),
-                           Make(Action::kFreeCompleted, 0x1000, 100),
-                           Make(Action::kFreeCompleted, 0x2000, 300),  // no free_requested
-                           Make(Action::kSegmentFree, 0x1000, 20 << 20), Make(Action::kSnapshot)});
+  const auto out =
+      Extract(x, {Make(Action::kSegmentAlloc, 0x1000, 20 << 20), Make(Action::kAlloc, 0x1000, 100),
+                  Make(Action::kBlock, 0x2000, 300), Make(Action::kFreeRequested, 0x1000, 100),
+                  Make(Action::kFreeCompleted, 0x1000, 100),
+                  Make(Action::kFreeCompleted, 0x2000, 300),  // no free_requested
+                  Make(Action::kSegmentFree, 0x1000, 20 << 20), Make(Action::kSnapshot)});
   ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[0].action, Action::kAlloc);
   EXPECT_EQ(out[1].action, Action::kAlloc);  // the block live at the start
@@ -53,8 +53,9 @@ TEST(RequestExtractorTest, AnOomBecomesAnAllocWithAFreshId) {
 }
 
 TEST(RequestExtractorTest, ARunOfSegmentFreesIsOneEmptyCacheWhenAsked) {
-  const std::vector<Event> in = {Make(Action::kSegmentFree, 0x1000), Make(Action::kSegmentFree, 0x9000),
-                                 Make(Action::kAlloc, 0x1000, 1), Make(Action::kSegmentFree, 0x1000)};
+  const std::vector<Event> in = {
+      Make(Action::kSegmentFree, 0x1000), Make(Action::kSegmentFree, 0x9000),
+      Make(Action::kAlloc, 0x1000, 1), Make(Action::kSegmentFree, 0x1000)};
   RequestExtractor plain;
   EXPECT_EQ(Extract(plain, in).size(), 1u);
   RequestExtractor inferring(true);

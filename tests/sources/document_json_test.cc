@@ -28,8 +28,10 @@ TEST(DocumentJsonTest, WritesEveryKind) {
   d.SetItem(root, d.AddString("s"), d.AddString("a\"b\\c\n\x01 é"));
   d.SetItem(root, d.AddString("i"), d.AddInt(-42));
   // 2^64 - 1 as LONG1 bytes (9 bytes: ff x 8, 00) is a big int.
-  d.SetItem(root, d.AddString("u"), d.AddLongBytes(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\x00", 9)));
-  d.SetItem(root, d.AddString("neg"), d.AddLongBytes(std::string("\x00\x00\x00\x00\x00\x00\x00\x00\x80", 9)));
+  d.SetItem(root, d.AddString("u"),
+            d.AddLongBytes(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\x00", 9)));
+  d.SetItem(root, d.AddString("neg"),
+            d.AddLongBytes(std::string("\x00\x00\x00\x00\x00\x00\x00\x00\x80", 9)));
   d.SetItem(root, d.AddString("f"), d.AddFloat(0.5));
   d.SetItem(root, d.AddString("nan"), d.AddFloat(std::numeric_limits<double>::quiet_NaN()));
   d.SetItem(root, d.AddString("b"), d.AddBool(true));
@@ -69,7 +71,12 @@ TEST(DocumentJsonTest, ASelfReferenceHitsTheDepthLimit) {
   DocumentJsonLimits limits;
   limits.max_depth = 50;
   Status st = WriteDocumentJson(
-      d, [&](std::string_view s) { out += s; return Status::Ok(); }, limits);
+      d,
+      [&](std::string_view s) {
+        out += s;
+        return Status::Ok();
+      },
+      limits);
   EXPECT_EQ(st.code(), StatusCode::kLimitExceeded);
   EXPECT_NE(st.message().find("max_depth"), std::string::npos);
 }
@@ -89,7 +96,12 @@ TEST(DocumentJsonTest, SharingThatExplodesHitsTheOutputLimit) {
   limits.max_output_bytes = 8 << 20;
   std::uint64_t written = 0;
   Status st = WriteDocumentJson(
-      d, [&](std::string_view s) { written += s.size(); return Status::Ok(); }, limits);
+      d,
+      [&](std::string_view s) {
+        written += s.size();
+        return Status::Ok();
+      },
+      limits);
   EXPECT_EQ(st.code(), StatusCode::kLimitExceeded);
   EXPECT_LE(written, 8u << 20);
 }

@@ -546,11 +546,12 @@ TEST(TraceReaderErrorTest, AbsurdSizesAreALimit) {
 }
 
 TEST(TraceReaderErrorTest, Actions) {
-  EXPECT_EQ(LineError(R"({"action":"free","addr":1,"size":2})"),
-            R"(t:2: unknown action "free" (valid: alloc, free_requested, free_completed, )"
-            "segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot, step, "
-            "record_stream, stream_sync, empty_cache, set_memory_fraction, set_allocator_settings, "
-            R"(frame); write PyTorch's free_requested and free_completed instead of "free")");
+  EXPECT_EQ(
+      LineError(R"({"action":"free","addr":1,"size":2})"),
+      R"(t:2: unknown action "free" (valid: alloc, free_requested, free_completed, )"
+      "segment_alloc, segment_free, segment_map, segment_unmap, oom, snapshot, step, "
+      "record_stream, stream_sync, empty_cache, set_memory_fraction, set_allocator_settings, "
+      R"(block, frame); write PyTorch's free_requested and free_completed instead of "free")");
   EXPECT_EQ(LineError(R"({"action":"Alloc","addr":1,"size":2})").substr(0, 32),
             R"(t:2: unknown action "Alloc" (val)");
   EXPECT_EQ(

@@ -1,0 +1,148 @@
+"""`fragscope convert`, and snapshots through analyze and replay, on small files of ours.
+
+tests/data/cli/snapshot_small.pickle is a snapshot written with Python's pickle (protocol 4)
+from hand-made dicts (the same as fuzz/corpus/snapshot/small_p4.pickle): one 20 MiB segment
+created in the recorded history, a 4 MiB block live at the end, a 2 MiB block allocated and
+freed, and an oom of 100 MiB with 5 MiB free on the device. evil.pickle would run
+`touch /tmp/fragscope_pwned` if Python's pickle.load read it; it is never loaded here.
+"""
+
+import json
+import os
+import pickle
+import subprocess
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("FRAGSCOPE_BIN", "")
+DATA = os.path.join(SOURCE_DIR, "tests", "data", "cli")
+SMALL = os.path.join(DATA, "snapshot_small.pickle")
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                                reason="FRAGSCOPE_BIN is not set to the built fragscope")
+
+
+def run(*args):
+    return subprocess.run([BIN, *args], capture_output=True, timeout=120)
+
+
+def analyze_json(path):
+    r = run("analyze", path, "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)
+
+
+def test_analyze_snapshot_reports_the_oom_and_the_final_state():
+    report = analyze_json(SMALL)
+    assert report["trace_kind"] == "allocator"
+    assert report["notes"][0].startswith("memory snapshot (pickle, G3): 1 segments, 2 blocks; "
+                                         "6 history entries")
+    [device] = report["devices"]
+    assert device["final"]["all"]["reserved_bytes"] == 20 * MiB
+    assert device["final"]["all"]["allocated_bytes"] == 4 * MiB
+    [oom] = device["oom_diagnoses"]
+    # 16 MiB free in the segment + 5 MiB on the device < 100 MiB: a real shortage.
+    assert oom["cause"] == "shortage"
+    assert oom["free_unusable_bytes"] == 16 * MiB
+    assert oom["device_free_bytes"] == 5 * MiB
+    assert oom["margin_bytes"] == 100 * MiB - 21 * MiB
+    assert device["stranding_sites_at"] == "first oom"
+    assert device["stranding_sites"][0]["site"] == "/u/train.py:3 in fwd"
+    assert device["stranding_sites"][0]["stranded_bytes"] == 16 * MiB
+
+
+def test_text_report_explains_the_oom():
+    r = run("analyze", SMALL, "--no-map")
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    assert "verdict: real shortage" in out
+    assert "Call sites stranding free gaps (at the first oom)" in out
+
+
+def test_convert_to_trace_reads_back_the_same(tmp_path):
+    out = tmp_path / "small.jsonl.zst"
+    r = run("convert", SMALL, "-o", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+    assert b"wrote 6 allocator events" in r.stderr
+    direct = analyze_json(SMALL)["devices"][0]
+    via_trace = analyze_json(str(out))["devices"][0]
+    assert via_trace["final"] == direct["final"]
+    assert via_trace["peak_reserved"] == direct["peak_reserved"]
+    assert via_trace["oom_diagnoses"] == direct["oom_diagnoses"]
+
+
+def test_convert_to_perfetto(tmp_path):
+    out = tmp_path / "small.perfetto.json"
+    r = run("convert", SMALL, "-o", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+    events = json.loads(out.read_text())["traceEvents"]
+    reserved = [e for e in events if e.get("name") == "reserved"]
+    assert reserved and reserved[-1]["args"]["value"] == 20 * MiB
+    assert [e for e in events if e.get("ph") == "i" and e["name"].startswith("OOM")]
+    assert all(e["ts"] >= 0 for e in events if "ts" in e)
+
+
+def test_convert_to_json_equals_pythons_view(tmp_path):
+    out = tmp_path / "small.json"
+    r = run("convert", SMALL, "-o", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+    with open(SMALL, "rb") as f:
+        expected = json.loads(json.dumps(pickle.load(f)))  # our own data file: safe to load
+    assert json.loads(out.read_text()) == expected
+
+
+def test_convert_to_requests_then_replay(tmp_path):
+    out = tmp_path / "requests.jsonl"
+    r = run("convert", SMALL, "-o", str(out), "--to", "requests")
+    assert r.returncode == 0, r.stderr.decode()
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines[0]["kind"] == "request"
+    assert {x["action"] for x in lines[1:]} <= {"frame", "alloc", "free_requested"}
+    assert run("replay", str(out), "--capacity", "1GiB").returncode == 0
+    assert run("replay", str(out), "--capacity", "50MiB").returncode == 1
+
+
+def test_replay_snapshot_compares_with_the_recorded_run():
+    r = run("replay", SMALL, "--json")
+    # The device size is taken from the recorded OOM (20 MiB reserved + 5 MiB free): the 100 MiB
+    # request fails again, so the exit status is 1.
+    assert r.returncode == 1, r.stderr.decode()
+    report = json.loads(r.stdout)
+    [f] = report["fidelity"]
+    assert f["complete_history"] is True
+    assert f["segment_agreement"] == 1.0
+    assert f["real_peak_reserved_bytes"] == f["sim_peak_reserved_bytes"] == 20 * MiB
+    assert any("capacity taken from its recorded OOM" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize("command", ["analyze", "replay", "convert"])
+def test_malicious_pickle_is_refused(tmp_path, command):
+    args = [command, os.path.join(DATA, "evil.pickle")]
+    if command == "convert":
+        args += ["-o", str(tmp_path / "x.jsonl")]
+    r = run(*args)
+    assert r.returncode == 2
+    message = r.stderr.decode()
+    assert "GLOBAL" in message and "byte 2" in message, message
+    assert not os.path.exists("/tmp/fragscope_pwned")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_truncated_pickle_names_the_offset():
+    r = run("analyze", os.path.join(DATA, "snapshot_truncated.pickle"))
+    assert r.returncode == 2
+    assert b"snapshot_truncated.pickle: byte" in r.stderr
+
+
+def test_convert_usage_errors(tmp_path):
+    r = run("convert", SMALL, "-o", str(tmp_path / "x.txt"))
+    assert r.returncode == 2
+    assert b"cannot tell the format" in r.stderr
+    trace = os.path.join(SOURCE_DIR, "tests", "data", "sample", "gpt_tiny_3steps.jsonl.gz")
+    r = run("convert", trace, "-o", str(tmp_path / "x.json"))
+    assert r.returncode == 2
+    assert b"--to json converts snapshots" in r.stderr
