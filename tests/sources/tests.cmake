@@ -17,3 +17,12 @@ target_link_libraries(trace_reader_fuzz_replay PRIVATE fragscope_sources)
 fragscope_set_warnings(trace_reader_fuzz_replay)
 add_test(NAME trace_reader_fuzz_replay
   COMMAND trace_reader_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/trace_reader)
+
+add_executable(pickle_reader_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/pickle_reader_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(pickle_reader_fuzz_replay PRIVATE fragscope_sources)
+fragscope_set_warnings(pickle_reader_fuzz_replay)
+add_test(NAME pickle_reader_fuzz_replay
+  COMMAND pickle_reader_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/pickle_reader)
+
