@@ -18,6 +18,8 @@ build_dir=build/fuzz  # the fuzz preset's binaryDir
 declare -A max_len=(
   [trace_reader]=16384
   [alloc_conf]=4096  # a conf string; PyTorch's are < 200 bytes, the parser caps at 64 KiB
+  # Room for the small snapshot fixtures (2-8 KiB) and for payloads beyond small caps.
+  [pickle_reader]=16384
   [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
 )
 

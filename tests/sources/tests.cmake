@@ -28,3 +28,25 @@ target_link_libraries(trace_reader_fuzz_replay PRIVATE fragscope_sources)
 fragscope_set_warnings(trace_reader_fuzz_replay)
 add_test(NAME trace_reader_fuzz_replay
   COMMAND trace_reader_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/trace_reader)
+
+add_executable(pickle_reader_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/pickle_reader_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(pickle_reader_fuzz_replay PRIVATE fragscope_sources)
+fragscope_set_warnings(pickle_reader_fuzz_replay)
+add_test(NAME pickle_reader_fuzz_replay
+  COMMAND pickle_reader_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/pickle_reader)
+
+# Whole snapshot files: our fixtures, and the real ones in shared/ (read in place; never copied
+# here because of their licences; skipped when shared/ is not beside the repository).
+# A git worktree under <repo>/../wt/<name> finds shared/ one level further up.
+set(_shared_snapshots "${PROJECT_SOURCE_DIR}/../shared/snapshots")
+if(NOT IS_DIRECTORY "${_shared_snapshots}" AND
+   IS_DIRECTORY "${PROJECT_SOURCE_DIR}/../../shared/snapshots")
+  set(_shared_snapshots "${PROJECT_SOURCE_DIR}/../../shared/snapshots")
+endif()
+set(FRAGSCOPE_SHARED_SNAPSHOTS "${_shared_snapshots}" CACHE PATH
+  "Folder with the real snapshots (real/, synthetic/) that snapshot_corpus_test reads in place")
+fragscope_add_test(sources/snapshot_corpus_test.cc LIBS fragscope_sources)
+target_compile_definitions(sources_snapshot_corpus_test PRIVATE
+  FRAGSCOPE_SHARED_SNAPSHOTS="${FRAGSCOPE_SHARED_SNAPSHOTS}")

@@ -477,9 +477,16 @@ class Unpickler {
       end_ = begin_ + n;
       return;
     }
-    capacity_ = std::max(kStreamBufferBytes, head.size());
+    // A small input of known size gets a small buffer (64 KiB at least: compressed input
+    // decodes to more than its raw size). Anything can be read with any buffer size.
+    constexpr std::size_t kMinBufferBytes = std::size_t{64} << 10;
+    const std::uint64_t raw = rest_->raw_bytes_total();
+    capacity_ = raw > 0 && raw < kStreamBufferBytes
+                    ? std::max(kMinBufferBytes, static_cast<std::size_t>(raw))
+                    : kStreamBufferBytes;
+    capacity_ = std::max(capacity_, head.size());
     buffer_.reset(new char[capacity_]);
-    std::memcpy(buffer_.get(), head.data(), head.size());
+    if (!head.empty()) std::memcpy(buffer_.get(), head.data(), head.size());
     begin_ = p_ = buffer_.get();
     end_ = begin_ + head.size();
     if (head.size() > limits_.max_input_bytes) {
