@@ -146,8 +146,10 @@ class Allocator:
 
     def new_segment(self, device, size, stream, kind):
         addr = self.next_addr[device]
-        self.next_addr[device] += size + 2 * MIB  # leave gaps between segments
         expandable = self.expandable and kind == "large"
+        # Leave gaps between segments; an expandable one gets room to grow (grow_expandable maps
+        # pages behind its end), as its virtual address reservation would.
+        self.next_addr[device] += size + (256 * MIB if expandable else 2 * MIB)
         seg = Segment(device, addr, size, stream, kind, expandable)
         self.segments.append(seg)
         action = "segment_map" if expandable else "segment_alloc"
