@@ -139,6 +139,12 @@ void SnapshotReader::Prepare() {
     header_.devices.push_back(info);
     BuildDevice(d);
   }
+  if (history_warnings_ > kMaxHistoryWarnings) {
+    warnings_.push_back(
+        fmt::format("... {} disagreements between the history and the segments "
+                    "in all",
+                    history_warnings_));
+  }
 }
 
 // Walks device `device`'s history backwards from the final segments to the state at its start.
@@ -150,7 +156,8 @@ void SnapshotReader::BuildDevice(std::int32_t device) {
   std::vector<SnapshotTraceEntry>* entries =
       d < s.device_traces.size() ? &s.device_traces[d] : nullptr;
   plan.entries = entries;
-  auto warn = [&](const SnapshotTraceEntry& e, std::string what) {
+  auto warn = [&](const SnapshotTraceEntry& e, std::string_view what) {
+    if (++history_warnings_ > kMaxHistoryWarnings) return;  // counted; Prepare() says how many
     warnings_.push_back(fmt::format("device_traces[{}][{}] ({} at {}): {}", device, e.entry,
                                     ActionName(e.action), FormatAddress(e.addr), what));
   };

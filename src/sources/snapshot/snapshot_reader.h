@@ -105,7 +105,9 @@ class SnapshotReader final : public TraceReader {
   TraceHeader header_;
   std::vector<Frame> frames_;
   std::vector<std::int32_t> site_of_stack_;
+  static constexpr std::uint64_t kMaxHistoryWarnings = 50;
   std::vector<std::string> warnings_;
+  std::uint64_t history_warnings_ = 0;
   std::string recorded_conf_;
   std::vector<std::string> conf_notes_;
   std::vector<std::int32_t> with_history_;
