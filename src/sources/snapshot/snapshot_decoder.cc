@@ -1,9 +1,11 @@
 // DecodeSnapshot: Document -> Snapshot. See snapshot.h for the rules.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -123,10 +125,20 @@ class Decoder {
 
   // ---- Stacks.
 
-  std::int32_t Frame(Value frame) {
-    if (const std::optional<ObjectId> id = doc_.Id(frame)) {
-      if (auto it = frame_by_object_.find(*id); it != frame_by_object_.end()) return it->second;
+  // The memo of an object: a dense table over the Document's object ids (kUnseen = none yet).
+  static constexpr std::int32_t kUnseen = -2;
+  std::int32_t* Memo(std::vector<std::int32_t>& table, Value v) {
+    const std::optional<ObjectId> id = doc_.Id(v);
+    if (!id) return nullptr;
+    if (*id >= table.size()) {
+      table.resize(std::max<std::size_t>(*id + 1, doc_.object_count()), kUnseen);
     }
+    return &table[*id];
+  }
+
+  std::int32_t Frame(Value frame) {
+    std::int32_t* memo = Memo(frame_of_object_, frame);
+    if (memo != nullptr && *memo != kUnseen) return *memo;
     SnapshotFrame f;
     if (auto name = doc_.Find(frame, "name")) f.name = doc_.AsString(*name).value_or("");
     if (auto file = doc_.Find(frame, "filename")) f.filename = doc_.AsString(*file).value_or("");
@@ -139,19 +151,26 @@ class Decoder {
     auto [it, inserted] = frame_by_content_.try_emplace(
         std::move(key), static_cast<std::int32_t>(out_.frames.size()));
     if (inserted) out_.frames.push_back(std::move(f));
-    if (const std::optional<ObjectId> id = doc_.Id(frame)) frame_by_object_[*id] = it->second;
+    if (memo != nullptr) *memo = it->second;
     return it->second;
   }
 
   // A stack (list of frame dicts) as an index into out_.stacks; -1 when absent or empty.
   std::int32_t Stack(std::optional<Value> frames) {
     if (!frames || !frames->is_sequence()) return -1;
-    const std::optional<ObjectId> id = doc_.Id(*frames);
-    if (id) {
-      if (auto it = stack_by_object_.find(*id); it != stack_by_object_.end()) return it->second;
+    std::int32_t* memo = Memo(stack_of_object_, *frames);
+    if (memo != nullptr && *memo != kUnseen) return *memo;
+    const auto items = doc_.Items(*frames);
+    // Lists with equal items share their storage in the Document: a fresh list with the frames
+    // of a known stack (PyTorch makes many) is found by its items' address, in one lookup.
+    const RunKey run{items.data(), items.size()};
+    if (!items.empty()) {
+      if (auto it = stack_by_run_.find(run); it != stack_by_run_.end()) {
+        if (memo != nullptr) *memo = it->second;
+        return it->second;
+      }
     }
     std::int32_t result = -1;
-    const auto items = doc_.Items(*frames);
     if (!items.empty()) {
       std::vector<std::uint32_t> stack;
       stack.reserve(items.size());
@@ -164,7 +183,8 @@ class Decoder {
         out_.stacks.push_back(std::move(stack));
       }
     }
-    if (id) stack_by_object_[*id] = result;
+    if (!items.empty()) stack_by_run_.emplace(run, result);
+    if (memo != nullptr) *memo = result;  // Frame() resizes only frame_of_object_
     return result;
   }
 
@@ -530,9 +550,20 @@ class Decoder {
   Snapshot& out_;
   std::size_t suppressed_warnings_ = 0;
   bool saw_block_address_ = false;
-  std::unordered_map<ObjectId, std::int32_t> frame_by_object_;
+  struct RunKey {
+    const Value* data;
+    std::size_t size;
+    bool operator==(const RunKey&) const = default;
+  };
+  struct RunHash {
+    std::size_t operator()(const RunKey& k) const {
+      return std::hash<const void*>()(k.data) ^ (k.size * 0x9e3779b97f4a7c15ULL);
+    }
+  };
+  std::vector<std::int32_t> frame_of_object_;  // by ObjectId; kUnseen until decoded
+  std::vector<std::int32_t> stack_of_object_;
+  std::unordered_map<RunKey, std::int32_t, RunHash> stack_by_run_;
   std::unordered_map<std::string, std::int32_t> frame_by_content_;
-  std::unordered_map<ObjectId, std::int32_t> stack_by_object_;
 };
 
 bool IsPythonFile(std::string_view filename) {
