@@ -252,13 +252,13 @@ Value Document::AddObject(unsigned tag, std::uint64_t word, std::uint32_t size) 
 
 Value Document::AddString(std::string_view utf8) {
   std::uint64_t offset = bytes_.size();
-  bytes_.append(utf8);
+  bytes_.Append(utf8.data(), utf8.size());
   return AddObject(kTagString, offset, static_cast<std::uint32_t>(utf8.size()));
 }
 
 Value Document::AddBytes(std::string_view bytes) {
   std::uint64_t offset = bytes_.size();
-  bytes_.append(bytes);
+  bytes_.Append(bytes.data(), bytes.size());
   return AddObject(kTagBytes, offset, static_cast<std::uint32_t>(bytes.size()));
 }
 
@@ -278,7 +278,7 @@ Value Document::AddLongBytes(std::string_view le_bytes) {
     return AddInt(static_cast<std::int64_t>(u));
   }
   std::uint64_t offset = bytes_.size();
-  bytes_.append(le_bytes.substr(0, n));
+  bytes_.Append(le_bytes.data(), n);
   return AddObject(kTagBigInt, offset, static_cast<std::uint32_t>(n));
 }
 
@@ -296,10 +296,17 @@ void Document::Append(Value list, Value item) { Append(list, std::span<const Val
 void Document::Append(Value list, std::span<const Value> items) {
   if (items.empty()) return;
   const ObjectId id = IdOf(list.bits_);
-  bool first = false;
-  Value* to = Extend(items_, id, items.size(), &first);
+  if (size_[id] == 0) {
+    // First items: share an equal run if there is one, without writing anything.
+    const std::uint32_t hash = HashRun(items);
+    if (ShareRun(id, items, hash)) return;
+    Value* to = Extend(items_, id, items.size());
+    std::memcpy(static_cast<void*>(to), items.data(), items.size() * sizeof(Value));
+    IndexRun(id, hash);
+    return;
+  }
+  Value* to = Extend(items_, id, items.size());
   std::memcpy(static_cast<void*>(to), items.data(), items.size() * sizeof(Value));
-  if (first) ShareRun(items_, id);
 }
 
 void Document::SetItem(Value dict, Value key, Value value) {
@@ -310,8 +317,7 @@ void Document::SetItem(Value dict, Value key, Value value) {
 void Document::SetItems(Value dict, std::span<const Value> keys_and_values) {
   const std::size_t n = keys_and_values.size() / 2;
   if (n == 0) return;
-  bool first = false;
-  Entry* to = Extend(entries_, IdOf(dict.bits_), n, &first);
+  Entry* to = Extend(entries_, IdOf(dict.bits_), n);
   for (std::size_t i = 0; i < n; ++i) {
     to[i].first = keys_and_values[2 * i];
     to[i].second = keys_and_values[2 * i + 1];
@@ -332,19 +338,15 @@ Value Document::AddFloat(double d) {
 }
 
 template <typename T>
-T* Document::Extend(std::vector<T>& arena, ObjectId id, std::size_t add, bool* first) {
+T* Document::Extend(internal::PodBuffer<T>& arena, ObjectId id, std::size_t add) {
   const std::uint64_t offset = word_[id];
   const std::uint32_t count = size_[id];
   const std::size_t end = arena.size();
-  *first = count == 0;
   if (count == 0 || offset + count == end) {
     // The common case: the first (often only) batch, or more behind a run that ends the arena.
-    // resize() zero-fills before the caller's copy; both passes are vectorised, which beats the
-    // element-wise copy that insert() does for a type with a default member initialiser.
-    arena.resize(end + add);
     if (count == 0) word_[id] = end;
     size_[id] = static_cast<std::uint32_t>(count + add);
-    return arena.data() + end;
+    return arena.Extend(add);
   }
   if (auto it = reserved_.find(id); it != reserved_.end() && count + add <= it->second) {
     size_[id] = static_cast<std::uint32_t>(count + add);
@@ -354,22 +356,38 @@ T* Document::Extend(std::vector<T>& arena, ObjectId id, std::size_t add, bool* f
   // count). The old run stays where it is: other containers may share it.
   const std::uint64_t needed = std::uint64_t{count} + add;
   const std::uint64_t capacity = std::min<std::uint64_t>(needed * 2, UINT32_MAX);
-  arena.resize(end + capacity);
-  std::copy_n(arena.begin() + static_cast<std::ptrdiff_t>(offset), count,
-              arena.begin() + static_cast<std::ptrdiff_t>(end));
+  T* fresh = arena.Extend(capacity);
+  std::memcpy(static_cast<void*>(fresh), arena.data() + offset, count * sizeof(T));
+  std::memset(static_cast<void*>(fresh + needed), 0, (capacity - needed) * sizeof(T));
   word_[id] = end;
   size_[id] = static_cast<std::uint32_t>(needed);
   reserved_[id] = static_cast<std::uint32_t>(capacity);
-  return arena.data() + end + count;
+  return fresh + count;
 }
 
-template <typename T>
-void Document::ShareRun(std::vector<T>& arena, ObjectId id) {
-  // REQUIRES: id's run was just written at the arena's end.
-  const std::uint64_t offset = word_[id];
-  const std::uint32_t count = size_[id];
-  std::span<const T> run(arena.data() + offset, count);
-  const std::uint32_t hash = HashRun(run);
+bool Document::ShareRun(ObjectId id, std::span<const Value> items, std::uint32_t hash) {
+  if (run_index_.empty()) return false;
+  const std::size_t mask = run_index_.size() - 1;
+  for (std::size_t i = hash & mask; run_index_[i] != 0; i = (i + 1) & mask) {
+    const std::uint64_t slot = run_index_[i];
+    if (static_cast<std::uint32_t>(slot >> 32) != hash) continue;
+    const auto other = static_cast<ObjectId>((slot & 0xffffffffu) - 1);
+    // The other container may have grown or moved since; its first items are still the ones
+    // it was indexed with (runs only ever grow at the back).
+    if (size_[other] < items.size()) continue;
+    const Value* run = items_.data() + word_[other];
+    if (std::memcmp(static_cast<const void*>(run), static_cast<const void*>(items.data()),
+                    items.size() * sizeof(Value)) != 0) {
+      continue;
+    }
+    word_[id] = word_[other];
+    size_[id] = static_cast<std::uint32_t>(items.size());
+    return true;
+  }
+  return false;
+}
+
+void Document::IndexRun(ObjectId id, std::uint32_t hash) {
   if ((run_index_used_ + 1) * 2 > run_index_.size()) {
     // Grow to keep the load below 1/2; the slots carry their hashes, so nothing is rehashed.
     std::vector<std::uint64_t> old = std::move(run_index_);
@@ -384,22 +402,7 @@ void Document::ShareRun(std::vector<T>& arena, ObjectId id) {
   }
   const std::size_t mask = run_index_.size() - 1;
   std::size_t i = hash & mask;
-  for (; run_index_[i] != 0; i = (i + 1) & mask) {
-    std::uint64_t slot = run_index_[i];
-    if (static_cast<std::uint32_t>(slot >> 32) != hash) continue;
-    auto other = static_cast<ObjectId>((slot & 0xffffffffu) - 1);
-    // The other container may have grown or moved since; its first `count` items are still
-    // the ones it was indexed with (runs only ever grow at the back).
-    if (size_[other] < count) continue;
-    const T* items = arena.data() + word_[other];
-    if (std::memcmp(static_cast<const void*>(items), static_cast<const void*>(run.data()),
-                    count * sizeof(T)) != 0) {
-      continue;
-    }
-    word_[id] = word_[other];
-    arena.resize(offset);  // the run just written was the arena's tail
-    return;
-  }
+  while (run_index_[i] != 0) i = (i + 1) & mask;
   run_index_[i] = (std::uint64_t{hash} << 32) | (std::uint64_t{id} + 1);
   ++run_index_used_;
 }
@@ -408,11 +411,11 @@ void Document::FinishBuilding() {
   std::vector<std::uint64_t>().swap(run_index_);
   run_index_used_ = 0;
   std::unordered_map<ObjectId, std::uint32_t>().swap(reserved_);
-  word_.shrink_to_fit();
-  size_.shrink_to_fit();
-  items_.shrink_to_fit();
-  entries_.shrink_to_fit();
-  bytes_.shrink_to_fit();
+  word_.ShrinkToFit();
+  size_.ShrinkToFit();
+  items_.ShrinkToFit();
+  entries_.ShrinkToFit();
+  bytes_.ShrinkToFit();
 }
 
 std::uint64_t Document::heap_bytes() const {
@@ -420,7 +423,7 @@ std::uint64_t Document::heap_bytes() const {
                         size_.capacity() * sizeof(std::uint32_t) +
                         items_.capacity() * sizeof(Value) + entries_.capacity() * sizeof(Entry) +
                         run_index_.capacity() * sizeof(std::uint64_t);
-  if (bytes_.capacity() > 15) total += bytes_.capacity() + 1;  // beyond the small-string buffer
+  total += bytes_.capacity();
   // An unordered_map node holds the pair and a next pointer; the buckets are one pointer each.
   total += reserved_.size() * 32 + reserved_.bucket_count() * sizeof(void*);
   return total;

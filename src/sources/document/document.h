@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "sources/document/pod_buffer.h"
+
 namespace fragscope::sources {
 
 enum class ValueKind : std::uint8_t {
@@ -150,11 +152,12 @@ class Document {
   // Storage is private to document.cc: flat arenas, so that a dict of six entries costs about
   // what its six key/value handles do (see document.cc).
   // Makes room for `add` more items of container `id` and returns where they go; the caller
-  // writes them all before anything else touches the arena. *first = it had none before.
+  // writes them all before anything else touches the arena.
   template <typename T>
-  T* Extend(std::vector<T>& arena, ObjectId id, std::size_t add, bool* first);
-  template <typename T>
-  void ShareRun(std::vector<T>& arena, ObjectId id);
+  T* Extend(internal::PodBuffer<T>& arena, ObjectId id, std::size_t add);
+  // For a list or tuple receiving its first items: points it at an equal run if one exists.
+  bool ShareRun(ObjectId id, std::span<const Value> items, std::uint32_t hash);
+  void IndexRun(ObjectId id, std::uint32_t hash);
   Value AddObject(unsigned tag, std::uint64_t word, std::uint32_t size);
 
   Value root_;
@@ -162,11 +165,11 @@ class Document {
   // Per stored object, indexed by ObjectId: the arena offset (containers, strings, bytes, big
   // ints) or the bits (floats, int64s too big for the handle); and the item, entry or byte
   // count.
-  std::vector<std::uint64_t> word_;
-  std::vector<std::uint32_t> size_;
-  std::vector<Value> items_;    // list and tuple items, one run per container
-  std::vector<Entry> entries_;  // dict entries, one run per dict
-  std::string bytes_;           // string, bytes and big int payloads
+  internal::PodBuffer<std::uint64_t> word_;
+  internal::PodBuffer<std::uint32_t> size_;
+  internal::PodBuffer<Value> items_;    // list and tuple items, one run per container
+  internal::PodBuffer<Entry> entries_;  // dict entries, one run per dict
+  internal::PodBuffer<char> bytes_;     // string, bytes and big int payloads
   // Building only: open-addressing index of item runs by content hash, (hash << 32) | (id + 1)
   // per slot, 0 = empty; and the spare capacity reserved behind relocated containers.
   std::vector<std::uint64_t> run_index_;

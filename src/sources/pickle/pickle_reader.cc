@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "sources/document/pod_buffer.h"
 #include "sources/document/read_from.h"
 
 namespace fragscope::sources {
@@ -429,6 +430,12 @@ class ValueStack {
     return true;
   }
   void pop_back() { --size_; }
+  // Pushes without growing; false when full.
+  [[gnu::always_inline]] bool TryPush(Value v) {
+    if (size_ == capacity_) return false;
+    data_[size_++] = v;
+    return true;
+  }
   // REQUIRES: n <= size() (the machine only ever cuts the stack back).
   void resize(std::size_t n) { size_ = n; }
 
@@ -606,7 +613,7 @@ class Unpickler {
     Value value;
     bool set = false;
   };
-  std::vector<MemoSlot> memo_;
+  internal::PodBuffer<MemoSlot> memo_;
   std::unordered_map<std::uint64_t, Value> sparse_memo_;
   std::uint64_t memo_count_ = 0;  // keys that hold a value (Python's len(memo))
   std::string scratch_;
@@ -770,7 +777,9 @@ bool Unpickler::MemoPut(std::uint64_t index) {
       return Fail(LimitError("the memo holds more than " + Limit(limits_.max_memo, "max_memo") +
                              " entries"));
     }
-    memo_.resize(index + 1);
+    const std::size_t old_size = memo_.size();
+    MemoSlot* fresh = memo_.Extend(index + 1 - old_size);
+    std::fill(fresh, fresh + (index + 1 - old_size), MemoSlot{});
     memo_[index] = {v, true};
     ++memo_count_;
   } else {
@@ -911,6 +920,31 @@ bool Unpickler::Long(std::uint64_t n) {
 
 Result<Document> Unpickler::Run() {
   for (;;) {
+    // Fast path for runs of BINGET and LONG_BINGET, most of a snapshot's opcodes (list items
+    // and dict keys): locals only, no dispatch. Anything unusual (a missing key, a full
+    // stack, the end of the window) leaves it for the general path below.
+    {
+      const char* p = p_;
+      const char* const end = end_;
+      const MemoSlot* const memo = memo_.data();
+      const std::size_t memo_size = memo_.size();
+      while (end - p >= 5) {
+        std::uint64_t index;
+        std::ptrdiff_t length;
+        if (static_cast<std::uint8_t>(*p) == kBinGet) {
+          index = static_cast<unsigned char>(p[1]);
+          length = 2;
+        } else if (static_cast<std::uint8_t>(*p) == kLongBinGet) {
+          index = Le32(p + 1);
+          length = 5;
+        } else {
+          break;
+        }
+        if (index >= memo_size || !memo[index].set || !stack_.TryPush(memo[index].value)) break;
+        p += length;
+      }
+      p_ = p;
+    }
     if (p_ == end_ && !Fill(1)) {
       op_start_ = p_;
       if (!stream_status_.ok() || capped_) return InputEnded("");
@@ -990,7 +1024,15 @@ Result<Document> Unpickler::Run() {
         FRAGSCOPE_PICKLE_NEED(1);
         std::size_t n = static_cast<unsigned char>(*p_++);
         FRAGSCOPE_PICKLE_NEED(n);
-        Value v = doc_.AddLongBytes(std::string_view(p_, n));
+        Value v;
+        if (n > 0 && n <= 8) {
+          // Addresses, sizes and times: sign-extend the n bytes here.
+          std::uint64_t u = (static_cast<unsigned char>(p_[n - 1]) & 0x80) ? ~std::uint64_t{0} : 0;
+          for (std::size_t i = n; i-- > 0;) u = (u << 8) | static_cast<unsigned char>(p_[i]);
+          v = doc_.AddInt(static_cast<std::int64_t>(u));
+        } else {
+          v = doc_.AddLongBytes(std::string_view(p_, n));
+        }
         p_ += n;
         FRAGSCOPE_PICKLE_RUN(CheckObjects());
         FRAGSCOPE_PICKLE_RUN(Push(v));
@@ -1164,6 +1206,13 @@ Result<Document> Unpickler::Run() {
 
       // -- Memo.
       case kMemoize:
+        // Protocol 4 memoises every container and string, in order: a dense append.
+        if (memo_count_ == memo_.size() && stack_.size() > FrameBegin() &&
+            memo_count_ + sparse_memo_.size() < limits_.max_memo) [[likely]] {
+          memo_.push_back({stack_.back(), true});
+          ++memo_count_;
+          break;
+        }
         FRAGSCOPE_PICKLE_RUN(MemoPut(memo_count_));
         break;
       case kBinPut:
