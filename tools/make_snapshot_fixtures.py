@@ -478,6 +478,52 @@ class StreamPickler:
         self._flush(force=True)
 
 
+class StackWriter:
+    """Writes the `frames` of trace entries as real files share them: the same stack list
+    object now and then (a memo reference), more often a fresh list with the frames of a known
+    stack, sometimes a new stack of 30-90 frames; at most 300 frame dicts and 2,000 stacks, each
+    memoised once. `key(k)` writes a dict key (memoised)."""
+
+    def __init__(self, p, rng, key):
+        self.p, self.rng, self.key = p, rng, key
+        self.frames = []  # memo index of each frame dict
+        self.stacks = []  # (memo index of the list, its frames)
+
+    def write(self):
+        p, rng, key, frames, stacks = self.p, self.rng, self.key, self.frames, self.stacks
+        r = rng.random()
+        if stacks and r < 0.25:
+            p.get(rng.choice(stacks)[0])
+            return
+        if stacks and r < 0.9:
+            content = list(rng.choice(stacks)[1])
+        else:
+            content = [None if len(frames) < 300 and (not frames or rng.random() < 0.3)
+                       else rng.choice(frames) for _ in range(rng.randint(30, 90))]
+        p.op(b"]")
+        list_memo = p.memoize()
+        p.op(b"(")
+        for k, frame in enumerate(content):
+            if frame is None:  # a new frame dict
+                p.op(b"}")
+                frame = p.memoize()
+                p.op(b"(")
+                key("name")
+                p.str("fn_%d" % len(frames))
+                key("filename")
+                p.str("/src/module_%d.py" % (len(frames) % 40))
+                key("line")
+                p.int(len(frames) * 3)
+                p.op(b"u")
+                frames.append(frame)
+                content[k] = frame
+            else:
+                p.get(frame)
+        p.op(b"e")
+        if len(stacks) < 2000:
+            stacks.append((list_memo, content))
+
+
 def write_big(path, entries, seed=3):
     rng = random.Random(seed)
     with open(path, "wb") as fh:
@@ -490,6 +536,7 @@ def write_big(path, entries, seed=3):
             else:
                 keys[k] = p.str(k)
 
+        stack_writer = StackWriter(p, rng, key)
         # {"segments": [one segment], "device_traces": [[entries...]]}
         p.op(b"}")
         p.memoize()
@@ -499,9 +546,6 @@ def write_big(path, entries, seed=3):
         p.memoize()
         p.op(b"]")
         p.memoize()
-        # Up to 300 frame dicts and 2,000 distinct stacks (30-90 frames), memoised once each.
-        frames = []  # memo index of each frame dict
-        stacks = []  # (memo index of the list, its frames)
         actions = {}
         base = 0x7F3A00000000
         live = []
@@ -537,43 +581,7 @@ def write_big(path, entries, seed=3):
             key("time_us")
             p.int(1708187029490966 + i * 37)
             key("frames")
-            # As in real files: the same stack list object now and then, more often a fresh
-            # list with the frames of a known stack, sometimes a new stack.
-            r = rng.random()
-            if stacks and r < 0.25:
-                p.get(rng.choice(stacks)[0])
-            else:
-                if stacks and r < 0.9:
-                    content = rng.choice(stacks)[1]
-                else:
-                    content = []
-                    for _ in range(rng.randint(30, 90)):
-                        if len(frames) < 300 and (not frames or rng.random() < 0.3):
-                            content.append(None)  # a new frame dict, made below
-                        else:
-                            content.append(rng.choice(frames))
-                p.op(b"]")
-                list_memo = p.memoize()
-                p.op(b"(")
-                for k, frame in enumerate(content):
-                    if frame is None:
-                        p.op(b"}")
-                        frame = p.memoize()
-                        p.op(b"(")
-                        key("name")
-                        p.str("fn_%d" % len(frames))
-                        key("filename")
-                        p.str("/src/module_%d.py" % (len(frames) % 40))
-                        key("line")
-                        p.int(len(frames) * 3)
-                        p.op(b"u")
-                        frames.append(frame)
-                        content[k] = frame
-                    else:
-                        p.get(frame)
-                p.op(b"e")
-                if len(stacks) < 2000:
-                    stacks.append((list_memo, content))
+            stack_writer.write()
             p.op(b"u")  # SETITEMS
         p.op(b"e")
         p.op(b"a")  # APPEND the device list to device_traces

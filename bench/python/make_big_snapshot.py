@@ -18,7 +18,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
-from make_snapshot_fixtures import StreamPickler  # noqa: E402
+from make_snapshot_fixtures import StackWriter, StreamPickler  # noqa: E402
 
 MIB = 1 << 20
 
@@ -57,40 +57,7 @@ def main(argv):
             else:
                 strs[s] = p.str(s)
 
-        frames, stacks = [], []
-
-        def stack():
-            r = rng.random()
-            if stacks and r < 0.25:
-                p.get(rng.choice(stacks)[0])
-                return
-            if stacks and r < 0.9:
-                content = list(rng.choice(stacks)[1])
-            else:
-                content = [None if len(frames) < 300 and (not frames or rng.random() < 0.3)
-                           else rng.choice(frames) for _ in range(rng.randint(30, 90))]
-            p.op(b"]")
-            memo = p.memoize()
-            p.op(b"(")
-            for k, frame in enumerate(content):
-                if frame is None:
-                    p.op(b"}")
-                    frame = p.memoize()
-                    p.op(b"(")
-                    key("name")
-                    p.str("fn_%d" % len(frames))
-                    key("filename")
-                    p.str("/src/module_%d.py" % (len(frames) % 40))
-                    key("line")
-                    p.int(len(frames) * 3)
-                    p.op(b"u")
-                    frames.append(frame)
-                    content[k] = frame
-                else:
-                    p.get(frame)
-            p.op(b"e")
-            if len(stacks) < 2000:
-                stacks.append((memo, content))
+        stack_writer = StackWriter(p, rng, key)
 
         count = 0
 
@@ -116,7 +83,7 @@ def main(argv):
             key("time_us")
             p.int(t)
             key("frames")
-            stack()
+            stack_writer.write()
             p.op(b"u")
 
         p.op(b"}")
