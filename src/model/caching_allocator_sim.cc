@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <memory_resource>
@@ -250,7 +252,7 @@ struct CachingAllocatorSim::Impl {
             std::uint64_t block_size = 0, Pool pool = Pool::kUnknown);
 
   // Allocation (§4).
-  Result<std::uint64_t> Malloc(std::uint64_t request, std::uint64_t stream);
+  Status Malloc(std::uint64_t request, std::uint64_t stream, Allocation* out);
   BlockId GetFreeBlock(std::uint8_t pool, std::uint64_t stream, std::uint64_t size);
   std::uint64_t Potential(BlockId id) const;
   BlockId AllocBlock(std::uint8_t pool, std::uint64_t stream, std::uint64_t size,
@@ -266,13 +268,27 @@ struct CachingAllocatorSim::Impl {
   void UnmapBlock(BlockId id);
   void ReleaseExpandableSegment(BlockId id);
   void GarbageCollect();
-  std::uint64_t AllocFoundBlock(BlockId id, std::uint64_t request, std::uint64_t size, bool split);
+  BlockId AllocFoundBlock(BlockId id, std::uint64_t request, std::uint64_t size, bool split);
   Status OutOfMemory(std::uint64_t request, std::uint64_t size, std::uint64_t alloc_size,
                      std::uint64_t stream);
 
   // Free path and events (§5).
   Status Free(std::uint64_t addr);
+  void FreeAllocated(BlockId id);
   void FreeBlock(BlockId id);
+  void RecordStream(BlockId id, std::uint64_t stream);
+  // The address index is built on the first address-based call (Free, RecordStream) and kept
+  // from then on; a caller that uses handles only never pays for it.
+  void EnsureAddressIndex();
+  // A handle-API precondition; checked in builds with FRAGSCOPE_DEBUG_CHECKS.
+  void CheckHandle([[maybe_unused]] BlockId id) const {
+#if defined(FRAGSCOPE_DEBUG_CHECKS)
+    if (id >= blocks.size() || !blocks[id].live || !blocks[id].allocated) {
+      std::fprintf(stderr, "CachingAllocatorSim: invalid block handle %u\n", id);
+      std::abort();
+    }
+#endif
+  }
   void InsertEvents(BlockId id);
   void ProcessEvents();
   void SynchronizeAndFreeEvents();
@@ -297,7 +313,8 @@ struct CachingAllocatorSim::Impl {
   std::vector<PoolState> pools;  // [kSmallPool], [kLargePool]
   std::vector<BlockRec> blocks;
   std::vector<BlockId> free_ids;
-  AddressIndex allocated;  // address -> block id of allocated blocks
+  AddressIndex allocated;          // address -> block id of allocated blocks, if indexed
+  bool addresses_indexed = false;  // `allocated` is built and maintained
   std::uint64_t num_allocated = 0;
   std::uint64_t total_reserved = 0;
 
@@ -478,13 +495,16 @@ void CachingAllocatorSim::Impl::Emit(Action action, std::uint64_t addr, std::uin
 // ---------------------------------------------------------------------------------------------
 // Allocation (§4)
 
-Result<std::uint64_t> CachingAllocatorSim::Impl::Malloc(std::uint64_t request,
-                                                        std::uint64_t stream) {
+Status CachingAllocatorSim::Impl::Malloc(std::uint64_t request, std::uint64_t stream,
+                                         Allocation* out) {
   if (request >= kOneExbibyte) {
     return Status::InvalidArgument("CUDA out of memory. Tried to allocate more than 1EB memory.");
   }
-  if (request == 0) return std::uint64_t{0};  // §2: a null pointer, the allocator is not called
-  ProcessEvents();                            // §4.0 step 1
+  if (request == 0) {  // §2: a null pointer, the allocator is not called
+    *out = Allocation{};
+    return Status::Ok();
+  }
+  ProcessEvents();  // §4.0 step 1
   const std::uint64_t size = RoundSize(request);
   const std::uint8_t pool = size <= kSmallSize ? kSmallPool : kLargePool;
   const std::uint64_t alloc_size = AllocatorRules::SegmentSize(size);
@@ -503,7 +523,9 @@ Result<std::uint64_t> CachingAllocatorSim::Impl::Malloc(std::uint64_t request,
   }
   if (block == kNil) return OutOfMemory(request, size, alloc_size, stream);
   const bool split = rules.ShouldSplit(PoolEnum(pool), blocks[block].size, size);
-  return AllocFoundBlock(block, request, size, split);
+  block = AllocFoundBlock(block, request, size, split);
+  *out = Allocation{blocks[block].addr, block};
+  return Status::Ok();
 }
 
 std::uint64_t CachingAllocatorSim::Impl::Potential(BlockId id) const {
@@ -878,8 +900,8 @@ void CachingAllocatorSim::Impl::GarbageCollect() {
 }
 
 // §4.8 split and hand-out, with the §11.3 inactive_split accounting.
-std::uint64_t CachingAllocatorSim::Impl::AllocFoundBlock(BlockId id, std::uint64_t request,
-                                                         std::uint64_t size, bool split) {
+BlockId CachingAllocatorSim::Impl::AllocFoundBlock(BlockId id, std::uint64_t request,
+                                                   std::uint64_t size, bool split) {
   const bool already_split = IsSplit(blocks[id]);
   const bool expandable = blocks[id].exp != kNil;
   const std::uint8_t pool = blocks[id].pool;
@@ -916,7 +938,7 @@ std::uint64_t CachingAllocatorSim::Impl::AllocFoundBlock(BlockId id, std::uint64
   BlockRec& a = blocks[id];
   a.allocated = true;
   a.requested = request;
-  allocated.Insert(a.addr, id);
+  if (addresses_indexed) allocated.Insert(a.addr, id);
   ++num_allocated;
   Emit(Action::kAlloc, a.addr, request, a.stream, a.size);
   Inc(stats.allocation, pool, 1);
@@ -925,7 +947,7 @@ std::uint64_t CachingAllocatorSim::Impl::AllocFoundBlock(BlockId id, std::uint64
   Inc(stats.active_bytes, pool, a.size);
   Inc(stats.requested_bytes, pool, request);
   if (a.size >= MaxSplit()) stats.oversize_allocations.Increase(1);
-  return a.addr;
+  return id;
 }
 
 // §12: the OOM event, num_ooms and PyTorch's message.
@@ -995,13 +1017,28 @@ Status CachingAllocatorSim::Impl::OutOfMemory(std::uint64_t request, std::uint64
 
 Status CachingAllocatorSim::Impl::Free(std::uint64_t addr) {
   if (addr == 0) return Status::Ok();  // free(nullptr) is a no-op
+  EnsureAddressIndex();
   const BlockId id = allocated.Find(addr);
   if (id == AddressIndex::kNotFound) {
     return Status::InvalidArgument(fmt::format("invalid device pointer: {:#x}", addr));
   }
-  allocated.Erase(addr);
-  --num_allocated;
+  FreeAllocated(id);
+  return Status::Ok();
+}
+
+void CachingAllocatorSim::Impl::EnsureAddressIndex() {
+  if (addresses_indexed) return;
+  addresses_indexed = true;
+  for (BlockId id = 0; id < blocks.size(); ++id) {
+    if (blocks[id].live && blocks[id].allocated) allocated.Insert(blocks[id].addr, id);
+  }
+}
+
+// REQUIRES: `id` is allocated.
+void CachingAllocatorSim::Impl::FreeAllocated(BlockId id) {
   BlockRec& b = blocks[id];
+  if (addresses_indexed) allocated.Erase(b.addr);
+  --num_allocated;
   b.allocated = false;
   Dec(stats.allocation, b.pool, 1);
   Dec(stats.allocated_bytes, b.pool, b.size);
@@ -1012,7 +1049,16 @@ Status CachingAllocatorSim::Impl::Free(std::uint64_t addr) {
   } else {
     FreeBlock(id);
   }
-  return Status::Ok();
+}
+
+void CachingAllocatorSim::Impl::RecordStream(BlockId id, std::uint64_t stream) {
+  BlockRec& b = blocks[id];
+  if (stream == b.stream) return;  // uses on the allocation stream need nothing
+  std::vector<std::uint64_t>& streams = uses[id];
+  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
+    streams.push_back(stream);
+  }
+  b.has_uses = true;
 }
 
 // §5.3 free_block: merge with prev then next, cache, update stats by the net effect.
@@ -1184,12 +1230,13 @@ Status CachingAllocatorSim::Impl::CheckInvariants() const {
     if (!b.mapped) ++unmapped_count[b.pool];
     if (b.allocated) {
       ++allocated_count;
-      if (allocated.Find(b.addr) != id) {
+      if (addresses_indexed && allocated.Find(b.addr) != id) {
         return fail(fmt::format("allocated block {:#x} missing from the index", b.addr));
       }
     }
   }
-  if (allocated_count != num_allocated || allocated.size() != num_allocated) {
+  if (allocated_count != num_allocated ||
+      (addresses_indexed && allocated.size() != num_allocated)) {
     return fail(
         fmt::format("{} allocated blocks, index holds {}", allocated_count, allocated.size()));
   }
@@ -1380,25 +1427,54 @@ void CachingAllocatorSim::SetEventSink(std::function<void(const Event&)> sink) {
 }
 
 Result<std::uint64_t> CachingAllocatorSim::Malloc(std::uint64_t request, std::uint64_t stream) {
-  return impl_->Malloc(request, stream);
+  Allocation a;
+  Status s = impl_->Malloc(request, stream, &a);
+  if (!s.ok()) return s;
+  return a.addr;
 }
 
 Status CachingAllocatorSim::Free(std::uint64_t addr) { return impl_->Free(addr); }
 
 Status CachingAllocatorSim::RecordStream(std::uint64_t addr, std::uint64_t stream) {
   if (addr == 0) return Status::Ok();  // an empty tensor's null pointer: nothing to record
+  impl_->EnsureAddressIndex();
   const BlockId id = impl_->allocated.Find(addr);
   if (id == AddressIndex::kNotFound) {
     return Status::InvalidArgument(fmt::format("record_stream: no allocated block at {:#x}", addr));
   }
-  BlockRec& b = impl_->blocks[id];
-  if (stream == b.stream) return Status::Ok();  // uses on the allocation stream need nothing
-  std::vector<std::uint64_t>& streams = impl_->uses[id];
-  if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
-    streams.push_back(stream);
-  }
-  b.has_uses = true;
+  impl_->RecordStream(id, stream);
   return Status::Ok();
+}
+
+Result<CachingAllocatorSim::Allocation> CachingAllocatorSim::MallocBlock(std::uint64_t request,
+                                                                         std::uint64_t stream) {
+  Allocation a;
+  Status s = impl_->Malloc(request, stream, &a);
+  if (!s.ok()) return s;
+  return a;
+}
+
+void CachingAllocatorSim::FreeBlock(BlockHandle handle) {
+  if (handle == kNoBlock) return;
+  impl_->CheckHandle(handle);
+  impl_->FreeAllocated(handle);
+}
+
+void CachingAllocatorSim::RecordStreamOnBlock(BlockHandle handle, std::uint64_t stream) {
+  impl_->CheckHandle(handle);
+  impl_->RecordStream(handle, stream);
+}
+
+void CachingAllocatorSim::PrefetchBlock(BlockHandle handle) const {
+  if (handle < impl_->blocks.size()) __builtin_prefetch(&impl_->blocks[handle]);
+}
+
+void CachingAllocatorSim::PrefetchNeighbours(BlockHandle handle) const {
+  const std::vector<BlockRec>& blocks = impl_->blocks;
+  if (handle >= blocks.size()) return;
+  const BlockRec& b = blocks[handle];
+  if (b.prev < blocks.size()) __builtin_prefetch(&blocks[b.prev]);
+  if (b.next < blocks.size()) __builtin_prefetch(&blocks[b.next]);
 }
 
 void CachingAllocatorSim::StreamSync(std::optional<std::uint64_t> stream) {

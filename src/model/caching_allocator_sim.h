@@ -142,6 +142,29 @@ class CachingAllocatorSim {
   Status Free(std::uint64_t addr);
   /// tensor.record_stream(stream) for the block at `addr`.
   Status RecordStream(std::uint64_t addr, std::uint64_t stream);
+
+  /// The handle API: the same operations as Malloc/Free/RecordStream, naming an allocated
+  /// block by a small handle instead of its address, which spares the address lookup (a
+  /// replayer that maps its own ids to handles needs no address table at all). A handle is
+  /// valid from the MallocBlock that returned it until the block is freed; handles are reused.
+  using BlockHandle = std::uint32_t;
+  static constexpr BlockHandle kNoBlock = 0xffffffffu;  // a zero-byte request's null pointer
+  struct Allocation {
+    std::uint64_t addr = 0;
+    BlockHandle handle = kNoBlock;
+  };
+  /// Malloc, also returning the block's handle.
+  Result<Allocation> MallocBlock(std::uint64_t request, std::uint64_t stream = 0);
+  /// Free of the block `handle` names; kNoBlock is a no-op. REQUIRES: `handle` is valid.
+  void FreeBlock(BlockHandle handle);
+  /// RecordStream of the block `handle` names. REQUIRES: `handle` is valid and not kNoBlock.
+  void RecordStreamOnBlock(BlockHandle handle, std::uint64_t stream);
+  /// Hints for a caller that reads ahead: the block `handle` names will be freed soon.
+  /// PrefetchBlock starts loading its record; PrefetchNeighbours, issued later, reads the record
+  /// and starts loading its neighbours' (which the free may merge). Any value is safe, even a
+  /// stale handle; neither changes anything.
+  void PrefetchBlock(BlockHandle handle) const;
+  void PrefetchNeighbours(BlockHandle handle) const;
   /// Work queued on `stream` (all streams if nullopt) so far has completed: events recorded
   /// on it complete; blocks whose events all completed are freed at the next Malloc (§5.2).
   void StreamSync(std::optional<std::uint64_t> stream);

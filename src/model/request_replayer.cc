@@ -53,47 +53,50 @@ Status RequestReplayer::Consume(const Event& e) {
       if (e.addr == ~std::uint64_t{0}) {
         return Status::Corruption("alloc of id 18446744073709551615 (reserved)");
       }
-      if (d.addr_of_id.Contains(e.addr)) {
+      if (d.block_of_id.Find(e.addr) != AddressIndex::kNotFound) {
         return Status::Corruption(fmt::format(
             "alloc of id {} which is still live (ids must be unique among live allocations)",
             e.addr));
       }
-      d.failed_ids.Erase(e.addr);
-      Result<std::uint64_t> addr = sim.Malloc(e.size, e.stream);
-      if (addr.ok()) {
-        d.addr_of_id.Insert(e.addr, *addr);
+      if (d.failed_ids.size() != 0) d.failed_ids.Erase(e.addr);
+      Result<CachingAllocatorSim::Allocation> block = sim.MallocBlock(e.size, e.stream);
+      if (block.ok()) {
+        d.block_of_id.Insert(e.addr, block->handle);
         return Status::Ok();
       }
-      if (addr.status().code() != StatusCode::kOutOfMemory) return addr.status();
+      if (block.status().code() != StatusCode::kOutOfMemory) return block.status();
       ReplayOom oom;
       oom.event_index = index;
       oom.step = step_;
       oom.device = e.device;
       if (sim.last_oom()) oom.details = *sim.last_oom();
       ooms_.push_back(oom);
-      if (policy_ == OomPolicy::kStop) return addr.status();
+      if (policy_ == OomPolicy::kStop) return block.status();
       d.failed_ids.Insert(e.addr, e.size);
       return Status::Ok();
     }
     case Action::kFreeRequested:
     case Action::kFreeCompleted: {
-      std::optional<std::uint64_t> addr = d.addr_of_id.Erase(e.addr);
-      if (!addr) {
+      const std::uint32_t handle = d.block_of_id.Find(e.addr);
+      if (handle == AddressIndex::kNotFound) {
         // A lone free_completed after free_requested, or the free of an alloc that failed.
-        if (d.failed_ids.Erase(e.addr)) return Status::Ok();
+        if (d.failed_ids.size() != 0 && d.failed_ids.Erase(e.addr)) return Status::Ok();
         if (e.action == Action::kFreeCompleted) return Status::Ok();
         return Status::Corruption(fmt::format(
             "free_requested of id {} which is not live (never allocated, or freed twice)", e.addr));
       }
-      return sim.Free(*addr);
+      d.block_of_id.Erase(e.addr);
+      sim.FreeBlock(handle);
+      return Status::Ok();
     }
     case Action::kRecordStream: {
-      std::optional<std::uint64_t> addr = d.addr_of_id.Find(e.addr);
-      if (!addr) {
+      const std::uint32_t handle = d.block_of_id.Find(e.addr);
+      if (handle == AddressIndex::kNotFound) {
         if (d.failed_ids.Contains(e.addr)) return Status::Ok();
         return Status::Corruption(fmt::format("record_stream of id {} which is not live", e.addr));
       }
-      return sim.RecordStream(*addr, e.stream);
+      sim.RecordStreamOnBlock(handle, e.stream);
+      return Status::Ok();
     }
     case Action::kStreamSync:
       sim.StreamSync(e.has_stream ? std::optional<std::uint64_t>(e.stream) : std::nullopt);
@@ -117,6 +120,60 @@ Status RequestReplayer::Consume(const Event& e) {
     default:
       return Status::Ok();
   }
+}
+
+}  // namespace fragscope::model
+
+namespace fragscope::model {
+
+// ---------------------------------------------------------------------------------------------
+// Reading ahead
+
+// Every free misses the cache three times in a row: the id's slot, then the block record, then
+// its neighbours' records. ConsumeAll issues each load a few events before the event needs it,
+// one stage per distance, so the misses of several events overlap instead of queueing.
+namespace {
+constexpr std::size_t kSlotAhead = 12;
+constexpr std::size_t kBlockAhead = 8;
+constexpr std::size_t kNeighboursAhead = 4;
+
+bool UsesId(Action a) {
+  return a == Action::kAlloc || a == Action::kFreeRequested || a == Action::kFreeCompleted ||
+         a == Action::kRecordStream;
+}
+bool Frees(Action a) { return a == Action::kFreeRequested || a == Action::kFreeCompleted; }
+}  // namespace
+
+void RequestReplayer::Prefetch(const Event& e) const {
+  if (!UsesId(e.action)) return;
+  if (const Device* d = FindDevice(e.device)) d->block_of_id.Prefetch(e.addr);
+}
+
+void RequestReplayer::PrefetchBlock(const Event& e) const {
+  if (!Frees(e.action)) return;
+  const Device* d = FindDevice(e.device);
+  if (d == nullptr) return;
+  const std::uint32_t handle = d->block_of_id.Find(e.addr);
+  if (handle != AddressIndex::kNotFound) d->sim->PrefetchBlock(handle);
+}
+
+void RequestReplayer::PrefetchNeighbours(const Event& e) const {
+  if (!Frees(e.action)) return;
+  const Device* d = FindDevice(e.device);
+  if (d == nullptr) return;
+  const std::uint32_t handle = d->block_of_id.Find(e.addr);
+  if (handle != AddressIndex::kNotFound) d->sim->PrefetchNeighbours(handle);
+}
+
+Status RequestReplayer::ConsumeAll(std::span<const Event> events) {
+  const std::size_t n = events.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kSlotAhead < n) Prefetch(events[i + kSlotAhead]);
+    if (i + kBlockAhead < n) PrefetchBlock(events[i + kBlockAhead]);
+    if (i + kNeighboursAhead < n) PrefetchNeighbours(events[i + kNeighboursAhead]);
+    FRAGSCOPE_RETURN_IF_ERROR(Consume(events[i]));
+  }
+  return Status::Ok();
 }
 
 }  // namespace fragscope::model

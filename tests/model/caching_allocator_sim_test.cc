@@ -1652,6 +1652,76 @@ TEST_F(CachingAllocatorSimTest, MatchesTheReferenceAllocatorOnRandomTraces) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The handle API makes the same decisions as the address API.
+
+// Two simulators, one driven by addresses and one by handles (switching to addresses halfway,
+// which builds the address index late), must emit the same events and end in the same state.
+TEST(CachingAllocatorSimHandleTest, HandlesAndAddressesDecideAlike) {
+  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:40"}) {
+    SCOPED_TRACE(conf);
+    SimOptions options;
+    options.config = *ParseAllocatorConfig(conf, kNewest);
+    options.driver.capacity_bytes = 512 * MiB;
+    CachingAllocatorSim by_addr(options);
+    CachingAllocatorSim by_handle(options);
+    std::vector<std::string> a_events, h_events;
+    auto describe = [](const Event& e) {
+      return std::string(ActionName(e.action)) + " " + std::to_string(e.addr) + " " +
+             std::to_string(e.size) + " " + std::to_string(e.block_size) + " " +
+             std::to_string(e.stream);
+    };
+    by_addr.SetEventSink([&](const Event& e) { a_events.push_back(describe(e)); });
+    by_handle.SetEventSink([&](const Event& e) { h_events.push_back(describe(e)); });
+    std::mt19937_64 rng(99);
+    struct Live {
+      std::uint64_t addr;
+      CachingAllocatorSim::BlockHandle handle;
+    };
+    std::vector<Live> live;
+    for (int step = 0; step < 4000; ++step) {
+      const bool handles = step < 2000;
+      const int op = static_cast<int>(rng() % 100);
+      const std::uint64_t stream = rng() % 2;
+      if (op < 55 || live.empty()) {
+        const std::uint64_t size = rng() % 3 == 0 ? 1 + rng() % (30 * MiB) : 1 + rng() % MiB;
+        Result<std::uint64_t> a = by_addr.Malloc(size, stream);
+        Result<CachingAllocatorSim::Allocation> h = by_handle.MallocBlock(size, stream);
+        ASSERT_EQ(a.ok(), h.ok());
+        if (a.ok()) {
+          ASSERT_EQ(*a, h->addr);
+          live.push_back(Live{*a, h->handle});
+        }
+      } else if (op < 92) {
+        const std::size_t i = rng() % live.size();
+        ASSERT_TRUE(by_addr.Free(live[i].addr).ok());
+        if (handles) {
+          by_handle.FreeBlock(live[i].handle);
+        } else {
+          ASSERT_TRUE(by_handle.Free(live[i].addr).ok());
+        }
+        live[i] = live.back();
+        live.pop_back();
+      } else if (op < 96) {
+        const Live& l = live[rng() % live.size()];
+        ASSERT_TRUE(by_addr.RecordStream(l.addr, 2).ok());
+        if (handles) {
+          by_handle.RecordStreamOnBlock(l.handle, 2);
+        } else {
+          ASSERT_TRUE(by_handle.RecordStream(l.addr, 2).ok());
+        }
+      } else {
+        by_addr.StreamSync(std::nullopt);
+        by_handle.StreamSync(std::nullopt);
+      }
+      ASSERT_TRUE(by_handle.CheckInvariants().ok()) << by_handle.CheckInvariants().ToString();
+    }
+    EXPECT_EQ(a_events, h_events);
+    EXPECT_EQ(by_addr.stats().Flatten(), by_handle.stats().Flatten());
+    EXPECT_FALSE(by_handle.Free(0x1234).ok());  // the late-built index knows every block
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Randomised: every invariant after every operation, across settings.
 
 TEST_F(CachingAllocatorSimTest, RandomOperationsKeepEveryInvariant) {
