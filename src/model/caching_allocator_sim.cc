@@ -30,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include "common/big_array.h"
 #include "common/units.h"
 #include "model/address_index.h"
 #include "model/allocator_rules.h"
@@ -311,7 +312,7 @@ struct CachingAllocatorSim::Impl {
 
   internal::NodeRecycler node_memory;
   std::vector<PoolState> pools;  // [kSmallPool], [kLargePool]
-  std::vector<BlockRec> blocks;
+  BigVector<BlockRec> blocks;    // huge pages once large: lookups are random
   std::vector<BlockId> free_ids;
   AddressIndex allocated;          // address -> block id of allocated blocks, if indexed
   bool addresses_indexed = false;  // `allocated` is built and maintained
@@ -1470,7 +1471,7 @@ void CachingAllocatorSim::PrefetchBlock(BlockHandle handle) const {
 }
 
 void CachingAllocatorSim::PrefetchNeighbours(BlockHandle handle) const {
-  const std::vector<BlockRec>& blocks = impl_->blocks;
+  const BigVector<BlockRec>& blocks = impl_->blocks;
   if (handle >= blocks.size()) return;
   const BlockRec& b = blocks[handle];
   if (b.prev < blocks.size()) __builtin_prefetch(&blocks[b.prev]);
