@@ -237,6 +237,12 @@ struct CachingAllocatorSim::Impl {
   std::uint64_t DeviceFree() const;
   std::uint64_t RoundSize(std::uint64_t request) const;
   std::uint64_t MaxSplit() const { return config.max_split_size; }
+  // `bytes` >= max_split_size, remembering the largest size ever compared (WouldMatch).
+  bool AtLeastMaxSplit(std::uint64_t bytes) {
+    probes.split = std::max(probes.split, bytes);
+    return bytes >= MaxSplit();
+  }
+  bool WouldMatch(const AllocatorConfig& other) const;
 
   // Stats.
   void Inc(StatArray& a, std::uint8_t pool, std::uint64_t n) {
@@ -328,6 +334,16 @@ struct CachingAllocatorSim::Impl {
   internal::RangeSpace va_space{kReservationBase, kReservationSpan};
   std::vector<ExpSegment> exp_segments;
   std::vector<std::uint32_t> free_exp_ids;
+
+  // What the run so far has compared with the settings that WouldMatch lets differ.
+  struct Probes {
+    std::uint64_t split = 0;    // largest size compared with max_split_size
+    std::uint64_t limit = 0;    // largest reserved + segment size checked against the limit
+    std::uint64_t gc = 0;       // largest reserved bytes when garbage collection could start
+    bool fallback = false;      // a new segment was refused: release, retry or OOM paths ran
+    bool gc_ran = false;        // garbage collection got past its threshold
+    bool reconfigured = false;  // SetMemoryFraction or SetAllocatorSettings was called
+  } probes;
 
   std::vector<BlockId> scratch_blocks;  // blocks to release, reused
   std::vector<BlockId> scratch_unmap;   // ReleaseBlocks' unmap list, reused
@@ -448,6 +464,43 @@ bool CachingAllocatorSim::Impl::GcEnabled() const {
   return LimitEnabled() && config.garbage_collection_threshold > 0.0;
 }
 
+// Three settings act only through comparisons, which the probes bound:
+//   max_split_size:  every size compared with it was below it (probes.split < M) for both;
+//   the fraction limit: every new segment stayed within it (probes.limit <= limit bytes);
+//   garbage collection: reserved never exceeded its threshold when it could start (probes.gc).
+// Once a fallback path ran (release, retry, OOM) or the settings changed at run time, only
+// the same settings are known to match.
+bool CachingAllocatorSim::Impl::WouldMatch(const AllocatorConfig& other) const {
+  if (other == config) return true;
+  if (probes.fallback || probes.gc_ran || probes.reconfigured) return false;
+  AllocatorConfig a = config;
+  AllocatorConfig b = other;
+  for (AllocatorConfig* c : {&a, &b}) {
+    c->max_split_size = 0;
+    c->garbage_collection_threshold = 0.0;
+    c->per_process_memory_fraction = 1.0;
+  }
+  if (!(a == b)) return false;
+  if (other.max_split_size != config.max_split_size &&
+      probes.split >= std::min(other.max_split_size, config.max_split_size)) {
+    return false;
+  }
+  // The other run's limit, as the constructor and LimitEnabled/LimitBytes would set it (no
+  // SetMemoryFraction call was made, so before 2.9 the limit is off).
+  if (options.version != ConfigVersion::kNewest || !(other.per_process_memory_fraction < 1.0)) {
+    return true;
+  }
+  const auto limit = static_cast<std::uint64_t>(other.per_process_memory_fraction *
+                                                static_cast<double>(options.driver.capacity_bytes));
+  if (probes.limit > limit) return false;
+  if (other.garbage_collection_threshold > 0.0) {
+    const auto gc_threshold =
+        static_cast<std::uint64_t>(other.garbage_collection_threshold * static_cast<double>(limit));
+    if (probes.gc > gc_threshold) return false;
+  }
+  return true;
+}
+
 std::uint64_t CachingAllocatorSim::Impl::DeviceFree() const {
   const std::uint64_t used = SaturatingAdd(options.driver.used_by_others_bytes, total_reserved);
   return options.driver.capacity_bytes > used ? options.driver.capacity_bytes - used : 0;
@@ -509,11 +562,14 @@ Status CachingAllocatorSim::Impl::Malloc(std::uint64_t request, std::uint64_t st
   const std::uint64_t size = RoundSize(request);
   const std::uint8_t pool = size <= kSmallSize ? kSmallPool : kLargePool;
   const std::uint64_t alloc_size = AllocatorRules::SegmentSize(size);
+  probes.split = std::max(probes.split, size);  // ShouldSplit compares it
 
   BlockId block = GetFreeBlock(pool, stream, size);
   if (block == kNil) {
+    probes.gc = std::max(probes.gc, total_reserved);
     if (GcEnabled()) GarbageCollect();                          // 4a
     block = AllocBlock(pool, stream, size, alloc_size, false);  // 4b
+    if (block == kNil) probes.fallback = true;
     if (block == kNil && ReleaseAvailableCachedBlocks(pool, stream, size)) {
       block = AllocBlock(pool, stream, size, alloc_size, false);  // 4c
     }
@@ -563,8 +619,10 @@ BlockId CachingAllocatorSim::Impl::GetFreeBlock(std::uint8_t pool, std::uint64_t
   }
   const BlockId id = it.value();
   const std::uint64_t found = blocks[id].size;
-  if (size < MaxSplit() && found >= MaxSplit()) return kNil;
-  if (size >= MaxSplit() && found >= SaturatingAdd(size, config.max_non_split_rounding)) {
+  const bool oversize_request = AtLeastMaxSplit(size);
+  const bool oversize_block = AtLeastMaxSplit(found);
+  if (!oversize_request && oversize_block) return kNil;
+  if (oversize_request && found >= SaturatingAdd(size, config.max_non_split_rounding)) {
     return kNil;
   }
   tree->erase(it);
@@ -578,7 +636,9 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
                                               std::uint64_t size, std::uint64_t alloc_size,
                                               bool is_retry) {
   if (is_retry) ++stats.num_alloc_retries;
-  if (LimitEnabled() && SaturatingAdd(total_reserved, alloc_size) > LimitBytes()) return kNil;
+  const std::uint64_t reserved_after = SaturatingAdd(total_reserved, alloc_size);
+  probes.limit = std::max(probes.limit, reserved_after);
+  if (LimitEnabled() && reserved_after > LimitBytes()) return kNil;
   if (config.expandable_segments) return TryAllocateExpandable(pool, stream, size);
   if (alloc_size > DeviceFree()) return kNil;  // cudaMalloc: out of memory
   const std::uint64_t addr = cuda_space.Allocate(alloc_size);
@@ -592,7 +652,7 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
   total_reserved += alloc_size;
   Inc(stats.segment, pool, 1);
   Inc(stats.reserved_bytes, pool, alloc_size);
-  if (alloc_size >= MaxSplit()) stats.oversize_segments.Increase(1);
+  if (AtLeastMaxSplit(alloc_size)) stats.oversize_segments.Increase(1);
   ++stats.num_device_alloc;
   Emit(Action::kSegmentAlloc, addr, alloc_size, stream, 0, PoolEnum(pool));
   return id;
@@ -783,7 +843,7 @@ void CachingAllocatorSim::Impl::ReleaseBlock(BlockId id) {
   total_reserved -= b.size;
   Dec(stats.segment, b.pool, 1);
   Dec(stats.reserved_bytes, b.pool, b.size);
-  if (b.size >= MaxSplit()) stats.oversize_segments.Decrease(1);
+  if (AtLeastMaxSplit(b.size)) stats.oversize_segments.Decrease(1);
   EraseFree(id);
   DeleteBlock(id);
 }
@@ -864,6 +924,7 @@ void CachingAllocatorSim::Impl::GarbageCollect() {
   const auto gc_threshold = static_cast<std::uint64_t>(config.garbage_collection_threshold *
                                                        static_cast<double>(LimitBytes()));
   if (total_reserved <= gc_threshold) return;
+  probes.gc_ran = true;
   const std::uint64_t target = total_reserved - gc_threshold;
   PoolState& large = pools[kLargePool];
   auto age = [&large](const BlockRec& b) {
@@ -947,7 +1008,7 @@ BlockId CachingAllocatorSim::Impl::AllocFoundBlock(BlockId id, std::uint64_t req
   Inc(stats.active, pool, 1);
   Inc(stats.active_bytes, pool, a.size);
   Inc(stats.requested_bytes, pool, request);
-  if (a.size >= MaxSplit()) stats.oversize_allocations.Increase(1);
+  if (AtLeastMaxSplit(a.size)) stats.oversize_allocations.Increase(1);
   return id;
 }
 
@@ -1044,7 +1105,7 @@ void CachingAllocatorSim::Impl::FreeAllocated(BlockId id) {
   Dec(stats.allocation, b.pool, 1);
   Dec(stats.allocated_bytes, b.pool, b.size);
   Emit(Action::kFreeRequested, b.addr, b.requested, b.stream);
-  if (b.size >= MaxSplit()) stats.oversize_allocations.Decrease(1);
+  if (AtLeastMaxSplit(b.size)) stats.oversize_allocations.Decrease(1);
   if (b.has_uses) {
     InsertEvents(id);
   } else {
@@ -1500,6 +1561,7 @@ Status CachingAllocatorSim::SetMemoryFraction(double fraction) {
   }
   impl_->fraction = fraction;
   impl_->fraction_set = true;
+  impl_->probes.reconfigured = true;
   return Status::Ok();
 }
 
@@ -1509,6 +1571,7 @@ Status CachingAllocatorSim::SetAllocatorSettings(std::string_view conf) {
   if (!parsed.ok()) return parsed.status();
   impl_->config = std::move(parsed).value();
   impl_->rules = impl_->config.Rules();
+  impl_->probes.reconfigured = true;
   return Status::Ok();
 }
 
@@ -1551,5 +1614,9 @@ const AllocatorConfig& CachingAllocatorSim::config() const { return impl_->confi
 std::uint64_t CachingAllocatorSim::device_free_bytes() const { return impl_->DeviceFree(); }
 
 Status CachingAllocatorSim::CheckInvariants() const { return impl_->CheckInvariants(); }
+
+bool CachingAllocatorSim::WouldMatch(const AllocatorConfig& other) const {
+  return impl_->WouldMatch(other);
+}
 
 }  // namespace fragscope::model

@@ -184,6 +184,15 @@ class CachingAllocatorSim {
   /// Driver free bytes: capacity − used_by_others − reserved.
   std::uint64_t device_free_bytes() const;
 
+  /// Whether a simulator created with `other` instead of config() (same driver, version and
+  /// device), given the same calls so far, would have made every decision this one made and
+  /// emitted the same events. Its memory_stats() would then differ at most in max_split_size.
+  /// Conservative: settings that differ in max_split_size_mb, garbage_collection_threshold or
+  /// per_process_memory_fraction match when the run never came near the differing thresholds
+  /// and never needed a release, retry or OOM path; anything else matches only if equal.
+  /// Tune uses it to replay settings that cannot diverge once.
+  bool WouldMatch(const AllocatorConfig& other) const;
+
   /// Verifies the simulator's internal invariants and the §11.4 snapshot/stats identities.
   /// O(n); for tests and debug builds.
   Status CheckInvariants() const;
