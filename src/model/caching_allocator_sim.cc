@@ -1527,18 +1527,6 @@ void CachingAllocatorSim::RecordStreamOnBlock(BlockHandle handle, std::uint64_t 
   impl_->RecordStream(handle, stream);
 }
 
-void CachingAllocatorSim::PrefetchBlock(BlockHandle handle) const {
-  if (handle < impl_->blocks.size()) __builtin_prefetch(&impl_->blocks[handle]);
-}
-
-void CachingAllocatorSim::PrefetchNeighbours(BlockHandle handle) const {
-  const BigVector<BlockRec>& blocks = impl_->blocks;
-  if (handle >= blocks.size()) return;
-  const BlockRec& b = blocks[handle];
-  if (b.prev < blocks.size()) __builtin_prefetch(&blocks[b.prev]);
-  if (b.next < blocks.size()) __builtin_prefetch(&blocks[b.next]);
-}
-
 void CachingAllocatorSim::StreamSync(std::optional<std::uint64_t> stream) {
   Impl& s = *impl_;
   if (stream) {

@@ -159,12 +159,6 @@ class CachingAllocatorSim {
   void FreeBlock(BlockHandle handle);
   /// RecordStream of the block `handle` names. REQUIRES: `handle` is valid and not kNoBlock.
   void RecordStreamOnBlock(BlockHandle handle, std::uint64_t stream);
-  /// Hints for a caller that reads ahead: the block `handle` names will be freed soon.
-  /// PrefetchBlock starts loading its record; PrefetchNeighbours, issued later, reads the record
-  /// and starts loading its neighbours' (which the free may merge). Any value is safe, even a
-  /// stale handle; neither changes anything.
-  void PrefetchBlock(BlockHandle handle) const;
-  void PrefetchNeighbours(BlockHandle handle) const;
   /// Work queued on `stream` (all streams if nullopt) so far has completed: events recorded
   /// on it complete; blocks whose events all completed are freed at the next Malloc (§5.2).
   void StreamSync(std::optional<std::uint64_t> stream);

@@ -122,57 +122,8 @@ Status RequestReplayer::Consume(const Event& e) {
   }
 }
 
-}  // namespace fragscope::model
-
-namespace fragscope::model {
-
-// ---------------------------------------------------------------------------------------------
-// Reading ahead
-
-// Every free misses the cache three times in a row: the id's slot, then the block record, then
-// its neighbours' records. ConsumeAll issues each load a few events before the event needs it,
-// one stage per distance, so the misses of several events overlap instead of queueing.
-namespace {
-constexpr std::size_t kSlotAhead = 12;
-constexpr std::size_t kBlockAhead = 8;
-constexpr std::size_t kNeighboursAhead = 4;
-
-bool UsesId(Action a) {
-  return a == Action::kAlloc || a == Action::kFreeRequested || a == Action::kFreeCompleted ||
-         a == Action::kRecordStream;
-}
-bool Frees(Action a) { return a == Action::kFreeRequested || a == Action::kFreeCompleted; }
-}  // namespace
-
-void RequestReplayer::Prefetch(const Event& e) const {
-  if (!UsesId(e.action)) return;
-  if (const Device* d = FindDevice(e.device)) d->block_of_id.Prefetch(e.addr);
-}
-
-void RequestReplayer::PrefetchBlock(const Event& e) const {
-  if (!Frees(e.action)) return;
-  const Device* d = FindDevice(e.device);
-  if (d == nullptr) return;
-  const std::uint32_t handle = d->block_of_id.Find(e.addr);
-  if (handle != AddressIndex::kNotFound) d->sim->PrefetchBlock(handle);
-}
-
-void RequestReplayer::PrefetchNeighbours(const Event& e) const {
-  if (!Frees(e.action)) return;
-  const Device* d = FindDevice(e.device);
-  if (d == nullptr) return;
-  const std::uint32_t handle = d->block_of_id.Find(e.addr);
-  if (handle != AddressIndex::kNotFound) d->sim->PrefetchNeighbours(handle);
-}
-
 Status RequestReplayer::ConsumeAll(std::span<const Event> events) {
-  const std::size_t n = events.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + kSlotAhead < n) Prefetch(events[i + kSlotAhead]);
-    if (i + kBlockAhead < n) PrefetchBlock(events[i + kBlockAhead]);
-    if (i + kNeighboursAhead < n) PrefetchNeighbours(events[i + kNeighboursAhead]);
-    FRAGSCOPE_RETURN_IF_ERROR(Consume(events[i]));
-  }
+  for (const Event& e : events) FRAGSCOPE_RETURN_IF_ERROR(Consume(e));
   return Status::Ok();
 }
 

@@ -56,14 +56,9 @@ class RequestReplayer {
   /// (fraction, allocator settings), kOutOfMemory with PyTorch's message under kStop.
   Status Consume(const Event& event);
 
-  /// Consume on each event in order, reading ahead to hide the cache misses of the id and
-  /// block lookups; stops at the first error and returns it (events() then counts the failed
-  /// event too, as after Consume).
+  /// Consume on each event in order; stops at the first error and returns it (events() then
+  /// counts the failed event too, as after Consume).
   Status ConsumeAll(std::span<const Event> events);
-
-  /// Optional hint for callers that read ahead: `event` will be consumed soon. Warms the
-  /// cache for its id lookup; never changes anything.
-  void Prefetch(const Event& event) const;
 
   const std::vector<ReplayOom>& ooms() const { return ooms_; }
   /// Devices seen so far, in index order, with their simulators.
@@ -77,13 +72,6 @@ class RequestReplayer {
     U64Map failed_ids;         // ids whose alloc hit an OOM (kContinue)
   };
   Device& DeviceFor(std::int32_t device);
-  const Device* FindDevice(std::int32_t device) const {
-    const auto index = static_cast<std::size_t>(device);
-    return index < devices_.size() ? devices_[index].get() : nullptr;
-  }
-  // The read-ahead stages of ConsumeAll, from the farthest to the nearest event.
-  void PrefetchBlock(const Event& event) const;
-  void PrefetchNeighbours(const Event& event) const;
 
   std::function<SimOptions(std::int32_t)> sim_for_device_;
   OomPolicy policy_;
