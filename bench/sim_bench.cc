@@ -85,9 +85,7 @@ void ReplayThroughAnalyzer(benchmark::State& state, const std::vector<Event>& ev
           return o;
         },
         model::OomPolicy::kStop, [&](const Event& e) { (void)(*analyzer)->Consume(e); });
-    for (const Event& e : events) {
-      if (!replayer.Consume(e).ok()) state.SkipWithError("replay failed");
-    }
+    if (!replayer.ConsumeAll(events).ok()) state.SkipWithError("replay failed");
     benchmark::DoNotOptimize((*analyzer)->events());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
@@ -119,9 +117,7 @@ void BM_SimOnly(benchmark::State& state) {
           return o;
         },
         model::OomPolicy::kStop, {});
-    for (const Event& e : events) {
-      if (!replayer.Consume(e).ok()) state.SkipWithError("replay failed");
-    }
+    if (!replayer.ConsumeAll(events).ok()) state.SkipWithError("replay failed");
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +18,7 @@ namespace {
 struct RunResult {
   Status status;  // a trace error (not an OOM)
   TuneOutcome outcome;
+  std::unique_ptr<model::RequestReplayer> replayer;  // the finished run, for WouldMatch
 };
 
 // One replay of the whole trace on a device of `capacity` bytes.
@@ -30,15 +33,12 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
     o.driver.used_by_others_bytes = options.used_by_others_bytes;
     return o;
   };
-  model::RequestReplayer replayer(sim_options, model::OomPolicy::kStop, {});
-  for (const Event& e : events) {
-    Status s = replayer.Consume(e);
-    if (s.ok()) continue;
-    if (s.code() != StatusCode::kOutOfMemory) {
-      r.status = s.WithPrefix(fmt::format("event {}", replayer.events() - 1));
-      return r;
-    }
-    break;
+  r.replayer = std::make_unique<model::RequestReplayer>(sim_options, model::OomPolicy::kStop,
+                                                        std::function<void(const Event&)>());
+  model::RequestReplayer& replayer = *r.replayer;
+  if (Status s = replayer.ConsumeAll(events); !s.ok() && s.code() != StatusCode::kOutOfMemory) {
+    r.status = s.WithPrefix(fmt::format("event {}", replayer.events() - 1));
+    return r;
   }
   TuneOutcome& o = r.outcome;
   if (!replayer.ooms().empty()) {
@@ -128,32 +128,123 @@ Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
   }
   std::vector<TuneOutcome> outcomes(settings.size());
   std::vector<Status> errors(settings.size());
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i = next++; i < settings.size(); i = next++) {
-      RunResult r = ReplayOnce(events, configs[i], options, options.capacity_bytes);
-      if (!r.status.ok()) {
-        errors[i] = r.status;
-        continue;
+
+  // Settings that differ only in max_split_size_mb, garbage_collection_threshold or
+  // per_process_memory_fraction often make the same decisions on a trace (no block reaches the
+  // split limit, the fraction limit is never approached). They form a family; one replay of a
+  // member settles every member whose decisions it proves identical (WouldMatch), and only the
+  // rest are replayed. Families run in parallel; a thread with no family to start replays a
+  // pending member of a running family rather than wait (the replay may turn out unneeded).
+  auto family_key = [](model::AllocatorConfig c) {
+    c.max_split_size = 0;
+    c.garbage_collection_threshold = 0.0;
+    c.per_process_memory_fraction = 1.0;
+    return c;
+  };
+  struct Family {
+    std::vector<std::size_t> pending;  // settings not settled nor started, in grid order
+    int running = 0;
+  };
+  std::vector<Family> families;
+  {
+    std::vector<model::AllocatorConfig> keys;
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const model::AllocatorConfig key = family_key(configs[i]);
+      std::size_t f = 0;
+      while (f < keys.size() && !(keys[f] == key)) ++f;
+      if (f == keys.size()) {
+        keys.push_back(key);
+        families.emplace_back();
       }
-      r.outcome.conf = settings[i];
-      if (options.find_min_capacity) {
-        Result<std::uint64_t> min = MinCapacity(events, configs[i], options);
-        if (!min.ok()) {
-          errors[i] = min.status();
+      families[f].pending.push_back(i);
+    }
+  }
+  std::mutex mu;
+  // Picks the next setting to replay: the first pending member of an idle family, else the last
+  // pending member of a busy one. Returns false when nothing is left to start.
+  auto pick = [&](std::size_t* family, std::size_t* setting) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::size_t f = 0; f < families.size(); ++f) {
+        Family& fam = families[f];
+        if (fam.pending.empty() || (pass == 0 && fam.running > 0)) continue;
+        *family = f;
+        if (pass == 0) {
+          *setting = fam.pending.front();
+          fam.pending.erase(fam.pending.begin());
+        } else {
+          *setting = fam.pending.back();
+          fam.pending.pop_back();
+        }
+        ++fam.running;
+        return true;
+      }
+    }
+    return false;
+  };
+  auto worker = [&] {
+    while (true) {
+      std::size_t f = 0, i = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!pick(&f, &i)) return;
+      }
+      RunResult r = ReplayOnce(events, configs[i], options, options.capacity_bytes);
+      std::vector<std::size_t> settled;  // members this run stands for
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        --families[f].running;
+        if (r.status.ok()) {
+          std::vector<std::size_t>& pending = families[f].pending;
+          for (auto it = pending.begin(); it != pending.end();) {
+            bool match = true;
+            for (const auto& [device, sim] : r.replayer->devices()) {
+              match = match && sim->WouldMatch(configs[*it]);
+            }
+            if (match) {
+              settled.push_back(*it);
+              it = pending.erase(it);
+            } else {
+              ++it;
+            }
+          }
+        }
+      }
+      r.replayer.reset();
+      settled.insert(settled.begin(), i);
+      for (const std::size_t j : settled) {
+        if (!r.status.ok()) {
+          errors[j] = r.status;
           continue;
         }
-        r.outcome.min_capacity = *min;
+        outcomes[j] = r.outcome;
+        outcomes[j].conf = settings[j];
       }
-      outcomes[i] = std::move(r.outcome);
+    }
+  };
+  // The bisections replay at other capacities, where members of a family may diverge: one
+  // per setting, in parallel, after the main replays.
+  std::atomic<std::size_t> next{0};
+  auto min_capacity_worker = [&] {
+    for (std::size_t i = next++; i < settings.size(); i = next++) {
+      if (!errors[i].ok()) continue;
+      Result<std::uint64_t> min = MinCapacity(events, configs[i], options);
+      if (!min.ok()) {
+        errors[i] = min.status();
+        continue;
+      }
+      outcomes[i].min_capacity = *min;
     }
   };
   unsigned threads = options.threads != 0 ? options.threads : std::thread::hardware_concurrency();
   threads = std::max(1u, std::min<unsigned>(threads, static_cast<unsigned>(settings.size())));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+  auto run_on_all_threads = [threads](const std::function<void()>& fn) {
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(fn);
+    fn();
+    for (std::thread& t : pool) t.join();
+  };
+  run_on_all_threads(worker);
+  if (options.find_min_capacity) run_on_all_threads(min_capacity_worker);
   for (const Status& s : errors) {
     if (!s.ok()) return s;
   }

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/big_array.h"
+
 namespace fragscope::model {
 
 class AddressIndex {
@@ -81,7 +83,7 @@ class AddressIndex {
   }
 
   void Rehash(std::size_t capacity) {
-    std::vector<Slot_> old = std::move(slots_);
+    BigVector<Slot_> old = std::move(slots_);
     slots_.assign(capacity, Slot_{kEmptyKey, 0});
     mask_ = capacity - 1;
     shift_ = 64 - std::countr_zero(capacity);
@@ -96,7 +98,7 @@ class AddressIndex {
     std::uint64_t key;
     std::uint32_t value;
   };
-  std::vector<Slot_> slots_;
+  BigVector<Slot_> slots_;  // huge pages once large: lookups are random
   std::size_t mask_ = 0;
   int shift_ = 0;
   std::size_t size_ = 0;

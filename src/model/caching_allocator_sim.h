@@ -142,6 +142,23 @@ class CachingAllocatorSim {
   Status Free(std::uint64_t addr);
   /// tensor.record_stream(stream) for the block at `addr`.
   Status RecordStream(std::uint64_t addr, std::uint64_t stream);
+
+  /// The handle API: the same operations as Malloc/Free/RecordStream, naming an allocated
+  /// block by a small handle instead of its address, which spares the address lookup (a
+  /// replayer that maps its own ids to handles needs no address table at all). A handle is
+  /// valid from the MallocBlock that returned it until the block is freed; handles are reused.
+  using BlockHandle = std::uint32_t;
+  static constexpr BlockHandle kNoBlock = 0xffffffffu;  // a zero-byte request's null pointer
+  struct Allocation {
+    std::uint64_t addr = 0;
+    BlockHandle handle = kNoBlock;
+  };
+  /// Malloc, also returning the block's handle.
+  Result<Allocation> MallocBlock(std::uint64_t request, std::uint64_t stream = 0);
+  /// Free of the block `handle` names; kNoBlock is a no-op. REQUIRES: `handle` is valid.
+  void FreeBlock(BlockHandle handle);
+  /// RecordStream of the block `handle` names. REQUIRES: `handle` is valid and not kNoBlock.
+  void RecordStreamOnBlock(BlockHandle handle, std::uint64_t stream);
   /// Work queued on `stream` (all streams if nullopt) so far has completed: events recorded
   /// on it complete; blocks whose events all completed are freed at the next Malloc (§5.2).
   void StreamSync(std::optional<std::uint64_t> stream);
@@ -160,6 +177,15 @@ class CachingAllocatorSim {
   const AllocatorConfig& config() const;
   /// Driver free bytes: capacity − used_by_others − reserved.
   std::uint64_t device_free_bytes() const;
+
+  /// Whether a simulator created with `other` instead of config() (same driver, version and
+  /// device), given the same calls so far, would have made every decision this one made and
+  /// emitted the same events. Its memory_stats() would then differ at most in max_split_size.
+  /// Conservative: settings that differ in max_split_size_mb, garbage_collection_threshold or
+  /// per_process_memory_fraction match when the run never came near the differing thresholds
+  /// and never needed a release, retry or OOM path; anything else matches only if equal.
+  /// Tune uses it to replay settings that cannot diverge once.
+  bool WouldMatch(const AllocatorConfig& other) const;
 
   /// Verifies the simulator's internal invariants and the §11.4 snapshot/stats identities.
   /// O(n); for tests and debug builds.

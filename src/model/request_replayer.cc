@@ -53,47 +53,50 @@ Status RequestReplayer::Consume(const Event& e) {
       if (e.addr == ~std::uint64_t{0}) {
         return Status::Corruption("alloc of id 18446744073709551615 (reserved)");
       }
-      if (d.addr_of_id.Contains(e.addr)) {
+      if (d.block_of_id.Find(e.addr) != AddressIndex::kNotFound) {
         return Status::Corruption(fmt::format(
             "alloc of id {} which is still live (ids must be unique among live allocations)",
             e.addr));
       }
-      d.failed_ids.Erase(e.addr);
-      Result<std::uint64_t> addr = sim.Malloc(e.size, e.stream);
-      if (addr.ok()) {
-        d.addr_of_id.Insert(e.addr, *addr);
+      if (d.failed_ids.size() != 0) d.failed_ids.Erase(e.addr);
+      Result<CachingAllocatorSim::Allocation> block = sim.MallocBlock(e.size, e.stream);
+      if (block.ok()) {
+        d.block_of_id.Insert(e.addr, block->handle);
         return Status::Ok();
       }
-      if (addr.status().code() != StatusCode::kOutOfMemory) return addr.status();
+      if (block.status().code() != StatusCode::kOutOfMemory) return block.status();
       ReplayOom oom;
       oom.event_index = index;
       oom.step = step_;
       oom.device = e.device;
       if (sim.last_oom()) oom.details = *sim.last_oom();
       ooms_.push_back(oom);
-      if (policy_ == OomPolicy::kStop) return addr.status();
+      if (policy_ == OomPolicy::kStop) return block.status();
       d.failed_ids.Insert(e.addr, e.size);
       return Status::Ok();
     }
     case Action::kFreeRequested:
     case Action::kFreeCompleted: {
-      std::optional<std::uint64_t> addr = d.addr_of_id.Erase(e.addr);
-      if (!addr) {
+      const std::uint32_t handle = d.block_of_id.Find(e.addr);
+      if (handle == AddressIndex::kNotFound) {
         // A lone free_completed after free_requested, or the free of an alloc that failed.
-        if (d.failed_ids.Erase(e.addr)) return Status::Ok();
+        if (d.failed_ids.size() != 0 && d.failed_ids.Erase(e.addr)) return Status::Ok();
         if (e.action == Action::kFreeCompleted) return Status::Ok();
         return Status::Corruption(fmt::format(
             "free_requested of id {} which is not live (never allocated, or freed twice)", e.addr));
       }
-      return sim.Free(*addr);
+      d.block_of_id.Erase(e.addr);
+      sim.FreeBlock(handle);
+      return Status::Ok();
     }
     case Action::kRecordStream: {
-      std::optional<std::uint64_t> addr = d.addr_of_id.Find(e.addr);
-      if (!addr) {
+      const std::uint32_t handle = d.block_of_id.Find(e.addr);
+      if (handle == AddressIndex::kNotFound) {
         if (d.failed_ids.Contains(e.addr)) return Status::Ok();
         return Status::Corruption(fmt::format("record_stream of id {} which is not live", e.addr));
       }
-      return sim.RecordStream(*addr, e.stream);
+      sim.RecordStreamOnBlock(handle, e.stream);
+      return Status::Ok();
     }
     case Action::kStreamSync:
       sim.StreamSync(e.has_stream ? std::optional<std::uint64_t>(e.stream) : std::nullopt);
@@ -118,6 +121,11 @@ Status RequestReplayer::Consume(const Event& e) {
     default:
       return Status::Ok();
   }
+}
+
+Status RequestReplayer::ConsumeAll(std::span<const Event> events) {
+  for (const Event& e : events) FRAGSCOPE_RETURN_IF_ERROR(Consume(e));
+  return Status::Ok();
 }
 
 }  // namespace fragscope::model

@@ -17,10 +17,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "fragscope/event.h"
 #include "fragscope/status.h"
+#include "model/address_index.h"
 #include "model/caching_allocator_sim.h"
 #include "model/u64_map.h"
 
@@ -54,6 +56,10 @@ class RequestReplayer {
   /// (fraction, allocator settings), kOutOfMemory with PyTorch's message under kStop.
   Status Consume(const Event& event);
 
+  /// Consume on each event in order; stops at the first error and returns it (events() then
+  /// counts the failed event too, as after Consume).
+  Status ConsumeAll(std::span<const Event> events);
+
   const std::vector<ReplayOom>& ooms() const { return ooms_; }
   /// Devices seen so far, in index order, with their simulators.
   std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> devices() const;
@@ -62,8 +68,8 @@ class RequestReplayer {
  private:
   struct Device {
     std::unique_ptr<CachingAllocatorSim> sim;
-    U64Map addr_of_id;  // live id -> simulated address
-    U64Map failed_ids;  // ids whose alloc hit an OOM (kContinue)
+    AddressIndex block_of_id;  // live id -> the simulator's block handle
+    U64Map failed_ids;         // ids whose alloc hit an OOM (kContinue)
   };
   Device& DeviceFor(std::int32_t device);
 

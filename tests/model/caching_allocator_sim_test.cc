@@ -1652,6 +1652,151 @@ TEST_F(CachingAllocatorSimTest, MatchesTheReferenceAllocatorOnRandomTraces) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The handle API makes the same decisions as the address API.
+
+// Two simulators, one driven by addresses and one by handles (switching to addresses halfway,
+// which builds the address index late), must emit the same events and end in the same state.
+TEST(CachingAllocatorSimHandleTest, HandlesAndAddressesDecideAlike) {
+  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:40"}) {
+    SCOPED_TRACE(conf);
+    SimOptions options;
+    options.config = *ParseAllocatorConfig(conf, kNewest);
+    options.driver.capacity_bytes = 512 * MiB;
+    CachingAllocatorSim by_addr(options);
+    CachingAllocatorSim by_handle(options);
+    std::vector<std::string> a_events, h_events;
+    auto describe = [](const Event& e) {
+      return std::string(ActionName(e.action)) + " " + std::to_string(e.addr) + " " +
+             std::to_string(e.size) + " " + std::to_string(e.block_size) + " " +
+             std::to_string(e.stream);
+    };
+    by_addr.SetEventSink([&](const Event& e) { a_events.push_back(describe(e)); });
+    by_handle.SetEventSink([&](const Event& e) { h_events.push_back(describe(e)); });
+    std::mt19937_64 rng(99);
+    struct Live {
+      std::uint64_t addr;
+      CachingAllocatorSim::BlockHandle handle;
+    };
+    std::vector<Live> live;
+    for (int step = 0; step < 4000; ++step) {
+      const bool handles = step < 2000;
+      const int op = static_cast<int>(rng() % 100);
+      const std::uint64_t stream = rng() % 2;
+      if (op < 55 || live.empty()) {
+        const std::uint64_t size = rng() % 3 == 0 ? 1 + rng() % (30 * MiB) : 1 + rng() % MiB;
+        Result<std::uint64_t> a = by_addr.Malloc(size, stream);
+        Result<CachingAllocatorSim::Allocation> h = by_handle.MallocBlock(size, stream);
+        ASSERT_EQ(a.ok(), h.ok());
+        if (a.ok()) {
+          ASSERT_EQ(*a, h->addr);
+          live.push_back(Live{*a, h->handle});
+        }
+      } else if (op < 92) {
+        const std::size_t i = rng() % live.size();
+        ASSERT_TRUE(by_addr.Free(live[i].addr).ok());
+        if (handles) {
+          by_handle.FreeBlock(live[i].handle);
+        } else {
+          ASSERT_TRUE(by_handle.Free(live[i].addr).ok());
+        }
+        live[i] = live.back();
+        live.pop_back();
+      } else if (op < 96) {
+        const Live& l = live[rng() % live.size()];
+        ASSERT_TRUE(by_addr.RecordStream(l.addr, 2).ok());
+        if (handles) {
+          by_handle.RecordStreamOnBlock(l.handle, 2);
+        } else {
+          ASSERT_TRUE(by_handle.RecordStream(l.addr, 2).ok());
+        }
+      } else {
+        by_addr.StreamSync(std::nullopt);
+        by_handle.StreamSync(std::nullopt);
+      }
+      ASSERT_TRUE(by_handle.CheckInvariants().ok()) << by_handle.CheckInvariants().ToString();
+    }
+    EXPECT_EQ(a_events, h_events);
+    EXPECT_EQ(by_addr.stats().Flatten(), by_handle.stats().Flatten());
+    EXPECT_FALSE(by_handle.Free(0x1234).ok());  // the late-built index knows every block
+  }
+}
+
+// WouldMatch is a promise: whenever it holds, a simulator with the other settings makes the
+// same decisions. Random traces on tight and roomy devices, every pair of a small family.
+TEST(CachingAllocatorSimMatchTest, WouldMatchOnlyPromisesWhatHolds) {
+  const char* family[] = {"",
+                          "max_split_size_mb:40",
+                          "max_split_size_mb:200",
+                          "garbage_collection_threshold:0.8,per_process_memory_fraction:0.95",
+                          "garbage_collection_threshold:0.5,per_process_memory_fraction:0.6",
+                          "per_process_memory_fraction:0.7,max_split_size_mb:100"};
+  int promised = 0, refused = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::uint64_t capacity = (seed % 3 == 0 ? 600 : 4096) * MiB;
+    const bool expandable = seed % 2 == 0;
+    const std::uint64_t max_request = (seed % 4 < 2 ? 30 : 150) * MiB;
+    std::vector<std::string> configs;
+    for (const char* f : family) {
+      std::string c = f;
+      if (expandable) c += c.empty() ? "expandable_segments:True" : ",expandable_segments:True";
+      configs.push_back(c);
+    }
+    std::vector<std::unique_ptr<CachingAllocatorSim>> sims;
+    std::vector<std::vector<std::string>> events(configs.size());
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      SimOptions options;
+      options.config = *ParseAllocatorConfig(configs[i], kNewest);
+      options.driver.capacity_bytes = capacity;
+      sims.push_back(std::make_unique<CachingAllocatorSim>(options));
+      sims[i]->SetEventSink([&events, i](const Event& e) {
+        events[i].push_back(std::string(ActionName(e.action)) + " " + std::to_string(e.addr) + " " +
+                            std::to_string(e.size));
+      });
+    }
+    // The same request sequence for every simulator; frees pick by position, so they stay
+    // meaningful when the simulators diverge.
+    std::vector<std::vector<std::uint64_t>> live(configs.size());
+    for (int step = 0; step < 600; ++step) {
+      const bool alloc = rng() % 100 < 55;
+      const std::uint64_t size = 1 + rng() % (rng() % 2 ? MiB : max_request);
+      const std::uint64_t pick = rng();
+      const bool empty_cache = rng() % 200 == 0;
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        if (empty_cache) sims[i]->EmptyCache();
+        if (alloc || live[i].empty()) {
+          Result<std::uint64_t> a = sims[i]->Malloc(size, 0);
+          if (a.ok()) live[i].push_back(*a);
+        } else {
+          const std::size_t k = pick % live[i].size();
+          ASSERT_TRUE(sims[i]->Free(live[i][k]).ok());
+          live[i][k] = live[i].back();
+          live[i].pop_back();
+        }
+      }
+    }
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      for (std::size_t j = 0; j < configs.size(); ++j) {
+        if (i == j) continue;
+        if (!sims[i]->WouldMatch(sims[j]->config())) {
+          ++refused;
+          continue;
+        }
+        ++promised;
+        EXPECT_EQ(events[i], events[j]) << configs[i] << " vs " << configs[j] << ", seed " << seed;
+        auto a = sims[i]->stats().Flatten();
+        auto b = sims[j]->stats().Flatten();
+        a.erase("max_split_size");
+        b.erase("max_split_size");
+        EXPECT_EQ(a, b) << configs[i] << " vs " << configs[j] << ", seed " << seed;
+      }
+    }
+  }
+  EXPECT_GT(promised, 50);
+  EXPECT_GT(refused, 50);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Randomised: every invariant after every operation, across settings.
 
 TEST_F(CachingAllocatorSimTest, RandomOperationsKeepEveryInvariant) {
