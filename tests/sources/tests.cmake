@@ -50,3 +50,14 @@ set(FRAGSCOPE_SHARED_SNAPSHOTS "${_shared_snapshots}" CACHE PATH
 fragscope_add_test(sources/snapshot_corpus_test.cc LIBS fragscope_sources)
 target_compile_definitions(sources_snapshot_corpus_test PRIVATE
   FRAGSCOPE_SHARED_SNAPSHOTS="${FRAGSCOPE_SHARED_SNAPSHOTS}")
+
+# Differential test against Python's pickle: random values, every protocol.
+add_executable(pickle_dump sources/pickle_dump_main.cc)
+target_link_libraries(pickle_dump PRIVATE fragscope_sources)
+fragscope_set_warnings(pickle_dump)
+add_test(NAME pickle_differential
+  COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${CMAKE_CURRENT_SOURCE_DIR}/sources/test_pickle_differential.py)
+set_tests_properties(pickle_differential PROPERTIES
+  ENVIRONMENT "PICKLE_DUMP=$<TARGET_FILE:pickle_dump>;PYTHONDONTWRITEBYTECODE=1"
+  TIMEOUT 300)
