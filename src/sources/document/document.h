@@ -10,7 +10,7 @@
 //
 // A Document is built by one reader (Add*/Append/SetItem) and then only read. Because readers
 // follow the input, a hostile pickle can make a container hold itself: walkers that do not
-// follow a fixed schema must bound their depth (see document_walk.h).
+// follow a fixed schema must bound their depth (see WriteDocumentJson in document_json.h).
 //
 // Dicts keep their entries in insertion order, duplicates included (a pickle may SETITEM the
 // same key twice); Find returns the last, as Python's dict would hold.
