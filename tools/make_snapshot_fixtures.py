@@ -437,6 +437,7 @@ class StreamPickler:
         self.fh = fh
         self.buf = bytearray()
         self.memo = 0
+        self.strings = {}  # interned() strings -> memo index
         fh.write(b"\x80\x04")
 
     def _flush(self, force=False):
@@ -455,6 +456,14 @@ class StreamPickler:
 
     def get(self, i):
         self.op(b"h" + bytes([i]) if i < 256 else b"j" + struct.pack("<I", i))
+
+    def interned(self, s):
+        """A string written once and referenced through the memo afterwards, as CPython does for
+        a string object that recurs (dict keys, action names)."""
+        if s in self.strings:
+            self.get(self.strings[s])
+        else:
+            self.strings[s] = self.str(s)
 
     def str(self, s):
         b = s.encode()
@@ -482,7 +491,7 @@ class StackWriter:
     """Writes the `frames` of trace entries as real files share them: the same stack list
     object now and then (a memo reference), more often a fresh list with the frames of a known
     stack, sometimes a new stack of 30-90 frames; at most 300 frame dicts and 2,000 stacks, each
-    memoised once. `key(k)` writes a dict key (memoised)."""
+    memoised once. `key(k)` writes a dict key (StreamPickler.interned)."""
 
     def __init__(self, p, rng, key):
         self.p, self.rng, self.key = p, rng, key
@@ -528,14 +537,7 @@ def write_big(path, entries, seed=3):
     rng = random.Random(seed)
     with open(path, "wb") as fh:
         p = StreamPickler(fh)
-        keys = {}
-
-        def key(k):
-            if k in keys:
-                p.get(keys[k])
-            else:
-                keys[k] = p.str(k)
-
+        key = p.interned
         stack_writer = StackWriter(p, rng, key)
         # {"segments": [one segment], "device_traces": [[entries...]]}
         p.op(b"}")
@@ -546,7 +548,6 @@ def write_big(path, entries, seed=3):
         p.memoize()
         p.op(b"]")
         p.memoize()
-        actions = {}
         base = 0x7F3A00000000
         live = []
         for i in range(entries):
@@ -568,10 +569,7 @@ def write_big(path, entries, seed=3):
             p.memoize()
             p.op(b"(")
             key("action")
-            if action in actions:
-                p.get(actions[action])
-            else:
-                actions[action] = p.str(action)
+            p.interned(action)
             key("addr")
             p.int(addr)
             key("size")

@@ -41,22 +41,7 @@ def main(argv):
     t = 1_708_187_029_490_966
     with open(args.out, "wb") as fh:
         p = StreamPickler(fh)
-        keys = {}
-
-        def key(k):
-            if k in keys:
-                p.get(keys[k])
-            else:
-                keys[k] = p.str(k)
-
-        strs = {}
-
-        def string(s):
-            if s in strs:
-                p.get(strs[s])
-            else:
-                strs[s] = p.str(s)
-
+        key = string = p.interned
         stack_writer = StackWriter(p, rng, key)
 
         count = 0
