@@ -1,0 +1,59 @@
+// AgentSample: what an in-process agent reports about one device of one training process,
+// as received on the daemon's agent socket (the wire format is in docs/formats.md, "Agent
+// protocol"). Plain data: the socket decodes into it; the exporter, the history and the
+// alert rules read it.
+//
+// Thread safety: plain values.
+#ifndef FRAGSCOPE_SOURCES_AGENT_AGENT_SAMPLE_H_
+#define FRAGSCOPE_SOURCES_AGENT_AGENT_SAMPLE_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fragscope/risk.h"
+
+namespace fragscope::agent {
+
+/// Free-block histogram buckets: bucket b counts free blocks with 2^b <= size < 2^(b+1)
+/// (bucket 0 also holds size 0..1), the same power-of-two buckets as model::SizeHistogram.
+inline constexpr int kFreeBlockBuckets = 64;
+
+struct AgentSample {
+  // Who.
+  std::uint32_t pid = 0;
+  std::int32_t rank = -1;          // -1: not a distributed job / unknown
+  std::string job;                 // job name (e.g. the scheduler's job id); may be empty
+  std::string run;                 // run name (history key); may be empty
+  std::string architecture;        // model architecture label for baselines; may be empty
+  std::string device_uuid;         // "GPU-…" as NVML reports it; joins with the GPU's series
+  std::int32_t device_index = -1;  // CUDA device ordinal inside the process; -1 unknown
+  // When.
+  std::int64_t step = -1;    // training step; -1 unknown
+  std::int64_t time_us = 0;  // sender's wall clock, µs since the Unix epoch
+  // Allocator statistics (torch.cuda.memory_stats(): "…all.current" unless noted).
+  std::uint64_t reserved_bytes = 0;        // reserved_bytes.all.current
+  std::uint64_t allocated_bytes = 0;       // allocated_bytes.all.current
+  std::uint64_t active_bytes = 0;          // active_bytes.all.current
+  std::uint64_t requested_bytes = 0;       // requested_bytes.all.current
+  std::uint64_t peak_reserved_bytes = 0;   // reserved_bytes.all.peak
+  std::uint64_t peak_allocated_bytes = 0;  // allocated_bytes.all.peak
+  std::uint64_t num_alloc_retries = 0;     // num_alloc_retries (cumulative)
+  std::uint64_t num_ooms = 0;              // num_ooms (cumulative)
+  // Block-level summary (docs/metrics.md).
+  std::uint64_t cached_free_bytes = 0;
+  std::uint64_t largest_free_block = 0;
+  std::uint64_t max_allocatable = 0;
+  std::uint64_t stranded_bytes = 0;
+  double fragmentation_ratio = 0;
+  std::array<std::uint64_t, kFreeBlockBuckets> free_block_count{};  // per bucket
+  std::array<std::uint64_t, kFreeBlockBuckets> free_block_bytes{};  // per bucket
+  // The agent's forecast (docs/forecast.md).
+  RiskLevel forecast_level = RiskLevel::kUnknown;
+  std::optional<std::int64_t> steps_to_oom;
+};
+
+}  // namespace fragscope::agent
+
+#endif  // FRAGSCOPE_SOURCES_AGENT_AGENT_SAMPLE_H_
