@@ -72,3 +72,4 @@ target_compile_definitions(sources_nvml_collector_test PRIVATE
   FAKE_NVML_NOINIT="$<TARGET_FILE:fake_nvml_noinit>")
 add_dependencies(sources_nvml_collector_test
   fake_nvml_full fake_nvml_old fake_nvml_r535 fake_nvml_noinit)
+fragscope_add_test(sources/nvidia_procfs_test.cc LIBS fragscope_sources)
