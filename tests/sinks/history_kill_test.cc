@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <thread>
@@ -59,7 +60,7 @@ TEST(HistoryKillTest, KillNineLosesNoCommittedBatch) {
       static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count());
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  constexpr int kIterations = 8;
+  constexpr int kIterations = 12;
   std::vector<std::int64_t> committed(kIterations, -1);  // last batch reported per iteration
 
   for (int it = 0; it < kIterations; ++it) {
@@ -115,7 +116,12 @@ TEST(HistoryKillTest, KillNineLosesNoCommittedBatch) {
   }
   // The test must have actually killed writers mid-stream, not only before their first commit.
   std::int64_t total = 0;
-  for (std::int64_t c : committed) total += c + 1;
+  std::string per_iteration;
+  for (std::int64_t c : committed) {
+    total += c + 1;
+    per_iteration += " " + std::to_string(c + 1);
+  }
+  std::printf("batches reported committed per iteration:%s\n", per_iteration.c_str());
   EXPECT_GT(total, 0);
 }
 

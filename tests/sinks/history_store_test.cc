@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "testing/test_util.h"
 
@@ -393,6 +395,55 @@ TEST(HistoryStoreTest, EmptyBatchIsANoOp) {
   auto store = OpenOrDie(testing::MakeTempDir() + "/h.sqlite");
   EXPECT_TRUE(store->AppendSamples(std::span<const ReceivedSample>()).ok());
   EXPECT_EQ(*store->CountSamples(), 0u);
+}
+
+TEST(HistoryStoreTest, DamagedSampleBlobIsAnErrorNotACrash) {
+  HistoryOptions o;
+  o.retention.max_age_s = 0;
+  const std::string path = testing::MakeTempDir() + "/h.sqlite";
+  auto store = OpenOrDie(path, o);
+  std::vector<agent::AgentSample> batch = {Sample("r", 1)};
+  ASSERT_TRUE(store->AppendSamples(batch, 1).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE samples SET free_blocks = x'4001'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  Result<std::vector<ReceivedSample>> got = store->Samples({.run = "", .job = ""});
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(got.status().message().find("bad bucket 64"), std::string::npos);
+}
+
+TEST(HistoryStoreTest, ProcessesCreatingTheSameFileAtOnceAllSucceed) {
+  const std::string path = testing::MakeTempDir() + "/new/history.sqlite";
+  constexpr int kWriters = 4;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kWriters; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      Result<std::unique_ptr<HistoryStore>> s = HistoryStore::Open(path);
+      if (!s.ok()) {
+        std::fprintf(stderr, "child: %s\n", s.status().ToString().c_str());
+        _exit(3);
+      }
+      for (int k = 0; k < 10; ++k) {
+        const std::string name = "w" + std::to_string(i) + "-" + std::to_string(k);
+        if (!(*s)->RecordRun(Summary(name, "gpt", k)).ok()) _exit(4);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  auto store = OpenOrDie(path);
+  EXPECT_EQ(store->ListRuns()->size(), static_cast<std::size_t>(kWriters * 10));
+  EXPECT_TRUE(store->IntegrityCheck().ok());
 }
 
 TEST(HistogramBlobTest, RoundTripAndValidation) {

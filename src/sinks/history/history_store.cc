@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -338,6 +339,53 @@ Status CheckHeader(const std::string& path, bool* exists, bool* empty) {
 
 }  // namespace
 
+Status HistoryStore::CheckOwnership(bool* fresh) {
+  std::int64_t app_id = 0, objects = 0;
+  {
+    Result<sqlite3_stmt*> s = Prepare("PRAGMA application_id");
+    if (!s.ok()) return UnreadableError("its header");
+    Stmt stmt(*s);
+    if (sqlite3_step(stmt.get()) != SQLITE_ROW) return UnreadableError("its header");
+    app_id = stmt.Int(0);
+  }
+  {
+    Result<sqlite3_stmt*> s = Prepare("SELECT count(*) FROM sqlite_schema");
+    if (!s.ok()) return UnreadableError("its schema");
+    Stmt stmt(*s);
+    if (sqlite3_step(stmt.get()) != SQLITE_ROW) return UnreadableError("its schema");
+    objects = stmt.Int(0);
+  }
+  *fresh = objects == 0 && (app_id == 0 || app_id == kHistoryApplicationId);
+  if (!*fresh && app_id != kHistoryApplicationId) {
+    return Status::Corruption(
+        fmt::format("{}: not a fragscope history: a SQLite database of another application "
+                    "(application_id 0x{:08x}, {} schema objects); refusing to touch it",
+                    path_, static_cast<std::uint32_t>(app_id), objects));
+  }
+  if (!*fresh) {
+    Result<sqlite3_stmt*> s = Prepare("PRAGMA quick_check(5)");
+    if (!s.ok()) return s.status().WithPrefix("quick_check");
+    Stmt stmt(*s);
+    std::string problems;
+    int step;
+    while ((step = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+      const std::string line = stmt.Text(0);
+      if (line == "ok") continue;
+      if (!problems.empty()) problems += "; ";
+      problems += line;
+    }
+    if (step != SQLITE_DONE) return Error("damaged: quick_check failed");
+    if (!problems.empty()) {
+      return Status::Corruption(fmt::format(
+          "{}: damaged fragscope history: quick_check: {}; refusing to use it (keep it for "
+          "recovery with `sqlite3 {} .recover`, or pass another --history PATH)",
+          path_, problems, path_));
+    }
+  }
+
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<HistoryStore>> HistoryStore::Open(const std::string& path,
                                                          const HistoryOptions& options) {
   if (path.empty()) return Status::InvalidArgument("history path is empty");
@@ -366,59 +414,17 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::Open(const std::string& path
   sqlite3_extended_result_codes(raw, 1);
   sqlite3_busy_timeout(raw, options.busy_timeout_ms);
 
-  // Read-only checks first: nothing is written until the file is known to be ours.
-  std::int64_t app_id = 0, objects = 0;
-  {
-    Result<sqlite3_stmt*> s = store->Prepare("PRAGMA application_id");
-    if (!s.ok()) return store->UnreadableError("its header");
-    Stmt stmt(*s);
-    if (sqlite3_step(stmt.get()) != SQLITE_ROW) return store->UnreadableError("its header");
-    app_id = stmt.Int(0);
-  }
-  {
-    Result<sqlite3_stmt*> s = store->Prepare("SELECT count(*) FROM sqlite_schema");
-    if (!s.ok()) return store->UnreadableError("its schema");
-    Stmt stmt(*s);
-    if (sqlite3_step(stmt.get()) != SQLITE_ROW) return store->UnreadableError("its schema");
-    objects = stmt.Int(0);
-  }
-  const bool fresh = objects == 0 && (app_id == 0 || app_id == kHistoryApplicationId);
-  if (!fresh && app_id != kHistoryApplicationId) {
-    return Status::Corruption(
-        fmt::format("{}: not a fragscope history: a SQLite database of another application "
-                    "(application_id 0x{:08x}, {} schema objects); refusing to touch it",
-                    path, static_cast<std::uint32_t>(app_id), objects));
-  }
-  if (!fresh) {
-    Result<sqlite3_stmt*> s = store->Prepare("PRAGMA quick_check(5)");
-    if (!s.ok()) return s.status().WithPrefix("quick_check");
-    Stmt stmt(*s);
-    std::string problems;
-    int step;
-    while ((step = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-      const std::string line = stmt.Text(0);
-      if (line == "ok") continue;
-      if (!problems.empty()) problems += "; ";
-      problems += line;
-    }
-    if (step != SQLITE_DONE) return store->Error("damaged: quick_check failed");
-    if (!problems.empty()) {
-      return Status::Corruption(fmt::format(
-          "{}: damaged fragscope history: quick_check: {}; refusing to use it (keep it for "
-          "recovery with `sqlite3 {} .recover`, or pass another --history PATH)",
-          path, problems, path));
-    }
-  }
+  // Read-only checks first: nothing is written until the file is known to be ours. They run in
+  // one read transaction, so that a process creating the same file at the same moment is seen
+  // either before or after its migration commits, never half-way.
+  bool fresh = false;
+  FRAGSCOPE_RETURN_IF_ERROR(store->Exec("BEGIN"));
+  Status checked = store->CheckOwnership(&fresh);
+  (void)store->Exec("COMMIT");  // a read transaction: nothing to commit, releases the snapshot
+  FRAGSCOPE_RETURN_IF_ERROR(checked);
 
   // Ours (or new): WAL, durability, foreign keys, then migrations.
-  {
-    Result<sqlite3_stmt*> s = store->Prepare("PRAGMA journal_mode=WAL");
-    if (!s.ok()) return s.status();
-    Stmt stmt(*s);
-    if (sqlite3_step(stmt.get()) != SQLITE_ROW || stmt.Text(0) != "wal") {
-      return store->Error("cannot switch to WAL mode");
-    }
-  }
+  FRAGSCOPE_RETURN_IF_ERROR(store->SwitchToWal());
   FRAGSCOPE_RETURN_IF_ERROR(
       store->Exec(options.sync_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   FRAGSCOPE_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
@@ -480,6 +486,26 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::Open(const std::string& path
   }
   FRAGSCOPE_RETURN_IF_ERROR(store->Exec("COMMIT"));
   return store;
+}
+
+Status HistoryStore::SwitchToWal() {
+  // Changing the journal mode takes an exclusive lock and does not wait through the busy
+  // handler, so two processes creating one file at once may see SQLITE_BUSY: retry until the
+  // busy timeout.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.busy_timeout_ms);
+  for (;;) {
+    Result<sqlite3_stmt*> s = Prepare("PRAGMA journal_mode=WAL");
+    if (!s.ok()) return s.status();
+    Stmt stmt(*s);
+    const int rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_ROW && stmt.Text(0) == "wal") return Status::Ok();
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) {
+      return Error("cannot switch to WAL mode");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return Error("cannot switch to WAL mode");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 Status HistoryStore::IntegrityCheck() {

@@ -115,6 +115,9 @@ class HistoryStore {
  private:
   HistoryStore(std::string path, sqlite3* db, HistoryOptions options);
   Status Exec(const char* sql);
+  // Refuses a file that is not a usable fragscope history; `fresh`: empty, to be created.
+  Status CheckOwnership(bool* fresh);
+  Status SwitchToWal();
   Result<sqlite3_stmt*> Prepare(const char* sql);
   Status Error(const char* what) const;
   // The error for a database SQLite cannot read at all (damaged, or not SQLite).
