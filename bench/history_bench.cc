@@ -1,13 +1,14 @@
 // Appending agent samples to the SQLite history (docs/history.md): samples per second by batch
 // size, with synchronous=FULL (the default: one fsync per commit) and NORMAL. The daemon's load
 // target is 64 agents x 10 samples/s (issue 6); this says which batching that needs.
-#include <benchmark/benchmark.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "sinks/history/history_store.h"
 
