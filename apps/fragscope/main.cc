@@ -9,6 +9,7 @@
 #include "command.h"
 #include "convert_command.h"
 #include "gpus_command.h"
+#include "history_command.h"
 #include "replay_command.h"
 #include "tune_command.h"
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddTuneCommand(app));
   commands.push_back(fragscope::cli::AddConvertCommand(app));
   commands.push_back(fragscope::cli::AddGpusCommand(app));
+  commands.push_back(fragscope::cli::AddHistoryCommand(app));
 
   try {
     app.parse(argc, argv);
