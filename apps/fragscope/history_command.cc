@@ -285,6 +285,29 @@ int RunRecord(const HistoryFlags& flags) {
   return WriteReport(out);
 }
 
+// `current` against the last `last` runs of its architecture in the history; a missing history
+// file is "no baseline", a damaged one an error.
+Result<BaselineComparison> CompareSummary(const RunSummary& current,
+                                          const std::string& history_flag, std::size_t last) {
+  HistoryFlags flags;
+  flags.history = history_flag;
+  std::vector<RunSummary> baseline;
+  Result<std::unique_ptr<HistoryStore>> store = OpenHistory(flags, /*create=*/false);
+  if (store.ok()) {
+    Result<std::vector<RunSummary>> runs = Baseline(**store, current, last);
+    if (!runs.ok()) return runs.status();
+    baseline = std::move(*runs);
+  } else if (store.status().code() != StatusCode::kNotFound) {
+    return store.status();
+  }
+  BaselineComparison c = analysis::CompareWithBaseline(current, baseline);
+  if (!store.ok()) {
+    c.sentence =
+        fmt::format("no baseline for {}: {}", current.architecture, store.status().message());
+  }
+  return c;
+}
+
 int RunCompare(const HistoryFlags& flags) {
   Result<RunSummary> summary = Summarize(flags);
   if (!summary.ok()) return BadInput(summary.status().message());
@@ -294,25 +317,13 @@ int RunCompare(const HistoryFlags& flags) {
                     "label)",
                     flags.input));
   }
-  std::vector<RunSummary> baseline;
-  Result<std::unique_ptr<HistoryStore>> store = OpenHistory(flags, /*create=*/false);
-  if (store.ok()) {
-    Result<std::vector<RunSummary>> runs = Baseline(**store, *summary, flags.last);
-    if (!runs.ok()) return BadInput(runs.status().message());
-    baseline = std::move(*runs);
-  } else if (store.status().code() != StatusCode::kNotFound) {
-    return BadInput(store.status().message());
-  }
-  BaselineComparison c = analysis::CompareWithBaseline(*summary, baseline);
-  if (!store.ok()) {
-    c.sentence =
-        fmt::format("no baseline for {}: {}", summary->architecture, store.status().message());
-  }
+  Result<BaselineComparison> c = CompareSummary(*summary, flags.history, flags.last);
+  if (!c.ok()) return BadInput(c.status().message());
   if (flags.json) {
-    nlohmann::json j = {{"current", ToJson(*summary)}, {"comparison", ToJson(c)}};
+    nlohmann::json j = {{"current", ToJson(*summary)}, {"comparison", ToJson(*c)}};
     return WriteReport(j.dump(2) + "\n");
   }
-  return WriteReport(ComparisonText(c));
+  return WriteReport(ComparisonText(*c));
 }
 
 int RunList(const HistoryFlags& flags) {
@@ -401,6 +412,18 @@ void AddInputOptions(CLI::App& sub, HistoryFlags* flags) {
 Result<std::string> HistoryPath(const std::string& flag) {
   if (!flag.empty()) return flag;
   return sinks::DefaultHistoryPath();
+}
+
+Result<analysis::BaselineComparison> CompareWithHistory(const analysis::AnalysisResult& result,
+                                                        std::int32_t device, const std::string& run,
+                                                        const std::string& architecture,
+                                                        const std::string& history_flag,
+                                                        std::size_t last) {
+  Result<RunSummary> summary = analysis::SummarizeRun(result, device);
+  if (!summary.ok()) return summary.status();
+  summary->run = run;
+  summary->architecture = architecture;
+  return CompareSummary(*summary, history_flag, last);
 }
 
 Command AddHistoryCommand(CLI::App& app) {

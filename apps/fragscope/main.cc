@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "analyze_command.h"
+#include "check_command.h"
 #include "command.h"
 #include "convert_command.h"
 #include "gpus_command.h"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddConvertCommand(app));
   commands.push_back(fragscope::cli::AddGpusCommand(app));
   commands.push_back(fragscope::cli::AddHistoryCommand(app));
+  commands.push_back(fragscope::cli::AddCheckCommand(app));
 
   try {
     app.parse(argc, argv);
