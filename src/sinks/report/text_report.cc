@@ -619,7 +619,9 @@ void RenderForecast(const DeviceReport& d, const Styler& style, std::string* out
                       at(f.first_warning_step), at(f.first_critical_step), RiskLevelName(f.worst));
   std::string now =
       fmt::format("  now ({} {}): {}", unit, f.last.step, RiskLevelName(f.last.level));
-  if (f.last.steps_to_oom) now += fmt::format(", ~{} steps to OOM", *f.last.steps_to_oom);
+  if (f.last.steps_to_oom && f.last.reason.find("steps to OOM") == std::string::npos) {
+    now += fmt::format(", ~{} steps to OOM", *f.last.steps_to_oom);
+  }
   now += " - " + f.last.reason;
   *out += (f.last.level >= RiskLevel::kWarning ? style.Warn(now) : now) + '\n';
   Table t({std::string(unit), "level", "to OOM", "reason"}, "><><");
