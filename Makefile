@@ -3,7 +3,7 @@
 SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build release demo test bench fuzz format clean
+.PHONY: all deps build release demo test bench fuzz format clean eval
 
 all: build
 
@@ -41,3 +41,12 @@ format:
 
 clean:
 	rm -rf build
+
+# The forecast evaluation (docs/forecast.md, docs/benchmarks.md "Forecast evaluation"): replays
+# every request trace in bench/forecast_eval/workloads/ (plus the bundled sample and the
+# harness's synthetic workloads) below and above the capacity that fits, and scores the warnings.
+eval: deps
+	cmake --preset bench
+	cmake --build --preset bench --target forecast_eval
+	build/bench/bench/forecast_eval/forecast_eval --workloads bench/forecast_eval/workloads \
+	  --trace $(SAMPLE)

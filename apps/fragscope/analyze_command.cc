@@ -29,6 +29,8 @@ struct AnalyzeFlags {
   std::size_t map_rows = 32;
   std::string map_scale = "shared";
   std::string max_line_bytes;  // a size; empty: the reader's default
+  bool forecast = false;
+  analysis::ForecastOptions forecast_options;
 };
 
 constexpr std::string_view kDescription =
@@ -74,6 +76,16 @@ Examples:
   fragscope analyze trace.jsonl.gz --json | jq .devices[0].peak_reserved
   fragscope analyze trace.jsonl.gz --every 1000 --no-map
   fragscope analyze trace.jsonl --device 1 --stranded-threshold 2MiB
+  fragscope analyze trace.jsonl.gz --forecast --no-map
+  fragscope analyze trace.jsonl.gz --forecast --forecast-every 1 --json | jq .devices[0].forecast
+
+--forecast runs the OOM forecaster over each device's per-step timeline, as a live agent
+sampling every --forecast-every steps would see it, and prints the risk timeline (level
+changes: ok, watch, warning, critical, with the estimated steps to OOM and the reason) and the
+first warning and critical steps. It needs the device capacity (the trace header's
+capacity_bytes; `fragscope replay --capacity` writes it) for steps-to-OOM; without step
+markers it counts timeline windows as steps and says so. docs/forecast.md explains every
+signal and threshold.
 
 Exit status: 0 on success; 2 for bad input (the message names file:line, or the snapshot's
 byte offset or field) or bad usage.
@@ -142,6 +154,12 @@ int RunAnalyze(const AnalyzeFlags& flags) {
   if (flags.device >= 0) options.device = flags.device;
   ApplyReportFlags(flags.report, &options);
   options.stranded_quantile = flags.stranded_quantile;
+  if (flags.forecast) {
+    if (Status s = analysis::ValidateForecastOptions(flags.forecast_options); !s.ok()) {
+      return BadInput("--forecast: " + s.message());
+    }
+    options.forecast = flags.forecast_options;
+  }
   // Sizes were validated while parsing; parse errors here would be a bug, reported all the same.
   if (!flags.stranded_threshold.empty()) {
     Result<std::uint64_t> threshold = ParseSize(flags.stranded_threshold);
@@ -214,6 +232,49 @@ Command AddAnalyzeCommand(CLI::App& app) {
                   "Longest trace line accepted (default 16MiB)")
       ->type_name("SIZE")
       ->check(ByteSize(1));
+  analysis::ForecastOptions& f = flags->forecast_options;
+  sub->add_flag("--forecast", flags->forecast,
+                "Forecast the risk of an OOM per step (docs/forecast.md)");
+  sub->add_option("--forecast-every", f.every, "Steps per forecaster sample (1 = every step)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->capture_default_str();
+  sub->add_option("--forecast-fragmentation", f.fragmentation_threshold,
+                  "Fragmentation ratio above which a device is at least 'watch'")
+      ->type_name("R")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--forecast-warning-steps", f.warning_steps,
+                  "Steps-to-OOM at or below which the level is 'warning'")
+      ->type_name("N")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
+  sub->add_option("--forecast-critical-steps", f.critical_steps,
+                  "Steps-to-OOM at or below which the level is 'critical'")
+      ->type_name("N")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
+  sub->add_option("--forecast-watch-steps", f.watch_steps,
+                  "Steps-to-OOM at or below which the level is 'watch'")
+      ->type_name("N")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
+  sub->add_option("--forecast-half-life", f.half_life_steps,
+                  "Steps after which a sample's weight in the trends halves")
+      ->type_name("N")
+      ->check(CLI::Range(1.0, 1e9))
+      ->capture_default_str();
+  sub->add_option("--forecast-allowance", f.fragmentation_allowance,
+                  "Device bytes a step needs per byte of peak allocated memory")
+      ->type_name("X")
+      ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
+  for (const char* name :
+       {"--forecast-every", "--forecast-fragmentation", "--forecast-warning-steps",
+        "--forecast-critical-steps", "--forecast-watch-steps", "--forecast-half-life",
+        "--forecast-allowance"}) {
+    sub->get_option(name)->needs("--forecast");
+  }
   return Command{sub, [flags] { return RunAnalyze(*flags); }};
 }
 

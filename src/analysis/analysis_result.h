@@ -11,6 +11,7 @@
 
 #include "analysis/diagnosis.h"
 #include "fragscope/metrics.h"
+#include "fragscope/risk.h"
 #include "fragscope/trace.h"
 #include "model/device_memory.h"
 #include "model/free_size_index.h"
@@ -54,6 +55,13 @@ struct TimelineSample {
   std::uint64_t peak_live_requested_bytes = 0;
   std::uint64_t allocs = 0;  // alloc events in the window
   std::uint64_t largest_request = 0;
+  // Allocator traces: segments released in the window (segment_free / segment_unmap). Without
+  // empty_cache calls, a release near the device limit is the allocator's release-and-retry
+  // path. Summed by MergeSamples.
+  std::uint64_t segment_frees = 0;
+  // Allocation retries in the window (num_alloc_retries deltas), when the source reports them
+  // (live agents); 0 for traces, which do not record them.
+  std::uint64_t alloc_retries = 0;
 };
 
 struct LayoutBlock {
@@ -82,6 +90,33 @@ struct RequestProfile {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> top_sizes;  // (size, count)
   model::SizeHistogram histogram;
 };
+
+/// One verdict of the forecaster (docs/forecast.md): the level at the end of a sampled step.
+struct ForecastPoint {
+  std::int64_t step = -1;  // last step of the sample (or window index without step markers)
+  RiskLevel level = RiskLevel::kUnknown;
+  std::optional<std::uint64_t> steps_to_oom;  // when a trend or the demand's spread gives one
+  std::string reason;
+};
+
+/// The forecast of one device: its level changes and the first warning and critical steps.
+struct DeviceForecast {
+  /// "step", or "window" when the trace has no step markers (one window = `every_events`
+  /// events, counted as one step).
+  std::string unit = "step";
+  std::uint64_t every = 1;             // steps (or windows) per sample the forecaster saw
+  std::uint64_t samples = 0;           // samples it saw
+  std::uint64_t steps_covered = 0;     // steps (windows) those samples span
+  bool enough_data = false;            // false: fewer than two steps; no levels were given
+  std::vector<ForecastPoint> changes;  // the first sample and every level change after it
+  std::uint64_t changes_dropped = 0;   // changes beyond kMaxForecastChanges (not kept)
+  std::optional<std::int64_t> first_warning_step;   // first sample at warning or worse
+  std::optional<std::int64_t> first_critical_step;  // first sample at critical
+  RiskLevel worst = RiskLevel::kUnknown;
+  ForecastPoint last;              // the verdict of the last sample
+  std::vector<std::string> notes;  // not enough data, fallbacks, missing capacity
+};
+inline constexpr std::size_t kMaxForecastChanges = 1000;
 
 struct DeviceReport {
   std::int32_t device = 0;
@@ -112,6 +147,8 @@ struct DeviceReport {
   /// first oom event, else at the end; "first oom" or "end" says which.
   std::vector<SiteStranding> stranding_sites;
   std::string stranding_sites_at;
+  /// With a forecast requested (AnalysisOptions::forecast): the forecaster's verdicts.
+  std::optional<DeviceForecast> forecast;
 };
 inline constexpr std::size_t kMaxOomDiagnoses = 16;
 inline constexpr std::size_t kTopStrandingSites = 10;

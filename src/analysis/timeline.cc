@@ -13,6 +13,8 @@ TimelineSample MergeSamples(const TimelineSample& a, const TimelineSample& b) {
   m.peak_live_requested_bytes = std::max(a.peak_live_requested_bytes, b.peak_live_requested_bytes);
   m.allocs = a.allocs + b.allocs;
   m.largest_request = std::max(a.largest_request, b.largest_request);
+  m.segment_frees = a.segment_frees + b.segment_frees;
+  m.alloc_retries = a.alloc_retries + b.alloc_retries;
   return m;
 }
 

@@ -28,6 +28,7 @@ struct Window {
   std::uint64_t peak_requested = 0;
   std::uint64_t allocs = 0;
   std::uint64_t largest_request = 0;
+  std::uint64_t segment_frees = 0;
 };
 
 struct DeviceState {
@@ -50,6 +51,7 @@ struct DeviceState {
   RequestWindow large_window;
   Window window;
   Timeline timeline;
+  std::optional<ForecastTrack> forecast;
   DeviceReport report;
 };
 
@@ -87,6 +89,15 @@ struct TraceAnalyzer::Impl {
         state->name = info->name;
         state->capacity = info->capacity_bytes;
         state->used_by_others = info->used_by_others_bytes.value_or(0);
+      }
+      if (options.forecast) {
+        std::optional<std::uint64_t> usable;
+        if (state->capacity) {
+          usable = *state->capacity > state->used_by_others
+                       ? *state->capacity - state->used_by_others
+                       : std::uint64_t{0};
+        }
+        state->forecast.emplace(*options.forecast, usable, step_mode);
       }
       state->window.first_event = events;
       devices[index] = std::move(state);
@@ -141,6 +152,7 @@ struct TraceAnalyzer::Impl {
     s.peak_live_requested_bytes = std::max(d.window.peak_requested, s.live_requested_bytes);
     s.allocs = d.window.allocs;
     s.largest_request = d.window.largest_request;
+    s.segment_frees = d.window.segment_frees;
     if (d.memory != nullptr) {
       const DeviceMetrics m = ComputeMetrics(*d.memory, Inputs(d));
       s.reserved_bytes = m.all.reserved_bytes;
@@ -167,6 +179,7 @@ struct TraceAnalyzer::Impl {
       }
     }
     d.timeline.Add(s);
+    if (d.forecast) d.forecast->Add(s, step);
     d.window = Window{};
     d.window.first_event = events;
   }
@@ -180,6 +193,7 @@ struct TraceAnalyzer::Impl {
       for (auto& d : devices) {
         if (!d) continue;
         d->timeline.Clear();
+        if (d->forecast) d->forecast->Reset(true);
         d->window.first_event = 0;
         d->window.peak_reserved = d->report.peak_reserved.bytes;
         d->window.peak_allocated = d->report.peak_allocated.bytes;
@@ -304,6 +318,8 @@ struct TraceAnalyzer::Impl {
       } else {
         d.large_window.Add(e.size);
       }
+    } else if (e.action == Action::kSegmentFree || e.action == Action::kSegmentUnmap) {
+      ++d.window.segment_frees;
     } else if (e.action == Action::kFreeRequested ||
                (e.action == Action::kFreeCompleted && kind == TraceKind::kRequest)) {
       ++r.frees;
@@ -355,6 +371,7 @@ struct TraceAnalyzer::Impl {
                                                   d.memory->pool(Pool::kLarge).allocated_count
                                             : d.live.size();
       r.timeline = d.timeline.Samples();
+      if (d.forecast) r.forecast = d.forecast->Finish();
       result.steps_per_sample = std::max(result.steps_per_sample, d.timeline.windows_per_sample());
       RequestProfile& p = r.requests;
       p.count = d.profile.count();
@@ -421,6 +438,9 @@ Result<std::unique_ptr<TraceAnalyzer>> TraceAnalyzer::Create(const TraceHeader& 
                                                              const AnalysisOptions& options) {
   auto rules = model::AllocatorRules::FromSettings(header.allocator_settings);
   if (!rules.ok()) return rules.status().WithPrefix("trace header");
+  if (options.forecast) {
+    if (Status s = ValidateForecastOptions(*options.forecast); !s.ok()) return s;
+  }
   if (!(options.stranded_quantile >= 0.0 && options.stranded_quantile <= 1.0)) {
     return Status::InvalidArgument(
         fmt::format("stranded quantile {} is outside [0, 1]", options.stranded_quantile));

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "analysis/analysis_result.h"
+#include "analysis/forecast.h"
 #include "fragscope/event.h"
 #include "fragscope/trace.h"
 #include "model/memory_model.h"
@@ -25,6 +26,9 @@ struct AnalysisOptions {
   std::size_t max_timeline_samples = 4096;          // longer runs are downsampled 2:1 repeatedly
   bool check_invariants = false;                    // O(n) sweep after every event: tests, debug
   bool keep_layout = true;                          // record the final layout for the memory map
+  /// Set: run the forecaster online over each device's per-step windows (before the timeline's
+  /// downsampling) and fill DeviceReport::forecast.
+  std::optional<ForecastOptions> forecast;
 };
 
 class TraceAnalyzer {

@@ -206,6 +206,34 @@ Json SiteJson(const analysis::SiteStranding& s) {
   return j;
 }
 
+Json ForecastPointJson(const analysis::ForecastPoint& p) {
+  Json j = Json::object();
+  j["step"] = p.step;
+  j["level"] = std::string(RiskLevelName(p.level));
+  j["steps_to_oom"] = p.steps_to_oom ? Json(*p.steps_to_oom) : Json(nullptr);
+  j["reason"] = p.reason;
+  return j;
+}
+
+Json ForecastJson(const analysis::DeviceForecast& f) {
+  Json j = Json::object();
+  j["unit"] = f.unit;
+  j["every"] = f.every;
+  j["samples"] = f.samples;
+  j["steps_covered"] = f.steps_covered;
+  j["enough_data"] = f.enough_data;
+  j["first_warning_step"] = f.first_warning_step ? Json(*f.first_warning_step) : Json(nullptr);
+  j["first_critical_step"] = f.first_critical_step ? Json(*f.first_critical_step) : Json(nullptr);
+  j["worst_level"] = std::string(RiskLevelName(f.worst));
+  j["last"] = f.enough_data ? ForecastPointJson(f.last) : Json(nullptr);
+  Json changes = Json::array();
+  for (const analysis::ForecastPoint& p : f.changes) changes.push_back(ForecastPointJson(p));
+  j["changes"] = std::move(changes);
+  j["changes_dropped"] = f.changes_dropped;
+  j["notes"] = f.notes;
+  return j;
+}
+
 Json DeviceJson(const DeviceReport& d, bool allocator, const JsonOptions& options) {
   auto alloc_extreme = [allocator](const Extreme& e) {
     return allocator ? ExtremeJson(e) : Json(nullptr);
@@ -249,6 +277,7 @@ Json DeviceJson(const DeviceReport& d, bool allocator, const JsonOptions& option
   Json timeline = Json::array();
   for (const TimelineSample& s : d.timeline) timeline.push_back(SampleJson(s, allocator));
   j["timeline"] = std::move(timeline);
+  j["forecast"] = d.forecast ? ForecastJson(*d.forecast) : Json(nullptr);
   if (allocator && options.include_layout) {
     Json layout = Json::array();
     for (const LayoutSegment& s : d.layout) layout.push_back(SegmentJson(s));

@@ -600,6 +600,41 @@ void RenderStrandingSites(const DeviceReport& d, const Styler& style, std::strin
   *out += t.Render("  ");
 }
 
+// The forecaster's verdicts (docs/forecast.md): first warning and critical steps, then the
+// level changes.
+void RenderForecast(const DeviceReport& d, const Styler& style, std::string* out) {
+  if (!d.forecast) return;
+  const analysis::DeviceForecast& f = *d.forecast;
+  const std::string_view unit = f.unit == "step" ? "step" : "window";
+  *out += '\n';
+  *out += "  " + style.Heading(fmt::format("Forecast (one verdict every {} {}; docs/forecast.md)",
+                                           f.every, f.every == 1 ? unit : std::string(unit) + "s"));
+  *out += '\n';
+  for (const std::string& note : f.notes) *out += fmt::format("  note: {}\n", note);
+  if (!f.enough_data) return;
+  auto at = [&](const std::optional<std::int64_t>& step) {
+    return step ? fmt::format("{} {}", unit, *step) : std::string("none");
+  };
+  *out += fmt::format("  first warning: {}; first critical: {}; worst: {}\n",
+                      at(f.first_warning_step), at(f.first_critical_step), RiskLevelName(f.worst));
+  std::string now =
+      fmt::format("  now ({} {}): {}", unit, f.last.step, RiskLevelName(f.last.level));
+  if (f.last.steps_to_oom && f.last.reason.find("steps to OOM") == std::string::npos) {
+    now += fmt::format(", ~{} steps to OOM", *f.last.steps_to_oom);
+  }
+  now += " - " + f.last.reason;
+  *out += (f.last.level >= RiskLevel::kWarning ? style.Warn(now) : now) + '\n';
+  Table t({std::string(unit), "level", "to OOM", "reason"}, "><><");
+  for (const analysis::ForecastPoint& p : f.changes) {
+    t.AddRow({fmt::format("{}", p.step), std::string(RiskLevelName(p.level)),
+              p.steps_to_oom ? fmt::format("~{}", *p.steps_to_oom) : std::string("-"), p.reason});
+  }
+  *out += t.Render("  ");
+  if (f.changes_dropped > 0) {
+    *out += fmt::format("  ... {} later level changes not shown\n", f.changes_dropped);
+  }
+}
+
 std::string RenderText(const AnalysisResult& result, const TextOptions& options) {
   const Styler style(options.color);
   std::string out;
@@ -615,6 +650,7 @@ std::string RenderText(const AnalysisResult& result, const TextOptions& options)
     if (IsRequestTrace(result)) {
       RenderRequestDevice(result, d, style, &out);
       RenderTimeline(result, d, options, style, &out);
+      RenderForecast(d, style, &out);
       continue;
     }
     RenderOomDiagnoses(result, d, style, &out);
@@ -623,6 +659,7 @@ std::string RenderText(const AnalysisResult& result, const TextOptions& options)
     RenderStrandingSites(d, style, &out);
     RenderRequestSummary(d.requests, style, &out);
     RenderTimeline(result, d, options, style, &out);
+    RenderForecast(d, style, &out);
     if (options.show_map) {
       out += '\n';
       out += "  " + style.Heading("Memory map at the end of the trace");

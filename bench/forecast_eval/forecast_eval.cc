@@ -1,0 +1,418 @@
+// forecast_eval: how early, and how falsely, the forecaster warns (docs/forecast.md,
+// "Evaluation"). For every request trace (bench/forecast_eval/workloads/*.jsonl.gz, any --trace,
+// and the synthetic workloads of synthetic.cc) it finds the smallest device capacity that fits
+// by bisection, replays the trace through the simulator at capacities below and above it, runs
+// the forecaster (every 1 and every 50 steps) over each replay, and prints one table row per
+// (workload, capacity, sampling period) and the totals against the targets.
+//
+// Usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]
+//                      [--no-synthetic] [--every A,B] [--verbose]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "analysis/forecast.h"
+#include "analysis/replay_result.h"
+#include "analysis/trace_analyzer.h"
+#include "common/units.h"
+#include "fragscope/trace.h"
+#include "model/request_replayer.h"
+#include "synthetic.h"
+
+namespace fs = std::filesystem;
+using namespace fragscope;
+
+namespace {
+
+constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+// Capacities tested, as fractions of the smallest capacity that fits.
+constexpr double kBelow[] = {0.90, 0.95, 0.98};
+constexpr double kAbove[] = {1.02, 1.10, 1.25};
+
+struct Workload {
+  std::string name;
+  std::vector<Event> events;
+  std::int64_t steps = 0;
+};
+
+std::int64_t CountSteps(const std::vector<Event>& events) {
+  std::int64_t n = 0;
+  for (const Event& e : events) n += e.action == Action::kStep;
+  return n;
+}
+
+// A request trace from disk, device 0's events only (plus the step markers).
+std::optional<Workload> Load(const std::string& path, std::string* error) {
+  auto reader = TraceReader::Open(path);
+  if (!reader.ok()) {
+    *error = reader.status().message();
+    return std::nullopt;
+  }
+  if ((*reader)->header().kind == TraceKind::kAllocator) {
+    *error = path + ": an allocator trace; the evaluation replays request traces";
+    return std::nullopt;
+  }
+  Workload w;
+  w.name = fs::path(path).filename().string();
+  for (const char* ext : {".jsonl.gz", ".jsonl.zst", ".jsonl"}) {
+    const std::string e = ext;
+    if (w.name.size() > e.size() && w.name.ends_with(e)) {
+      w.name.resize(w.name.size() - e.size());
+      break;
+    }
+  }
+  std::optional<std::int32_t> device;
+  for (;;) {
+    Event e;
+    auto more = (*reader)->Next(&e);
+    if (!more.ok()) {
+      *error = more.status().message();
+      return std::nullopt;
+    }
+    if (!*more) break;
+    if (e.action != Action::kStep && e.action != Action::kSnapshot) {
+      if (!device) device = e.device;
+      if (e.device != *device) continue;
+      e.device = 0;
+    }
+    w.events.push_back(e);
+  }
+  w.steps = CountSteps(w.events);
+  return w;
+}
+
+model::SimOptions SimAt(std::uint64_t capacity) {
+  model::SimOptions o;
+  o.driver.capacity_bytes = capacity;
+  return o;
+}
+
+// Whether the trace runs to its end at `capacity`; kStop. Errors other than OOM abort.
+Result<bool> Fits(const Workload& w, std::uint64_t capacity) {
+  model::RequestReplayer r([&](std::int32_t) { return SimAt(capacity); }, model::OomPolicy::kStop,
+                           {});
+  Status s = r.ConsumeAll(w.events);
+  if (s.ok()) return true;
+  if (s.code() == StatusCode::kOutOfMemory) return false;
+  return s;
+}
+
+Result<std::uint64_t> PeakReserved(const Workload& w) {
+  model::RequestReplayer r([&](std::int32_t) { return SimAt(analysis::kUnlimitedCapacity); },
+                           model::OomPolicy::kStop, {});
+  FRAGSCOPE_RETURN_IF_ERROR(r.ConsumeAll(w.events));
+  std::uint64_t peak = 0;
+  for (const auto& [device, sim] : r.devices()) {
+    peak = std::max<std::uint64_t>(peak,
+                                   static_cast<std::uint64_t>(sim->stats().reserved_bytes[0].peak));
+    if (std::getenv("FORECAST_EVAL_DEBUG")) {
+      std::fprintf(
+          stderr, "%s: unlimited peak reserved %s, peak allocated %s\n", w.name.c_str(),
+          FormatBytes(peak).c_str(),
+          FormatBytes(static_cast<std::uint64_t>(sim->stats().allocated_bytes[0].peak)).c_str());
+    }
+  }
+  return peak;
+}
+
+// The smallest capacity (to 1 MiB) at which the trace fits, by bisection.
+Result<std::uint64_t> MinimalFit(const Workload& w) {
+  auto peak = PeakReserved(w);
+  if (!peak.ok()) return peak.status();
+  std::uint64_t hi = std::max<std::uint64_t>(*peak, kMiB);
+  auto fits = Fits(w, hi);
+  if (!fits.ok()) return fits.status();
+  while (!*fits) {  // the peak of an unlimited device should fit; be safe
+    hi *= 2;
+    fits = Fits(w, hi);
+    if (!fits.ok()) return fits.status();
+  }
+  std::uint64_t lo = 0;  // does not fit (or zero)
+  while (hi - lo > kMiB) {
+    const std::uint64_t mid = lo + (hi - lo) / 2;
+    auto f = Fits(w, mid);
+    if (!f.ok()) return f.status();
+    (*f ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+struct Run {
+  std::uint64_t capacity = 0;
+  double factor = 0;
+  std::optional<std::int64_t> oom_step;
+  std::string kind = "-";
+  std::map<std::uint64_t, analysis::DeviceForecast> forecasts;  // by sampling period
+};
+
+Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity,
+                     const std::vector<std::uint64_t>& periods,
+                     const analysis::ForecastOptions& base) {
+  TraceHeader header;
+  header.kind = TraceKind::kAllocator;
+  header.devices.push_back(DeviceInfo{0, "virtual-gpu", capacity, std::nullopt});
+  std::vector<std::unique_ptr<analysis::TraceAnalyzer>> analyzers;
+  for (std::uint64_t every : periods) {
+    analysis::AnalysisOptions options;
+    options.keep_layout = false;
+    options.max_timeline_samples = 64;  // the forecaster sees every step before downsampling
+    options.forecast = base;
+    options.forecast->every = every;
+    auto a = analysis::TraceAnalyzer::Create(header, options);
+    if (!a.ok()) return a.status();
+    analyzers.push_back(std::move(*a));
+  }
+  Status sink_status;
+  model::RequestReplayer replayer([&](std::int32_t) { return SimAt(capacity); },
+                                  model::OomPolicy::kStop,
+                                  [&](const Event& e) {
+                                    for (auto& a : analyzers) {
+                                      Status s = a->Consume(e);
+                                      if (!s.ok() && sink_status.ok()) sink_status = s;
+                                    }
+                                  });
+  Status s = replayer.ConsumeAll(w.events);
+  if (!sink_status.ok()) return sink_status;
+  if (!s.ok() && s.code() != StatusCode::kOutOfMemory) return s;
+  Run run;
+  run.capacity = capacity;
+  if (!replayer.ooms().empty()) run.oom_step = replayer.ooms().front().step;
+  for (std::size_t i = 0; i < periods.size(); ++i) {
+    analysis::AnalysisResult result = analyzers[i]->Finish(w.name);
+    if (result.devices.empty()) continue;
+    const analysis::DeviceReport& d = result.devices.front();
+    if (!d.oom_diagnoses.empty()) {
+      run.kind = std::string(analysis::OomCauseName(d.oom_diagnoses.front().cause));
+    }
+    if (d.forecast) run.forecasts[periods[i]] = *d.forecast;
+  }
+  return run;
+}
+
+// Warning episodes: entries into warning-or-worse from below, before step `before`.
+std::uint64_t WarningEpisodes(const analysis::DeviceForecast& f, std::int64_t before) {
+  std::uint64_t n = 0;
+  RiskLevel previous = RiskLevel::kUnknown;
+  for (const analysis::ForecastPoint& p : f.changes) {
+    if (p.step >= before) break;
+    if (p.level >= RiskLevel::kWarning && previous < RiskLevel::kWarning) ++n;
+    previous = p.level;
+  }
+  return n;
+}
+
+// The first step at warning or worse strictly before `before`.
+std::optional<std::int64_t> FirstWarningBefore(const analysis::DeviceForecast& f,
+                                               std::int64_t before) {
+  for (const analysis::ForecastPoint& p : f.changes) {
+    if (p.step >= before) break;
+    if (p.level >= RiskLevel::kWarning) return p.step;
+  }
+  return std::nullopt;
+}
+
+// Target: a lead of >= 20 steps or >= 10% of the run up to the OOM (at least one step).
+bool InTime(std::int64_t lead, std::int64_t oom_step) {
+  return lead >= 1 &&
+         (lead >= 20 || static_cast<double>(lead) >= 0.1 * static_cast<double>(oom_step));
+}
+
+struct Totals {
+  std::uint64_t frag_ooms = 0, frag_in_time = 0, frag_warned = 0;
+  std::uint64_t late_frag_ooms = 0, late_frag_in_time = 0;  // OOM after the forecaster's history
+  std::uint64_t short_ooms = 0, short_in_time = 0, short_warned = 0;
+  std::uint64_t clean_runs = 0, clean_steps = 0, clean_episodes = 0;
+};
+
+std::vector<std::uint64_t> ParseList(const std::string& text) {
+  std::vector<std::uint64_t> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!item.empty()) out.push_back(std::strtoull(item.c_str(), nullptr, 10));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+int Usage() {
+  std::fputs(
+      "usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]\n"
+      "                     [--no-synthetic] [--every A,B] [--verbose]\n"
+      "Replays request traces at capacities below and above the smallest that fits and\n"
+      "reports how early the forecaster warned before each OOM and how often it warned on\n"
+      "runs that never fail (docs/forecast.md).\n",
+      stderr);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string workloads_dir = "bench/forecast_eval/workloads";
+  std::vector<std::string> traces;
+  std::int64_t steps = 1000;
+  std::uint64_t seed = 1;
+  bool synthetic = true;
+  bool verbose = false;
+  std::vector<std::uint64_t> periods = {1, 50};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) return std::nullopt;
+      return std::string(argv[++i]);
+    };
+    std::optional<std::string> v;
+    if (a == "--workloads" && (v = value())) {
+      workloads_dir = *v;
+    } else if (a == "--trace" && (v = value())) {
+      traces.push_back(*v);
+    } else if (a == "--steps" && (v = value())) {
+      steps = std::max<std::int64_t>(2, std::strtoll(v->c_str(), nullptr, 10));
+    } else if (a == "--seed" && (v = value())) {
+      seed = std::strtoull(v->c_str(), nullptr, 10);
+    } else if (a == "--every" && (v = value())) {
+      periods = ParseList(*v);
+      if (periods.empty() || std::count(periods.begin(), periods.end(), 0u) > 0) return Usage();
+    } else if (a == "--verbose") {
+      verbose = true;
+    } else if (a == "--no-synthetic") {
+      synthetic = false;
+    } else {
+      return Usage();
+    }
+  }
+
+  std::vector<Workload> workloads;
+  if (fs::is_directory(workloads_dir)) {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(workloads_dir)) {
+      const std::string p = entry.path().string();
+      if (p.ends_with(".jsonl.gz")) found.push_back(p);
+    }
+    std::sort(found.begin(), found.end());
+    traces.insert(traces.begin(), found.begin(), found.end());
+  }
+  for (const std::string& path : traces) {
+    std::string error;
+    if (auto w = Load(path, &error)) {
+      workloads.push_back(std::move(*w));
+    } else {
+      std::fprintf(stderr, "forecast_eval: skipped %s: %s\n", path.c_str(), error.c_str());
+    }
+  }
+  if (synthetic) {
+    for (bench::SyntheticWorkload& s : bench::MakeSyntheticWorkloads(steps, seed)) {
+      Workload w{s.name, std::move(s.events), 0};
+      w.steps = CountSteps(w.events);
+      workloads.push_back(std::move(w));
+    }
+  }
+  if (workloads.empty()) {
+    std::fputs("forecast_eval: no workloads\n", stderr);
+    return 2;
+  }
+
+  const analysis::ForecastOptions defaults;
+  // An OOM before this step comes before the forecaster could have a trend and still warn 20
+  // steps ahead: warm-up + the history a trend needs + 20.
+  const auto late_step =
+      static_cast<std::int64_t>(defaults.warmup_steps + defaults.trend_min_steps + 20);
+  std::map<std::uint64_t, Totals> totals;
+  fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", "workload",
+             "steps", "capacity", "x fit", "OOM step", "every", "kind", "first warn", "lead",
+             "false/1k");
+  for (const Workload& w : workloads) {
+    auto fit = MinimalFit(w);
+    if (!fit.ok()) {
+      std::fprintf(stderr, "forecast_eval: %s: %s\n", w.name.c_str(),
+                   fit.status().message().c_str());
+      continue;
+    }
+    std::vector<double> factors(std::begin(kBelow), std::end(kBelow));
+    factors.insert(factors.end(), std::begin(kAbove), std::end(kAbove));
+    for (double factor : factors) {
+      const auto capacity =
+          static_cast<std::uint64_t>(std::llround(static_cast<double>(*fit) * factor));
+      auto run = ReplayAt(w, capacity, periods, defaults);
+      if (!run.ok()) {
+        std::fprintf(stderr, "forecast_eval: %s at %s: %s\n", w.name.c_str(),
+                     FormatBytes(capacity).c_str(), run.status().message().c_str());
+        continue;
+      }
+      for (std::uint64_t every : periods) {
+        const analysis::DeviceForecast& f = run->forecasts[every];
+        Totals& t = totals[every];
+        std::string oom = "none", first = "-", lead = "-", rate = "-";
+        if (run->oom_step) {
+          const std::int64_t at = *run->oom_step;
+          oom = fmt::format("{}", at);
+          const auto warn = FirstWarningBefore(f, at);
+          const bool frag = run->kind == "fragmentation";
+          (frag ? t.frag_ooms : t.short_ooms) += 1;
+          const bool late = at >= late_step;
+          if (frag && late) ++t.late_frag_ooms;
+          if (warn) {
+            first = fmt::format("{}", *warn);
+            lead = fmt::format("{}", at - *warn);
+            (frag ? t.frag_warned : t.short_warned) += 1;
+            if (InTime(at - *warn, at)) {
+              (frag ? t.frag_in_time : t.short_in_time) += 1;
+              if (frag && late) ++t.late_frag_in_time;
+            }
+          }
+        } else {
+          const std::uint64_t episodes = WarningEpisodes(f, INT64_MAX);
+          const std::uint64_t covered = std::max<std::uint64_t>(f.steps_covered, 1);
+          rate = fmt::format("{:.2f}",
+                             1000.0 * static_cast<double>(episodes) / static_cast<double>(covered));
+          if (f.first_warning_step) first = fmt::format("{}", *f.first_warning_step);
+          ++t.clean_runs;
+          t.clean_steps += covered;
+          t.clean_episodes += episodes;
+        }
+        fmt::print("{:<28} {:>6} {:>10} {:>9.2f} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", w.name,
+                   w.steps, FormatBytes(capacity), factor, oom, every, run->kind, first, lead,
+                   rate);
+        if (verbose) {
+          for (const analysis::ForecastPoint& p : f.changes) {
+            fmt::print("    step {:>6} {:<8} {:>8} {}\n", p.step, RiskLevelName(p.level),
+                       p.steps_to_oom ? fmt::format("{}", *p.steps_to_oom) : "-", p.reason);
+          }
+        }
+      }
+    }
+  }
+  fmt::print("\n");
+  for (const auto& [every, t] : totals) {
+    const auto pct = [](std::uint64_t a, std::uint64_t b) {
+      return b == 0
+                 ? std::string("n/a")
+                 : fmt::format("{:.0f}%", 100.0 * static_cast<double>(a) / static_cast<double>(b));
+    };
+    fmt::print(
+        "every {:>3}: fragmentation OOMs warned in time {}/{} ({}; target >= 90%), warned at all "
+        "{}/{}; of those at step >= {}: {}/{} ({}); shortage OOMs warned in time {}/{} ({}); "
+        "runs that never fail: {} runs, {} steps, {} warning episodes = {:.2f} per 1000 steps "
+        "(target <= 1)\n",
+        every, t.frag_in_time, t.frag_ooms, pct(t.frag_in_time, t.frag_ooms), t.frag_warned,
+        t.frag_ooms, late_step, t.late_frag_in_time, t.late_frag_ooms,
+        pct(t.late_frag_in_time, t.late_frag_ooms), t.short_in_time, t.short_ooms,
+        pct(t.short_in_time, t.short_ooms), t.clean_runs, t.clean_steps, t.clean_episodes,
+        t.clean_steps == 0
+            ? 0.0
+            : 1000.0 * static_cast<double>(t.clean_episodes) / static_cast<double>(t.clean_steps));
+  }
+  return 0;
+}

@@ -1,0 +1,279 @@
+#include "analysis/forecast.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "analysis/trace_analyzer.h"
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+// One step's sample: the state at its end and the peaks inside it.
+TimelineSample Sample(std::int64_t step, std::uint64_t peak_allocated, std::uint64_t reserved,
+                      std::uint64_t stranded) {
+  TimelineSample s;
+  s.step_first = s.step_last = step;
+  s.peak_allocated_bytes = peak_allocated;
+  s.peak_reserved_bytes = reserved;
+  s.reserved_bytes = reserved;
+  s.allocated_bytes = peak_allocated / 2;
+  s.cached_free_bytes = reserved - s.allocated_bytes;
+  s.fragmentation_ratio = static_cast<double>(s.cached_free_bytes) / static_cast<double>(reserved);
+  s.stranded_bytes = stranded;
+  s.largest_request = 256 * kMiB;
+  s.largest_free_block = 1 * kGiB;
+  s.max_allocatable = 4 * kGiB;
+  s.allocs = 1000;
+  return s;
+}
+
+// Fragmentation accumulates: the job's demand is flat at 6 GiB, but the bytes stranded in gaps
+// grow by 8 MiB per step, and reserved with them. On a 10 GiB device the job can no longer fit
+// once 6 GiB + stranded passes the capacity: step 512.
+constexpr std::int64_t kRisingOomStep = 512;
+std::vector<TimelineSample> RisingFragmentation(std::int64_t steps) {
+  std::vector<TimelineSample> out;
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<std::uint64_t> jitter(0, 16 * kMiB);
+  for (std::int64_t i = 0; i < steps; ++i) {
+    const std::uint64_t stranded = static_cast<std::uint64_t>(i) * 8 * kMiB;
+    const std::uint64_t peak = 6 * kGiB + jitter(rng);
+    const std::uint64_t reserved = std::min<std::uint64_t>(10 * kGiB, peak + stranded + kGiB);
+    out.push_back(Sample(i, peak, reserved, stranded));
+  }
+  return out;
+}
+
+std::vector<TimelineSample> FlatHealthy(std::int64_t steps) {
+  std::vector<TimelineSample> out;
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<std::uint64_t> jitter(0, 64 * kMiB);
+  for (std::int64_t i = 0; i < steps; ++i) {
+    TimelineSample s = Sample(i, 6 * kGiB + jitter(rng), 7 * kGiB, 100 * kMiB);
+    s.allocated_bytes = 6 * kGiB;  // end-of-step fragmentation ratio 1/7 < 0.30
+    s.cached_free_bytes = kGiB;
+    s.fragmentation_ratio = 1.0 / 7.0;
+    out.push_back(s);
+  }
+  return out;
+}
+
+void ADD_FAILURE_IF_NOT_OK(const ForecastPoint& p) {
+  if (p.level != RiskLevel::kOk) ADD_FAILURE() << "step " << p.step << ": " << p.reason;
+}
+
+ForecastOptions Every(std::uint64_t every) {
+  ForecastOptions o;
+  o.every = every;
+  return o;
+}
+
+TEST(DecayingRegressionTest, FitsALineExactly) {
+  DecayingRegression r(100);
+  for (int x = 0; x < 50; ++x) r.Add(x * 3, 10.0 + 2.0 * (x * 3));
+  EXPECT_NEAR(r.slope(), 2.0, 1e-9);
+  EXPECT_NEAR(r.level(), 10.0 + 2.0 * 147, 1e-6);
+  EXPECT_NEAR(r.slope_stderr(), 0.0, 1e-6);
+}
+
+TEST(DecayingRegressionTest, ForgetsAnOldTrendAfterSomeHalfLives) {
+  DecayingRegression r(10);
+  for (int x = 0; x < 50; ++x) r.Add(x, 5.0 * x);  // steep at first
+  for (int x = 50; x < 300; ++x) r.Add(x, 250.0);  // then flat
+  EXPECT_NEAR(r.slope(), 0.0, 1e-3);
+  EXPECT_NEAR(r.mean(), 250.0, 1e-3);
+}
+
+TEST(ForecastTest, RisingFragmentationWarnsBeforeTheOom) {
+  const auto timeline = RisingFragmentation(kRisingOomStep);
+  for (std::uint64_t every : {1u, 50u}) {
+    SCOPED_TRACE(every);
+    const DeviceForecast f = ForecastTimeline(timeline, Every(every), 10 * kGiB);
+    ASSERT_TRUE(f.enough_data);
+    ASSERT_TRUE(f.first_warning_step.has_value());
+    EXPECT_LE(*f.first_warning_step, kRisingOomStep - 20);
+    ASSERT_TRUE(f.first_critical_step.has_value());
+    EXPECT_LT(*f.first_critical_step, kRisingOomStep);
+    EXPECT_GE(*f.first_critical_step, *f.first_warning_step);
+    EXPECT_EQ(f.worst, RiskLevel::kCritical);
+    ASSERT_TRUE(f.last.steps_to_oom.has_value());
+    EXPECT_NE(f.last.reason.find("steps to OOM"), std::string::npos) << f.last.reason;
+    // Not from the start: the first verdicts, before any trend, are below warning.
+    ASSERT_FALSE(f.changes.empty());
+    EXPECT_LT(f.changes.front().level, RiskLevel::kWarning);
+  }
+}
+
+TEST(ForecastTest, FlatHealthyRunStaysOkThroughout) {
+  const auto timeline = FlatHealthy(3000);
+  for (std::uint64_t every : {1u, 50u}) {
+    SCOPED_TRACE(every);
+    const DeviceForecast f = ForecastTimeline(timeline, Every(every), 16 * kGiB);
+    ASSERT_TRUE(f.enough_data);
+    for (const ForecastPoint& p : f.changes) ADD_FAILURE_IF_NOT_OK(p);
+    EXPECT_EQ(f.worst, RiskLevel::kOk) << f.changes.back().reason;
+    EXPECT_FALSE(f.first_warning_step.has_value());
+    ASSERT_EQ(f.changes.size(), 1u);
+    EXPECT_EQ(f.samples, every == 1 ? 3000u : 60u);
+    EXPECT_EQ(f.steps_covered, 3000u);
+  }
+}
+
+TEST(ForecastTest, EveryStepAndEveryFiftyAgreeWithinOnePeriod) {
+  const auto timeline = RisingFragmentation(kRisingOomStep);
+  const DeviceForecast fine = ForecastTimeline(timeline, Every(1), 10 * kGiB);
+  const DeviceForecast coarse = ForecastTimeline(timeline, Every(50), 10 * kGiB);
+  ASSERT_TRUE(fine.first_warning_step && coarse.first_warning_step);
+  EXPECT_LE(std::abs(*fine.first_warning_step - *coarse.first_warning_step), 50)
+      << *fine.first_warning_step << " vs " << *coarse.first_warning_step;
+  ASSERT_TRUE(fine.first_critical_step && coarse.first_critical_step);
+  EXPECT_LE(std::abs(*fine.first_critical_step - *coarse.first_critical_step), 50);
+}
+
+TEST(ForecastTest, StepsNotSamplesSetTheClock) {
+  // The same run observed only every 10th step (step numbers skip) warns at about the same
+  // step as the full timeline.
+  const auto timeline = RisingFragmentation(kRisingOomStep);
+  std::vector<TimelineSample> sparse;
+  for (const TimelineSample& s : timeline) {
+    if (s.step_last % 10 == 9) sparse.push_back(s);
+  }
+  const DeviceForecast full = ForecastTimeline(timeline, Every(1), 10 * kGiB);
+  const DeviceForecast skipping = ForecastTimeline(sparse, Every(1), 10 * kGiB);
+  ASSERT_TRUE(full.first_warning_step && skipping.first_warning_step);
+  EXPECT_LE(std::abs(*full.first_warning_step - *skipping.first_warning_step), 30);
+}
+
+TEST(ForecastTest, EmptyAndSingleStepTimelinesSayNotEnoughData) {
+  for (std::size_t n : {0u, 1u}) {
+    SCOPED_TRACE(n);
+    std::vector<TimelineSample> timeline = RisingFragmentation(static_cast<std::int64_t>(n));
+    const DeviceForecast f = ForecastTimeline(timeline, Every(50), 10 * kGiB);
+    EXPECT_FALSE(f.enough_data);
+    EXPECT_EQ(f.worst, RiskLevel::kUnknown);
+    EXPECT_TRUE(f.changes.empty());
+    EXPECT_FALSE(f.first_warning_step.has_value());
+    ASSERT_FALSE(f.notes.empty());
+    EXPECT_NE(f.notes.front().find("not enough data"), std::string::npos) << f.notes.front();
+  }
+  const DeviceForecast two = ForecastTimeline(RisingFragmentation(2), Every(50), 10 * kGiB);
+  EXPECT_TRUE(two.enough_data);
+  EXPECT_EQ(two.samples, 1u);  // one partial group of two steps
+  EXPECT_EQ(two.steps_covered, 2u);
+}
+
+TEST(ForecastTest, SetupWindowIsIgnoredAndWindowUnitIsNamed) {
+  std::vector<TimelineSample> timeline = RisingFragmentation(3);
+  timeline[0].step_first = timeline[0].step_last = -1;  // before the first step marker
+  const DeviceForecast steps = ForecastTimeline(timeline, Every(1), 10 * kGiB);
+  EXPECT_EQ(steps.samples, 2u);
+  const DeviceForecast windows = ForecastTimeline(timeline, Every(1), 10 * kGiB, false);
+  EXPECT_EQ(windows.unit, "window");
+  EXPECT_EQ(windows.samples, 3u);
+  bool named = false;
+  for (const std::string& n : windows.notes) named |= n.find("no step markers") == 0;
+  EXPECT_TRUE(named);
+}
+
+TEST(ForecastTest, UnknownCapacityGivesNoStepsToOom) {
+  const DeviceForecast f =
+      ForecastTimeline(RisingFragmentation(kRisingOomStep), Every(1), std::nullopt);
+  ASSERT_TRUE(f.enough_data);
+  for (const ForecastPoint& p : f.changes) EXPECT_FALSE(p.steps_to_oom.has_value());
+  EXPECT_LT(f.worst, RiskLevel::kWarning);
+  bool named = false;
+  for (const std::string& n : f.notes) named |= n.find("capacity unknown") != std::string::npos;
+  EXPECT_TRUE(named);
+}
+
+TEST(ForecastTest, ClassicSignalsRaiseWatch) {
+  // End-of-step fragmentation above the threshold on an otherwise healthy run.
+  std::vector<TimelineSample> timeline = FlatHealthy(100);
+  for (TimelineSample& s : timeline) s.fragmentation_ratio = 0.45;
+  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(f.worst, RiskLevel::kWatch);
+  EXPECT_NE(f.last.reason.find("fragmentation ratio 0.45 > 0.30"), std::string::npos)
+      << f.last.reason;
+  ForecastOptions strict = Every(1);
+  strict.fragmentation_threshold = 0.5;
+  EXPECT_EQ(ForecastTimeline(timeline, strict, 16 * kGiB).worst, RiskLevel::kOk);
+}
+
+TEST(ForecastTest, LargestBlockBelowTypicalRequestIsCritical) {
+  std::vector<TimelineSample> timeline = FlatHealthy(100);
+  timeline.back().max_allocatable = 32 * kMiB;  // the job asks for 256 MiB every step
+  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(f.last.level, RiskLevel::kCritical);
+  EXPECT_EQ(f.first_critical_step, 99);
+}
+
+TEST(ForecastTest, ValidatesOptions) {
+  EXPECT_TRUE(ValidateForecastOptions(ForecastOptions{}).ok());
+  ForecastOptions o;
+  o.every = 0;
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+  o = {};
+  o.fragmentation_threshold = 1.5;
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+  o = {};
+  o.warning_steps = 10;  // below critical (50)
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+  o = {};
+  o.half_life_steps = std::nan("");
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+  o = {};
+  o.fragmentation_allowance = 0.5;
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+}
+
+// The analyzer runs the forecaster online: a request trace whose live bytes leak 2 MiB per
+// step on a 1 GiB device gets a warning long before it would run out.
+TEST(ForecastTest, AnalyzerForecastsALeakOnline) {
+  TraceHeader header;
+  header.devices.push_back(DeviceInfo{0, "gpu0", 1 * kGiB, std::nullopt});
+  AnalysisOptions options;
+  options.forecast = Every(10);
+  options.max_timeline_samples = 16;  // the forecaster sees every step regardless
+  auto analyzer = TraceAnalyzer::Create(header, options);
+  ASSERT_TRUE(analyzer.ok());
+  std::uint64_t id = 0;
+  auto consume = [&](Action action, std::uint64_t addr, std::uint64_t size, std::int64_t step) {
+    Event e;
+    e.action = action;
+    e.addr = addr;
+    e.size = size;
+    e.step = step;
+    ASSERT_TRUE((*analyzer)->Consume(e).ok());
+  };
+  for (std::int64_t step = 0; step < 300; ++step) {
+    consume(Action::kStep, 0, 0, step);
+    consume(Action::kAlloc, ++id, 2 * kMiB, 0);  // never freed
+    const std::uint64_t act = ++id;
+    consume(Action::kAlloc, act, 100 * kMiB, 0);
+    consume(Action::kFreeRequested, act, 0, 0);
+  }
+  const AnalysisResult r = (*analyzer)->Finish("leak");
+  ASSERT_EQ(r.devices.size(), 1u);
+  ASSERT_TRUE(r.devices[0].forecast.has_value());
+  const DeviceForecast& f = *r.devices[0].forecast;
+  EXPECT_TRUE(f.enough_data);
+  EXPECT_EQ(f.every, 10u);
+  EXPECT_EQ(f.steps_covered, 300u);
+  ASSERT_TRUE(f.first_warning_step.has_value());
+  // Live bytes reach 1 GiB / 1.1 at about step 415; warning_steps = 300 ahead is ~115.
+  EXPECT_GE(*f.first_warning_step, 70);
+  EXPECT_LE(*f.first_warning_step, 200);
+  EXPECT_TRUE(r.devices[0].timeline.size() <= 16u);
+}
+
+TEST(ForecastTest, AnalyzerRejectsBadForecastOptions) {
+  AnalysisOptions options;
+  options.forecast = Every(0);
+  EXPECT_FALSE(TraceAnalyzer::Create(TraceHeader{}, options).ok());
+}
+
+}  // namespace
+}  // namespace fragscope::analysis

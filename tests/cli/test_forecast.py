@@ -1,0 +1,179 @@
+"""CLI tests of `fragscope analyze --forecast` (docs/forecast.md), run against the built binary.
+
+The traces are written by the tests themselves (a request trace that leaks 2 MiB per step on a
+1 GiB device, and the allocator trace `fragscope replay --emit` makes of it), into a temporary
+directory the binary runs in, so the goldens hold relative names only.
+FRAGSCOPE_UPDATE_GOLDEN=1 rewrites the goldens, as for test_analyze.py.
+"""
+
+import json
+import os
+
+import pytest
+
+from test_analyze import BIN, DATA, SOURCE_DIR, check_golden, run
+
+pytestmark = pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                                reason="FRAGSCOPE_BIN is not set to the built fragscope")
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def write_leak_trace(path, steps=300, capacity=GIB, with_steps=True):
+    """A request trace: per step 2 MiB that is never freed and a 100 MiB activation."""
+    header = {"format": "fragscope-trace", "version": 1, "kind": "request",
+              "producer": "tests/cli/test_forecast.py",
+              "devices": [{"device": 0, "name": "virtual", "capacity_bytes": capacity}]}
+    lines = [json.dumps(header)]
+    next_id = 0
+    for step in range(steps):
+        if with_steps:
+            lines.append(json.dumps({"action": "step", "step": step}))
+        next_id += 1
+        lines.append(json.dumps({"action": "alloc", "addr": next_id, "size": 2 * MIB}))
+        next_id += 1
+        lines.append(json.dumps({"action": "alloc", "addr": next_id, "size": 100 * MIB}))
+        lines.append(json.dumps({"action": "free_requested", "addr": next_id}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def leak(tmp_path):
+    write_leak_trace(tmp_path / "leak.jsonl")
+    return tmp_path
+
+
+@pytest.fixture
+def leak_allocator(leak):
+    result = run("replay", "leak.jsonl", "--emit", "leak_sim.jsonl", cwd=leak)
+    assert result.returncode == 0, result.stderr.decode()
+    return leak
+
+
+def test_request_trace_forecast_golden(leak):
+    result = run("analyze", "leak.jsonl", "--forecast", "--forecast-every", "10", cwd=leak)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stderr == b""
+    check_golden("forecast_leak_request.txt", result.stdout.decode("utf-8"))
+
+
+def test_allocator_trace_forecast_golden(leak_allocator):
+    result = run("analyze", "leak_sim.jsonl", "--forecast", "--no-map", cwd=leak_allocator)
+    assert result.returncode == 0, result.stderr.decode()
+    check_golden("forecast_leak_allocator.txt", result.stdout.decode("utf-8"))
+
+
+def test_allocator_trace_forecast_json_golden(leak_allocator):
+    result = run("analyze", "leak_sim.jsonl", "--forecast", "--forecast-every", "1", "--json",
+                 "--no-map", cwd=leak_allocator)
+    assert result.returncode == 0, result.stderr.decode()
+    doc = json.loads(result.stdout)
+    f = doc["devices"][0]["forecast"]
+    check_golden("forecast_leak_allocator.json",
+                 json.dumps(f, indent=2, sort_keys=True) + "\n")
+
+
+def test_json_forecast_object(leak_allocator):
+    result = run("analyze", "leak_sim.jsonl", "--forecast", "--json", "--no-map",
+                 cwd=leak_allocator)
+    assert result.returncode == 0, result.stderr.decode()
+    f = json.loads(result.stdout)["devices"][0]["forecast"]
+    assert f["unit"] == "step"
+    assert f["every"] == 50
+    assert f["enough_data"] is True
+    assert f["steps_covered"] == 300
+    assert f["samples"] == 6
+    # 2 MiB per step leaks toward 1 GiB / 1.10: a warning comes, and it comes long before.
+    assert f["first_warning_step"] is not None and f["first_warning_step"] < 300
+    assert f["worst_level"] in ("warning", "critical")
+    levels = ["unknown", "ok", "watch", "warning", "critical"]
+    for change in f["changes"]:
+        assert change["level"] in levels
+        assert isinstance(change["reason"], str) and change["reason"]
+    for a, b in zip(f["changes"], f["changes"][1:]):
+        assert a["level"] != b["level"] and a["step"] < b["step"]
+
+
+def test_every_one_and_fifty_agree_within_a_period(leak_allocator):
+    first = {}
+    for every in ("1", "50"):
+        result = run("analyze", "leak_sim.jsonl", "--forecast", "--forecast-every", every,
+                     "--json", "--no-map", cwd=leak_allocator)
+        assert result.returncode == 0, result.stderr.decode()
+        first[every] = json.loads(result.stdout)["devices"][0]["forecast"]["first_warning_step"]
+    assert first["1"] is not None and first["50"] is not None
+    assert abs(first["1"] - first["50"]) <= 50, first
+
+
+def test_without_forecast_the_json_key_is_null(leak):
+    result = run("analyze", "leak.jsonl", "--json", cwd=leak)
+    assert result.returncode == 0, result.stderr.decode()
+    assert json.loads(result.stdout)["devices"][0]["forecast"] is None
+
+
+def test_thresholds_change_the_verdict(leak_allocator):
+    # With warnings only at <= 0 steps to OOM, the leak never reaches "warning" in 300 steps.
+    result = run("analyze", "leak_sim.jsonl", "--forecast", "--json", "--no-map",
+                 "--forecast-warning-steps", "0", "--forecast-critical-steps", "0",
+                 cwd=leak_allocator)
+    assert result.returncode == 0, result.stderr.decode()
+    f = json.loads(result.stdout)["devices"][0]["forecast"]
+    assert f["first_warning_step"] is None
+
+
+def test_single_step_says_not_enough_data(tmp_path):
+    write_leak_trace(tmp_path / "one.jsonl", steps=1)
+    result = run("analyze", "one.jsonl", "--forecast", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    f = json.loads(result.stdout)["devices"][0]["forecast"]
+    assert f["enough_data"] is False
+    assert f["last"] is None and f["changes"] == []
+    assert f["notes"][0].startswith("not enough data: 1 step")
+    text = run("analyze", "one.jsonl", "--forecast", cwd=tmp_path)
+    assert b"note: not enough data: 1 step" in text.stdout
+
+
+def test_empty_trace_does_not_crash(tmp_path):
+    write_leak_trace(tmp_path / "empty.jsonl", steps=0)
+    result = run("analyze", "empty.jsonl", "--forecast", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+
+
+def test_without_step_markers_falls_back_to_windows(tmp_path):
+    write_leak_trace(tmp_path / "nosteps.jsonl", with_steps=False)
+    result = run("analyze", "nosteps.jsonl", "--forecast", "--every", "3", "--json",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    f = json.loads(result.stdout)["devices"][0]["forecast"]
+    assert f["unit"] == "window"
+    assert any(n.startswith("no step markers") for n in f["notes"])
+    text = run("analyze", "nosteps.jsonl", "--forecast", "--every", "3", cwd=tmp_path)
+    assert b"no step markers: the forecast counts each timeline window as one step" in text.stdout
+
+
+def test_unknown_capacity_is_said(tmp_path):
+    result = run("analyze", f"{SOURCE_DIR}/{DATA}/request_basic.jsonl", "--forecast",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"device capacity unknown" in result.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--forecast-every", "5"], b"--forecast-every requires --forecast"),
+    (["--forecast", "--forecast-every", "0"], b"--forecast-every"),
+    (["--forecast", "--forecast-fragmentation", "1.5"], b"--forecast-fragmentation"),
+    (["--forecast", "--forecast-warning-steps", "10"], b"--forecast: steps-to-OOM thresholds"),
+    (["--forecast", "--forecast-allowance", "0.5"], b"--forecast-allowance"),
+])
+def test_bad_forecast_options(leak, args, message):
+    result = run("analyze", "leak.jsonl", *args, cwd=leak)
+    assert result.returncode == 2
+    assert message in result.stderr, result.stderr.decode()
+
+
+def test_help_teaches_forecast():
+    result = run("analyze", "--help")
+    assert result.returncode == 0
+    assert b"--forecast " in result.stdout and b"--forecast-every" in result.stdout
+    assert b"docs/forecast.md" in result.stdout
