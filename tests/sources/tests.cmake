@@ -61,3 +61,14 @@ add_test(NAME pickle_differential
 set_tests_properties(pickle_differential PROPERTIES
   ENVIRONMENT "PICKLE_DUMP=$<TARGET_FILE:pickle_dump>;PYTHONDONTWRITEBYTECODE=1"
   TIMEOUT 300)
+
+# The agent socket (src/sources/agent): protocol, registry, server.
+fragscope_add_test(sources/agent_protocol_test.cc LIBS fragscope_agent)
+fragscope_add_test(sources/agent_server_test.cc LIBS fragscope_agent)
+add_executable(agent_protocol_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/agent_protocol_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(agent_protocol_fuzz_replay PRIVATE fragscope_agent)
+fragscope_set_warnings(agent_protocol_fuzz_replay)
+add_test(NAME agent_protocol_fuzz_replay
+  COMMAND agent_protocol_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/agent_protocol)
