@@ -9,6 +9,7 @@
 #include "command.h"
 #include "convert_command.h"
 #include "replay_command.h"
+#include "serve_command.h"
 #include "tune_command.h"
 
 #ifndef FRAGSCOPE_VERSION
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddReplayCommand(app));
   commands.push_back(fragscope::cli::AddTuneCommand(app));
   commands.push_back(fragscope::cli::AddConvertCommand(app));
+  commands.push_back(fragscope::cli::AddServeCommand(app));
 
   try {
     app.parse(argc, argv);

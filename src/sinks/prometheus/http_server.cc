@@ -1,0 +1,73 @@
+// MetricsHttpServer (http_server.h) over cpp-httplib.
+#include "sinks/prometheus/http_server.h"
+
+#include <httplib.h>
+
+#include <fmt/format.h>
+
+#include "sinks/prometheus/exposition.h"
+
+namespace fragscope::sinks::prometheus {
+
+struct MetricsHttpServer::Impl {
+  httplib::Server server;
+};
+
+MetricsHttpServer::MetricsHttpServer(HttpServerOptions options, std::function<std::string()> render)
+    : options_(std::move(options)), render_(std::move(render)) {}
+
+MetricsHttpServer::~MetricsHttpServer() { Stop(); }
+
+Status MetricsHttpServer::Start() {
+  if (impl_) return Status::Internal("MetricsHttpServer::Start called twice");
+  impl_ = std::make_unique<Impl>();
+  httplib::Server& server = impl_->server;
+  const int threads = options_.threads < 1 ? 1 : options_.threads;
+  server.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<std::size_t>(threads));
+  };
+  server.set_keep_alive_max_count(100);
+  server.set_read_timeout(5, 0);
+  server.set_write_timeout(5, 0);
+  server.set_payload_max_length(64 * 1024);
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(render_(), kContentType);
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain; charset=utf-8");
+  });
+  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.status == 404) {
+      res.set_content("not found: fragscope serves /metrics and /healthz\n",
+                      "text/plain; charset=utf-8");
+    }
+  });
+  const std::string where = options_.host.find(':') != std::string::npos
+                                ? fmt::format("[{}]:{}", options_.host, options_.port)
+                                : fmt::format("{}:{}", options_.host, options_.port);
+  if (options_.port == 0) {
+    port_ = server.bind_to_any_port(options_.host);
+    if (port_ <= 0) {
+      impl_.reset();
+      return Status::IoError(fmt::format("cannot listen on {} (any port)", options_.host));
+    }
+  } else {
+    if (!server.bind_to_port(options_.host, options_.port)) {
+      impl_.reset();
+      return Status::IoError(
+          fmt::format("cannot listen on {}: the address is in use or not local", where));
+    }
+    port_ = options_.port;
+  }
+  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
+  return Status::Ok();
+}
+
+void MetricsHttpServer::Stop() {
+  if (!impl_) return;
+  impl_->server.stop();
+  if (thread_.joinable()) thread_.join();
+  impl_.reset();
+}
+
+}  // namespace fragscope::sinks::prometheus
