@@ -327,7 +327,7 @@ std::string RenderExposition(const NodeState& state) {
           {"Hostname", host},
           {"pid", fmt::format("{}", s.pid)},
           {"rank", s.rank >= 0 ? fmt::format("{}", s.rank) : std::string()},
-          {"job", s.job},
+          {"job_name", s.job},
       };
       for (Gauge& gauge : gauges) gauge.family.Add(labels, s.*gauge.field);
       retries.Add(labels, s.num_alloc_retries);
