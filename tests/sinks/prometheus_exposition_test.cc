@@ -47,6 +47,7 @@ NodeState TestState() {
   e.sample.forecast_level = RiskLevel::kWarning;
   e.sample.steps_to_oom = 12;
   e.received_unix_ms = 1700000000123;
+  e.samples = 31;
   state.agents.push_back(e);
   agent::AgentEntry unknown_gpu = e;
   unknown_gpu.sample.pid = 5;
@@ -116,6 +117,7 @@ TEST(ExpositionTest, ProcessSeriesCarryDcgmLabelsAndEscapedValues) {
   EXPECT_TRUE(Has(text, "fragscope_process_forecast_level{" + labels + "} 3"));
   EXPECT_TRUE(Has(text, "fragscope_process_steps_to_oom{" + labels + "} 12"));
   EXPECT_TRUE(Has(text, "fragscope_process_step{" + labels + "} 99"));
+  EXPECT_TRUE(Has(text, "fragscope_process_samples_total{" + labels + "} 31"));
   EXPECT_TRUE(Has(text, "fragscope_process_last_sample_timestamp_seconds{" + labels +
                             "} 1700000000.123"));
   EXPECT_TRUE(Has(text, "fragscope_process_free_blocks{" + labels +

@@ -310,6 +310,8 @@ std::string RenderExposition(const NodeState& state) {
     Family steps("fragscope_process_steps_to_oom", "gauge",
                  "Training steps until the forecast expects an out-of-memory error (absent when "
                  "none is expected).");
+    Family samples("fragscope_process_samples_total", "counter",
+                   "Samples accepted for this process and device since its series appeared.");
     Family step("fragscope_process_step", "gauge", "The training step of the latest sample.");
     Family last("fragscope_process_last_sample_timestamp_seconds", "gauge",
                 "When the daemon received the latest sample, in seconds since the Unix epoch.");
@@ -346,12 +348,13 @@ std::string RenderExposition(const NodeState& state) {
       }
       level.Add(labels, static_cast<std::uint64_t>(s.forecast_level));
       if (s.steps_to_oom) steps.Add(labels, *s.steps_to_oom);
+      samples.Add(labels, e.samples);
       if (s.step >= 0) step.Add(labels, s.step);
       last.Add(labels, static_cast<double>(e.received_unix_ms) / 1000.0);
     }
     for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
     for (const Family* f :
-         {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &step, &last}) {
+         {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &samples, &step, &last}) {
       f->Emit(&out);
     }
   }
