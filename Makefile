@@ -3,7 +3,7 @@
 SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build release demo test bench fuzz format clean
+.PHONY: all deps build release demo test bench fuzz format clean soak
 
 all: build
 
@@ -41,3 +41,10 @@ format:
 
 clean:
 	rm -rf build
+
+# Load and fault test of `fragscope serve` (release build): 64 agents x 10 samples/s for 60 s,
+# scrapes every 100 ms, agents that send garbage, flood or disconnect mid-frame. Prints scrape
+# latency and the daemon's peak RSS; fails if a sample is lost (docs/benchmarks.md).
+SOAK_ARGS ?= --agents 64 --rate 10 --seconds 60
+soak: release
+	/usr/bin/python3 tools/soak_serve.py --bin build/release/apps/fragscope/fragscope $(SOAK_ARGS)

@@ -10,6 +10,8 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest
+  libcpp-httplib-dev               # fragscope serve's /metrics endpoint
+  prometheus                       # integration test: a real Prometheus scrapes the daemon
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
   packages+=(python3-torch libopenblas0-pthread)

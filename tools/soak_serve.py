@@ -289,6 +289,9 @@ def main():
             if series_left != 0:
                 problems.append(f"{series_left} series left after every agent disconnected")
 
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu_seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
             with open(f"/proc/{proc.pid}/status") as f:
                 status = f.read()
             hwm_kb = int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
@@ -304,6 +307,7 @@ def main():
                 "scrape_ms_max": round(max(latencies), 3) if latencies else None,
                 "metrics_bytes": len(scrape(port)),
                 "daemon_vmhwm_mib": round(hwm_kb / 1024.0, 1),
+                "daemon_cpu_seconds": round(cpu_seconds, 2),
                 "daemon_alive": proc.poll() is None,
             })
             if proc.poll() is not None:

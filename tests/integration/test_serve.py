@@ -365,3 +365,16 @@ def test_short_soak_loses_no_sample():
     assert summary["samples_sent"] == 400
     assert summary["problems"] == []
     assert all(n > 0 for n in summary["faults_injected"].values())
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze missing")
+def test_systemd_unit_verifies(workdir):
+    unit = open(os.path.join(SOURCE_DIR, "deploy", "systemd", "fragscope.service")).read()
+    assert "ExecStart=/usr/local/bin/fragscope serve" in unit
+    # The unit names the installed path; verify it against the built binary instead.
+    path = os.path.join(workdir, "fragscope.service")
+    with open(path, "w") as f:
+        f.write(unit.replace("/usr/local/bin/fragscope", os.path.abspath(BIN)))
+    out = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stderr.strip() == "", out.stderr
