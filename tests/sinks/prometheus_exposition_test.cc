@@ -1,5 +1,3 @@
-#include "sinks/prometheus/exposition.h"
-
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sinks/prometheus/exposition.h"
 #include "sinks/prometheus/textfile.h"
 
 namespace fragscope::sinks::prometheus {
@@ -118,8 +117,8 @@ TEST(ExpositionTest, ProcessSeriesCarryDcgmLabelsAndEscapedValues) {
   EXPECT_TRUE(Has(text, "fragscope_process_steps_to_oom{" + labels + "} 12"));
   EXPECT_TRUE(Has(text, "fragscope_process_step{" + labels + "} 99"));
   EXPECT_TRUE(Has(text, "fragscope_process_samples_total{" + labels + "} 31"));
-  EXPECT_TRUE(Has(text, "fragscope_process_last_sample_timestamp_seconds{" + labels +
-                            "} 1700000000.123"));
+  EXPECT_TRUE(
+      Has(text, "fragscope_process_last_sample_timestamp_seconds{" + labels + "} 1700000000.123"));
   EXPECT_TRUE(Has(text, "fragscope_process_free_blocks{" + labels +
                             R"(,size_bucket="1MiB-2MiB",size_min_bytes="1048576"} 4)"));
   EXPECT_TRUE(Has(text, "fragscope_process_free_block_bytes{" + labels +
@@ -150,8 +149,9 @@ TEST(ExpositionTest, GpuAndDaemonSeries) {
   EXPECT_EQ(text.find("fragscope_gpu_memory_reserved_bytes{"), std::string::npos);
   EXPECT_TRUE(Has(text, R"(fragscope_nvml_available{reason="",Hostname="node-7"} 1)"));
   EXPECT_TRUE(Has(text, R"(fragscope_agent_samples_received_total{Hostname="node-7"} 77)"));
-  EXPECT_TRUE(Has(text,
-                  R"(fragscope_agent_samples_rejected_total{reason="rate_limited",Hostname="node-7"} 3)"));
+  EXPECT_TRUE(
+      Has(text,
+          R"(fragscope_agent_samples_rejected_total{reason="rate_limited",Hostname="node-7"} 3)"));
   EXPECT_TRUE(Has(text, R"(fragscope_agent_series{Hostname="node-7"} 2)"));
   EXPECT_TRUE(Has(text, R"(fragscope_build_info{version="9.9",Hostname="node-7"} 1)"));
 }
@@ -161,8 +161,9 @@ TEST(ExpositionTest, NoGpusIsAStateNotAnError) {
   state.hostname = "h";
   state.gpus.nvml_unavailable_reason = "libnvidia-ml.so.1: cannot open shared object file";
   const std::string text = RenderExposition(state);
-  EXPECT_TRUE(Has(text,
-                  R"(fragscope_nvml_available{reason="libnvidia-ml.so.1: cannot open shared object file",Hostname="h"} 0)"));
+  EXPECT_TRUE(Has(
+      text,
+      R"(fragscope_nvml_available{reason="libnvidia-ml.so.1: cannot open shared object file",Hostname="h"} 0)"));
   EXPECT_TRUE(Has(text, R"(fragscope_gpus{Hostname="h"} 0)"));
 }
 
