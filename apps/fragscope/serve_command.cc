@@ -347,7 +347,11 @@ int RunServe(const ServeFlags& flags, const ServeHooks& hooks) {
   Log(fmt::format("{} received, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM"));
   if (server) server->Stop();
   agents.Stop();
-  daemon.WriteTextfile();
+  // A textfile left behind would keep telling node_exporter the daemon is up; remove it
+  // (node_exporter then stops publishing the series, as Prometheus does for a dead target).
+  if (!flags.textfile_dir.empty()) {
+    std::remove(fmt::format("{}/{}", flags.textfile_dir, prom::kTextfileName).c_str());
+  }
   const agent::AgentCounters c = daemon.registry().Counters();
   std::uint64_t rejected = 0;
   for (std::uint64_t r : c.rejected) rejected += r;

@@ -258,6 +258,8 @@ def test_textfile_mode_writes_atomically(workdir):
         agent.close()
     finally:
         assert d.stop() == 0
+    # A stopped daemon leaves no file claiming it is up.
+    assert os.listdir(textdir) == []
 
 
 def test_refuses_to_clobber_and_to_share_a_socket(workdir, daemon):
