@@ -229,14 +229,16 @@ def main():
             injector.start()
 
             latencies = []
+            max_bytes = 0
             scrape_errors = 0
             end = time.monotonic() + args.seconds
             next_scrape = time.monotonic()
             while time.monotonic() < end:
                 t0 = time.perf_counter()
                 try:
-                    scrape(port)
+                    body = scrape(port)
                     latencies.append((time.perf_counter() - t0) * 1000.0)
+                    max_bytes = max(max_bytes, len(body))
                 except (OSError, RuntimeError) as e:
                     scrape_errors += 1
                     problems.append(f"scrape failed: {e}")
@@ -305,7 +307,7 @@ def main():
                 "scrape_ms_p50": round(percentile(latencies, 50), 3) if latencies else None,
                 "scrape_ms_p99": round(percentile(latencies, 99), 3) if latencies else None,
                 "scrape_ms_max": round(max(latencies), 3) if latencies else None,
-                "metrics_bytes": len(scrape(port)),
+                "metrics_bytes_max": max_bytes,
                 "daemon_vmhwm_mib": round(hwm_kb / 1024.0, 1),
                 "daemon_cpu_seconds": round(cpu_seconds, 2),
                 "daemon_alive": proc.poll() is None,

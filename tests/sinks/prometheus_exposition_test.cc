@@ -129,11 +129,11 @@ TEST(ExpositionTest, ProcessSeriesCarryDcgmLabelsAndEscapedValues) {
   EXPECT_TRUE(Has(text, "fragscope_process_free_blocks{" + labels +
                             R"(,size_bucket="4B-8B",size_min_bytes="4"} 1)"));
   EXPECT_EQ(text.find(R"(size_bucket="2B-4B")"), std::string::npos);
-  // A sample for a GPU the node does not report: no join labels, empty rank/job; no
+  // A sample for a GPU the node does not report: no join labels, no rank/job (empty labels
+  // are left out); no
   // steps_to_oom series when the forecast expects none.
   const std::string other =
-      R"(gpu="",UUID="GPU-not-on-this-node",pci_bus_id="",device="",modelName="",)"
-      R"(Hostname="node-7",pid="5",rank="",job_name="")";
+      R"(UUID="GPU-not-on-this-node",Hostname="node-7",pid="5")";
   EXPECT_TRUE(Has(text, "fragscope_process_reserved_bytes{" + other + "} 8589934592"));
   EXPECT_EQ(text.find("fragscope_process_steps_to_oom{" + other), std::string::npos);
 }
@@ -147,7 +147,7 @@ TEST(ExpositionTest, GpuAndDaemonSeries) {
   EXPECT_TRUE(Has(text, "fragscope_gpu_process_memory_used_bytes{" + gpu + R"(,pid="4242"} 4096)"));
   EXPECT_EQ(text.find(R"(pid="4243"} )"), std::string::npos);  // NVML: not available
   EXPECT_EQ(text.find("fragscope_gpu_memory_reserved_bytes{"), std::string::npos);
-  EXPECT_TRUE(Has(text, R"(fragscope_nvml_available{reason="",Hostname="node-7"} 1)"));
+  EXPECT_TRUE(Has(text, R"(fragscope_nvml_available{Hostname="node-7"} 1)"));
   EXPECT_TRUE(Has(text, R"(fragscope_agent_samples_received_total{Hostname="node-7"} 77)"));
   EXPECT_TRUE(
       Has(text,

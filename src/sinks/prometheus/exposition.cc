@@ -39,6 +39,21 @@ std::string FormatDouble(double v) {
   return fmt::format("{}", v);
 }
 
+// name="value" pairs, comma-separated, without braces. An empty value is left out: Prometheus
+// treats an empty label as an absent one, and the bytes add up (every series has ~10 labels).
+std::string RenderLabels(const Labels& labels) {
+  std::string out;
+  for (const auto& [key, val] : labels) {
+    if (val.empty()) continue;
+    if (!out.empty()) out += ',';
+    out += key;
+    out += "=\"";
+    out += EscapeLabelValue(val);
+    out += '"';
+  }
+  return out;
+}
+
 // Collects the samples of one metric family; Emit() writes HELP, TYPE and the samples together
 // (the format wants a family's lines contiguous).
 class Family {
@@ -46,39 +61,40 @@ class Family {
   Family(std::string_view name, std::string_view type, std::string_view help)
       : name_(name), type_(type), help_(help) {}
 
-  void Add(const Labels& labels, std::string value) {
-    std::string& line = lines_.emplace_back(name_);
+  // `labels` as RenderLabels makes them.
+  void AddRendered(std::string_view labels, std::string_view value) {
+    body_ += name_;
     if (!labels.empty()) {
-      line += '{';
-      bool first = true;
-      for (const auto& [key, val] : labels) {
-        if (!first) line += ',';
-        first = false;
-        line += key;
-        line += "=\"";
-        line += EscapeLabelValue(val);
-        line += '"';
-      }
-      line += '}';
+      body_ += '{';
+      body_ += labels;
+      body_ += '}';
     }
-    line += ' ';
-    line += value;
-    line += '\n';
+    body_ += ' ';
+    body_ += value;
+    body_ += '\n';
   }
-  void Add(const Labels& labels, std::uint64_t v) { Add(labels, fmt::format("{}", v)); }
-  void Add(const Labels& labels, std::int64_t v) { Add(labels, fmt::format("{}", v)); }
-  void Add(const Labels& labels, double v) { Add(labels, FormatDouble(v)); }
+  void AddRendered(std::string_view labels, std::uint64_t v) {
+    AddRendered(labels, std::string_view(fmt::format_int(v).c_str()));
+  }
+  void AddRendered(std::string_view labels, std::int64_t v) {
+    AddRendered(labels, std::string_view(fmt::format_int(v).c_str()));
+  }
+  void AddRendered(std::string_view labels, double v) { AddRendered(labels, FormatDouble(v)); }
+  template <typename T>
+  void Add(const Labels& labels, T v) {
+    AddRendered(RenderLabels(labels), v);
+  }
 
   void Emit(std::string* out) const {
     *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name_, EscapeHelp(help_), name_, type_);
-    for (const std::string& line : lines_) *out += line;
+    *out += body_;
   }
 
  private:
   std::string name_;
   std::string type_;
   std::string help_;
-  std::vector<std::string> lines_;
+  std::string body_;
 };
 
 std::string Optional(const std::optional<std::uint32_t>& v) {
@@ -331,26 +347,29 @@ std::string RenderExposition(const NodeState& state) {
           {"rank", s.rank >= 0 ? fmt::format("{}", s.rank) : std::string()},
           {"job_name", s.job},
       };
-      for (Gauge& gauge : gauges) gauge.family.Add(labels, s.*gauge.field);
-      retries.Add(labels, s.num_alloc_retries);
-      ooms.Add(labels, s.num_ooms);
-      frag.Add(labels, s.fragmentation_ratio);
+      const std::string rendered = RenderLabels(labels);
+      for (Gauge& gauge : gauges) gauge.family.AddRendered(rendered, s.*gauge.field);
+      retries.AddRendered(rendered, s.num_alloc_retries);
+      ooms.AddRendered(rendered, s.num_ooms);
+      frag.AddRendered(rendered, s.fragmentation_ratio);
+      std::string bucket_labels;
       for (int b = 0; b < agent::kFreeBlockBuckets; ++b) {
         const auto i = static_cast<std::size_t>(b);
         const bool shown = (b >= kFirstShownBucket && b <= kLastShownBucket) ||
                            s.free_block_count[i] != 0 || s.free_block_bytes[i] != 0;
         if (!shown) continue;
-        Labels l = labels;
-        l.emplace_back("size_bucket", SizeBucketLabel(b));
-        l.emplace_back("size_min_bytes", fmt::format("{}", b == 0 ? 0 : std::uint64_t{1} << b));
-        blocks.Add(l, s.free_block_count[i]);
-        block_bytes.Add(l, s.free_block_bytes[i]);
+        bucket_labels = rendered;
+        bucket_labels += fmt::format("{}size_bucket=\"{}\",size_min_bytes=\"{}\"",
+                                     rendered.empty() ? "" : ",", SizeBucketLabel(b),
+                                     b == 0 ? 0 : std::uint64_t{1} << b);
+        blocks.AddRendered(bucket_labels, s.free_block_count[i]);
+        block_bytes.AddRendered(bucket_labels, s.free_block_bytes[i]);
       }
-      level.Add(labels, static_cast<std::uint64_t>(s.forecast_level));
-      if (s.steps_to_oom) steps.Add(labels, *s.steps_to_oom);
-      samples.Add(labels, e.samples);
-      if (s.step >= 0) step.Add(labels, s.step);
-      last.Add(labels, static_cast<double>(e.received_unix_ms) / 1000.0);
+      level.AddRendered(rendered, static_cast<std::uint64_t>(s.forecast_level));
+      if (s.steps_to_oom) steps.AddRendered(rendered, *s.steps_to_oom);
+      samples.AddRendered(rendered, e.samples);
+      if (s.step >= 0) step.AddRendered(rendered, s.step);
+      last.AddRendered(rendered, static_cast<double>(e.received_unix_ms) / 1000.0);
     }
     for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
     for (const Family* f :
