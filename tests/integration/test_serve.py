@@ -380,3 +380,25 @@ def test_systemd_unit_verifies(workdir):
     out = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stderr.strip() == "", out.stderr
+
+
+def test_python_client_frame_is_the_documented_example():
+    frame = fragscope_agent.encode_frame(b'{"pid":4242,"device_uuid":"GPU-1","step":7}')
+    assert frame.hex(" ") == (
+        "33 00 00 00 46 53 41 47 01 00 01 00 7b 22 70 69 64 22 3a 34 32 34 32 2c 22 64 65 76 "
+        "69 63 65 5f 75 75 69 64 22 3a 22 47 50 55 2d 31 22 2c 22 73 74 65 70 22 3a 37 7d")
+    doc = open(os.path.join(SOURCE_DIR, "docs", "formats.md")).read()
+    assert "00000000: 33 00 00 00 46 53 41 47 01 00 01 00 7b 22 70 69" in doc
+    counts, sizes = fragscope_agent.free_block_histogram([0, 1, 512, 1023, 1 << 20])
+    assert counts[0] == 2 and counts[9] == 2 and counts[20] == 1
+    assert sizes[9] == 1535
+    s = fragscope_agent.sample_from_memory_stats(
+        {"reserved_bytes.all.current": 10, "allocated_bytes.all.current": 4, "num_ooms": 2},
+        device_uuid="GPU-x")
+    assert s == {"reserved_bytes": 10, "allocated_bytes": 4, "num_ooms": 2,
+                 "cached_free_bytes": 6, "device_uuid": "GPU-x"}
+    with pytest.raises(ValueError):
+        fragscope_agent.AgentClient("/nonexistent/sock").send_sample({"pid": 1})
+    # A daemon that is not there: False, never an exception.
+    assert fragscope_agent.AgentClient("/nonexistent/sock").send_sample(
+        {"device_uuid": "GPU-x"}) is False
