@@ -171,9 +171,11 @@ void AgentServer::Run() {
   auto log = [&](std::string_view message) {
     if (options_.log) options_.log(message);
   };
+  // The registry is updated before the close, so a peer that sees its connection closed
+  // also sees every count and series change that closing made.
   auto close_conn = [&](std::map<int, Connection>::iterator it) {
-    ::close(it->second.fd);
     registry_->ConnectionClosed(it->second.id);
+    ::close(it->second.fd);
     return conns.erase(it);
   };
   auto reject = [&](Connection& c, const ProtocolError& error) {
@@ -240,8 +242,8 @@ void AgentServer::Run() {
             break;
           }
           if (conns.size() >= options_.max_connections) {
+            registry_->CountConnectionRefused();  // before close: the peer sees the count
             ::close(fd);
-            registry_->CountConnectionRefused();
             continue;
           }
           Connection c{fd,  next_id++, FrameDecoder(options_.max_frame_bytes), options_.burst,
