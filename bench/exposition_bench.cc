@@ -1,9 +1,9 @@
 // RenderExposition: the CPU cost of one /metrics answer. A node with 8 GPUs (NVML facts, two
 // compute processes each) and `agents` processes, each with a full sample: 12 free-block
 // buckets in use, GPU labels joined, rank and job set. Reports bytes of exposition per second.
-#include <benchmark/benchmark.h>
-
 #include <string>
+
+#include <benchmark/benchmark.h>
 
 #include "sinks/prometheus/exposition.h"
 
@@ -64,8 +64,7 @@ void BM_RenderExposition(benchmark::State& bench) {
     benchmark::DoNotOptimize(text);
   }
   bench.SetBytesProcessed(static_cast<std::int64_t>(bytes));
-  bench.counters["exposition_bytes"] =
-      static_cast<double>(prom::RenderExposition(state).size());
+  bench.counters["exposition_bytes"] = static_cast<double>(prom::RenderExposition(state).size());
 }
 BENCHMARK(BM_RenderExposition)->Arg(8)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond);
 

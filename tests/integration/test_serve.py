@@ -276,6 +276,12 @@ def test_refuses_to_clobber_and_to_share_a_socket(workdir, daemon):
                          capture_output=True, text=True, timeout=10)
     assert out.returncode == 1 and "in use" in out.stderr
     assert os.path.exists(daemon.sock)
+    # Nor its port (no SO_REUSEPORT sharing), and the new socket is cleaned up.
+    other = os.path.join(workdir, "other.sock")
+    out = subprocess.run([BIN, "serve", "--socket", other, "--listen", f"127.0.0.1:{daemon.port}"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "cannot listen on 127.0.0.1:" in out.stderr, out.stderr
+    assert not os.path.exists(other)
     # Bad usage.
     for bad in (["--listen", "9464"], ["--listen", "none"], ["--socket-mode", "999"],
                 ["--max-message-bytes", "1"]):
@@ -402,3 +408,21 @@ def test_python_client_frame_is_the_documented_example():
     # A daemon that is not there: False, never an exception.
     assert fragscope_agent.AgentClient("/nonexistent/sock").send_sample(
         {"device_uuid": "GPU-x"}) is False
+
+
+def test_sigterm_right_after_start_never_hangs(workdir):
+    for delay in (0.0, 0.005, 0.02, 0.05):
+        sock = os.path.join(workdir, "quick.sock")
+        proc = subprocess.Popen([BIN, "serve", "--socket", sock, "--listen", "127.0.0.1:0"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"serve hung on SIGTERM {delay} s after start")
+        # Before the handler is in place the default action ends it (-15); after, exit 0.
+        assert rc in (0, -signal.SIGTERM), rc
+        assert not os.path.exists(sock) or rc != 0

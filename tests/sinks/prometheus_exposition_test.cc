@@ -132,8 +132,7 @@ TEST(ExpositionTest, ProcessSeriesCarryDcgmLabelsAndEscapedValues) {
   // A sample for a GPU the node does not report: no join labels, no rank/job (empty labels
   // are left out); no
   // steps_to_oom series when the forecast expects none.
-  const std::string other =
-      R"(UUID="GPU-not-on-this-node",Hostname="node-7",pid="5")";
+  const std::string other = R"(UUID="GPU-not-on-this-node",Hostname="node-7",pid="5")";
   EXPECT_TRUE(Has(text, "fragscope_process_reserved_bytes{" + other + "} 8589934592"));
   EXPECT_EQ(text.find("fragscope_process_steps_to_oom{" + other), std::string::npos);
 }

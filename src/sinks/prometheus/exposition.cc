@@ -359,9 +359,9 @@ std::string RenderExposition(const NodeState& state) {
                            s.free_block_count[i] != 0 || s.free_block_bytes[i] != 0;
         if (!shown) continue;
         bucket_labels = rendered;
-        bucket_labels += fmt::format("{}size_bucket=\"{}\",size_min_bytes=\"{}\"",
-                                     rendered.empty() ? "" : ",", SizeBucketLabel(b),
-                                     b == 0 ? 0 : std::uint64_t{1} << b);
+        bucket_labels +=
+            fmt::format("{}size_bucket=\"{}\",size_min_bytes=\"{}\"", rendered.empty() ? "" : ",",
+                        SizeBucketLabel(b), b == 0 ? 0 : std::uint64_t{1} << b);
         blocks.AddRendered(bucket_labels, s.free_block_count[i]);
         block_bytes.AddRendered(bucket_labels, s.free_block_bytes[i]);
       }

@@ -3,7 +3,10 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include <fmt/format.h>
+#include <sys/socket.h>
 
 #include "sinks/prometheus/exposition.h"
 
@@ -26,6 +29,12 @@ Status MetricsHttpServer::Start() {
   server.new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<std::size_t>(threads));
   };
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
+  // daemon bind the same port and silently take half the scrapes.
+  server.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server.set_keep_alive_max_count(100);
   server.set_read_timeout(5, 0);
   server.set_write_timeout(5, 0);
@@ -69,6 +78,15 @@ Status MetricsHttpServer::Start() {
     port_ = options_.port;
   }
   thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
+  // Wait until the accept loop runs: httplib's stop() does nothing before that, so a Stop()
+  // right after Start() would otherwise leave the thread serving and join() waiting forever.
+  for (int i = 0; i < 5000 && !impl_->server.is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!impl_->server.is_running()) {
+    Stop();
+    return Status::Internal(fmt::format("the HTTP server on {} did not start", where));
+  }
   return Status::Ok();
 }
 
