@@ -28,6 +28,9 @@ import os
 import random
 import sys
 import time
+import types
+
+from workloads import WORKLOADS, make_corpus, make_workload
 
 TOOL_VERSION = "1.0"
 PRODUCER = "tools/capture_trace.py"
@@ -99,6 +102,11 @@ def parse_args(argv=None):
         default=argparse.SUPPRESS,
         help="trace file to write; gzip-compressed if PATH ends in .gz")
     train = parser.add_argument_group("training run")
+    train.add_argument("--workload", choices=WORKLOADS, default="gpt",
+                       help="the program to run (tools/workloads.py): gpt "
+                            "decoder, cnn classifier, moe decoder with "
+                            "routed experts, kv-server inference with "
+                            "growing key/value caches")
     train.add_argument("--steps", type=int, default=50,
                        help="number of training steps to capture")
     train.add_argument("--seed", type=int, default=0,
@@ -117,6 +125,23 @@ def parse_args(argv=None):
                        help="use Adam's multi-tensor (foreach) "
                             "implementation, the default on CUDA in recent "
                             "PyTorch")
+    other = parser.add_argument_group(
+        "other workloads (cnn, moe, kv-server)")
+    other.add_argument("--min-batch", type=int, default=32,
+                       help="cnn: smallest batch drawn for a step")
+    other.add_argument("--max-batch", type=int, default=32,
+                       help="cnn: largest batch drawn for a step (equal to "
+                            "--min-batch: a fixed batch)")
+    other.add_argument("--image-size", type=int, default=32,
+                       help="cnn: input images are 3 x SIZE x SIZE")
+    other.add_argument("--cnn-width", type=int, default=16,
+                       help="cnn: channels of the stem (doubled per stage)")
+    other.add_argument("--n-experts", type=int, default=8,
+                       help="moe: experts per layer (top-1 routing)")
+    other.add_argument("--arrival-rate", type=float, default=0.5,
+                       help="kv-server: mean requests arriving per step")
+    other.add_argument("--max-arrivals", type=int, default=4,
+                       help="kv-server: most requests arriving in one step")
     model = parser.add_argument_group("model")
     model.add_argument("--vocab-size", type=int, default=4096,
                        help="vocabulary size (LM head width)")
@@ -156,6 +181,15 @@ def parse_args(argv=None):
         parser.error("need 1 <= --min-seq-len <= --max-seq-len")
     if args.d_model % args.n_head:
         parser.error("--d-model must be divisible by --n-head")
+    if not 1 <= args.min_batch <= args.max_batch:
+        parser.error("need 1 <= --min-batch <= --max-batch")
+    if args.image_size < 16 or args.cnn_width < 1 or args.n_experts < 1:
+        parser.error("--image-size must be at least 16, --cnn-width and "
+                     "--n-experts at least 1")
+    if not 0 <= args.arrival_rate <= args.max_arrivals:
+        parser.error("need 0 <= --arrival-rate <= --max-arrivals")
+    if args.workload == "kv-server" and args.max_seq_len < 2:
+        parser.error("kv-server needs --max-seq-len of at least 2")
     if args.batch_size < 1 or args.vocab_size < 2 or args.n_layer < 1:
         parser.error("--batch-size, --vocab-size and --n-layer must be "
                      "positive (vocab at least 2)")
@@ -166,7 +200,8 @@ def parse_args(argv=None):
 
 def build_model_classes(torch):
     """Define the GPT modules (kept inside a function: torch is imported late
-    so that --help works without it)."""
+    so that --help works without it).  Returns a namespace with GPT and the
+    CausalSelfAttention other workloads reuse."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -254,20 +289,8 @@ def build_model_classes(torch):
                                    targets.view(-1))
             return logits, loss
 
-    return GPT
-
-
-def make_corpus(torch, vocab_size, seed, n_tokens=200000):
-    """A learnable synthetic corpus: random choices among a fixed set of
-    random token phrases.  Built before the capture starts, so its
-    allocations are not part of the trace (like a dataset on the host)."""
-    rng = random.Random(seed + 1)
-    phrases = [[rng.randrange(vocab_size) for _ in range(rng.randint(3, 12))]
-               for _ in range(512)]
-    tokens = []
-    while len(tokens) < n_tokens:
-        tokens.extend(phrases[rng.randrange(len(phrases))])
-    return torch.tensor(tokens[:n_tokens], dtype=torch.long)
+    return types.SimpleNamespace(GPT=GPT,
+                                 CausalSelfAttention=CausalSelfAttention)
 
 
 class _NoOpRecordFunction:
@@ -310,32 +333,27 @@ def move_to_device(model):
 
 
 def run_capture(args):
-    """Train under the profiler.  Returns (profiler result, step boundary
-    times in ns, capture start in ns, [(seq_len, loss)] per step, wall
-    seconds, parameter count)."""
+    """Run the workload under the profiler.  Returns (profiler result, step
+    boundary times in ns, capture start in ns, [(description, figure)] per
+    step, wall seconds, parameter count, architecture label)."""
     import torch
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
-    GPT = build_model_classes(torch)
 
     # Host-side setup, outside the capture (like building a model and
     # loading data on the host before moving to the GPU).
-    corpus = make_corpus(torch, args.vocab_size, args.seed)
-    model = GPT(args.vocab_size, args.max_seq_len, args.n_layer, args.n_head,
-                args.d_model, args.mlp_ratio, args.tie_weights)
-    n_params = sum(p.numel() for p in model.parameters())
+    workload = make_workload(torch, args, build_model_classes(torch))
+    n_params = sum(p.numel() for p in workload.model.parameters())
     markers = {kind: torch.zeros(shape)
                for kind, shape in MARKER_SHAPE.items()}
-    rng = random.Random(args.seed)
-    plan = []
-    for _ in range(args.steps):
-        t = rng.randint(args.min_seq_len, args.max_seq_len)
-        offs = [rng.randrange(len(corpus) - t - 1)
-                for _ in range(args.batch_size)]
-        plan.append((t, offs))
     gc.collect()
+
+    def optimizer_step(optimizer):
+        torch.ops.aten.alias(markers["optimizer_begin"])
+        optimizer.step()
+        torch.ops.aten.alias(markers["optimizer_end"])
 
     prof = torch.autograd.profiler.profile(profile_memory=True,
                                            record_shapes=True)
@@ -346,35 +364,27 @@ def run_capture(args):
     prof.__enter__()  # prepare + enable; __exit__ is NOT used (see below)
     try:
         with no_record_function(torch):
-            model = move_to_device(model)
-            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr,
-                                         foreach=args.foreach)
-            model.train()
-            for step, (t, offs) in enumerate(plan):
+            workload.start(move_to_device(workload.model))
+            for step in range(args.steps):
                 boundaries.append(time.time_ns())
                 torch.ops.aten.alias(markers["step"])  # no allocation
-                x = torch.stack([corpus[i:i + t] for i in offs])
-                y = torch.stack([corpus[i + 1:i + 1 + t] for i in offs])
-                logits, loss = model(x, y)
-                loss.backward()
-                torch.ops.aten.alias(markers["optimizer_begin"])
-                optimizer.step()
-                torch.ops.aten.alias(markers["optimizer_end"])
-                optimizer.zero_grad(set_to_none=True)
-                loss_value = loss.item()
-                steps.append((t, loss_value))
-                log("step {:3d}  seq_len {:4d}  loss {:.4f}".format(
-                    step, t, loss_value))
+                what, figure = workload.step(step, optimizer_step)
+                steps.append((what, figure))
+                log("step {:3d}  {}  {} {:.4f}".format(
+                    step, what,
+                    "loss" if workload.architecture != "kv-server"
+                    else "cached tokens", figure))
             # Teardown: free everything the run allocated, so that allocs
             # get their frees.
-            del x, y, logits, loss, optimizer, model
+            workload.teardown()
             gc.collect()
     finally:
         # torch.autograd.profiler.profile.__exit__ would parse every record
         # on the Python side (slow, memory hungry); take the raw result.
         result = torch.autograd._disable_profiler()
     wall = time.perf_counter() - wall0
-    return result, boundaries, start_ns, steps, wall, n_params
+    return (result, boundaries, start_ns, steps, wall, n_params,
+            workload.architecture)
 
 
 def _input_info(node):
@@ -610,12 +620,21 @@ def clock_margin(records, boundaries):
     return before, after, min(lags), max(lags)
 
 
-def header(args, torch_version):
+def header(args, torch_version, architecture="gpt"):
+    workload = ""
+    if args.workload != "gpt":
+        workload = (
+            "workload={}, batch={}..{}, image={}, cnn_width={}, experts={}, "
+            "arrival_rate={}, max_arrivals={}, ").format(
+                args.workload, args.min_batch, args.max_batch,
+                args.image_size, args.cnn_width, args.n_experts,
+                args.arrival_rate, args.max_arrivals)
     producer = (
-        "{} {} (torch {}, steps={}, seed={}, batch={}, seq={}..{}, "
+        "{} {} (torch {}, {}steps={}, seed={}, batch={}, seq={}..{}, "
         "vocab={}, layers={}, heads={}, d_model={}, mlp_ratio={}, "
         "tied={}, adam_foreach={}, lr={}, threads={}, cpu_only={})").format(
-            PRODUCER, TOOL_VERSION, torch_version, args.steps, args.seed,
+            PRODUCER, TOOL_VERSION, torch_version, workload, args.steps,
+            args.seed,
             args.batch_size, args.min_seq_len, args.max_seq_len,
             args.vocab_size, args.n_layer, args.n_head, args.d_model,
             args.mlp_ratio, args.tie_weights, args.foreach, args.lr,
@@ -626,7 +645,7 @@ def header(args, torch_version):
         "kind": "request",
         "producer": producer,
         "devices": [{"device": 0, "name": "cpu-virtual-gpu"}],
-        "labels": {"model": args.model_name, "architecture": "gpt",
+        "labels": {"model": args.model_name, "architecture": architecture,
                    "run": args.run, "dtype": "float32"},
         "allocator_settings": {},
     }
@@ -675,7 +694,8 @@ def main(argv=None):
 
     log("torch {}; kineto available: {}".format(
         torch.__version__, torch.autograd.kineto_available()))
-    result, boundaries, start_ns, steps, wall, n_params = run_capture(args)
+    (result, boundaries, start_ns, steps, wall, n_params,
+     architecture) = run_capture(args)
     log("captured {} steps in {:.1f} s ({} parameters)".format(
         len(steps), wall, n_params))
     records, rf_nodes = flatten(result, args.keep_cpu_only)
@@ -685,7 +705,8 @@ def main(argv=None):
     margin = clock_margin(records, boundaries)
     events, stats = build_events(records, boundaries, start_ns,
                                  not args.no_frames)
-    write_trace(args.output, header(args, torch.__version__), events)
+    write_trace(args.output,
+                header(args, torch.__version__, architecture), events)
 
     log("wrote {} ({} bytes)".format(args.output,
                                      os.path.getsize(args.output)))

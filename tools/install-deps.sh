@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git clang-format
   clang libclang-rt-dev            # libFuzzer for make fuzz
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libzstd-dev
+  libsqlite3-dev                   # the history database (docs/history.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest
   libcpp-httplib-dev               # fragscope serve's /metrics endpoint

@@ -100,6 +100,42 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
   result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
 }
 
+}  // namespace
+
+Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
+                                              const analysis::AnalysisOptions& options,
+                                              const TraceLimits& limits) {
+  Result<OpenedInput> opened = OpenInput(path, limits);
+  if (!opened.ok()) return opened.status();
+  TraceReader& reader = *opened->reader;
+
+  Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
+      analysis::TraceAnalyzer::Create(reader.header(), options);
+  if (!created.ok())
+    return Status(created.status().code(),
+                  fmt::format("{}: {}", reader.Where(), created.status().message()));
+  analysis::TraceAnalyzer& analyzer = **created;
+
+  std::vector<std::string> notes;
+  Result<std::uint64_t> read =
+      opened->snapshot != nullptr
+          ? ReadSnapshotEvents(
+                *opened->snapshot, [&](const Event& e) { return analyzer.Consume(e); }, &notes)
+          : ReadAllEvents(
+                reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
+                [&](const Event& e) { analyzer.Prefetch(e); });
+  if (!read.ok()) return read.status();
+
+  analysis::AnalysisResult result = analyzer.Finish(path);
+  if (opened->snapshot != nullptr) AddSnapshotNotes(*opened->snapshot, notes, &result);
+  for (analysis::DeviceReport& d : result.devices) {
+    for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
+  }
+  return result;
+}
+
+namespace {
+
 int RunAnalyze(const AnalyzeFlags& flags) {
   // Options first, so a typo fails before a long read.
   analysis::AnalysisOptions options;
@@ -120,31 +156,9 @@ int RunAnalyze(const AnalyzeFlags& flags) {
         std::min<std::uint64_t>(*max_line, std::numeric_limits<std::size_t>::max()));
   }
 
-  Result<OpenedInput> opened = OpenInput(flags.path, limits);
-  if (!opened.ok()) return BadInput(opened.status().message());
-  TraceReader& reader = *opened->reader;
-
-  Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
-      analysis::TraceAnalyzer::Create(reader.header(), options);
-  if (!created.ok())
-    return BadInput(fmt::format("{}: {}", reader.Where(), created.status().message()));
-  analysis::TraceAnalyzer& analyzer = **created;
-
-  std::vector<std::string> notes;
-  Result<std::uint64_t> read =
-      opened->snapshot != nullptr
-          ? ReadSnapshotEvents(
-                *opened->snapshot, [&](const Event& e) { return analyzer.Consume(e); }, &notes)
-          : ReadAllEvents(
-                reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
-                [&](const Event& e) { analyzer.Prefetch(e); });
-  if (!read.ok()) return BadInput(read.status().message());
-
-  analysis::AnalysisResult result = analyzer.Finish(flags.path);
-  if (opened->snapshot != nullptr) AddSnapshotNotes(*opened->snapshot, notes, &result);
-  for (analysis::DeviceReport& d : result.devices) {
-    for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
-  }
+  Result<analysis::AnalysisResult> analyzed = AnalyzeInput(flags.path, options, limits);
+  if (!analyzed.ok()) return BadInput(analyzed.status().message());
+  analysis::AnalysisResult& result = *analyzed;
   if (flags.device >= 0 && result.devices.empty()) {
     return BadInput(
         fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));

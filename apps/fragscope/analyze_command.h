@@ -3,7 +3,13 @@
 #ifndef FRAGSCOPE_APPS_FRAGSCOPE_ANALYZE_COMMAND_H_
 #define FRAGSCOPE_APPS_FRAGSCOPE_ANALYZE_COMMAND_H_
 
+#include <string>
+
+#include "analysis/analysis_result.h"
+#include "analysis/trace_analyzer.h"
 #include "command.h"
+#include "fragscope/status.h"
+#include "fragscope/trace.h"
 
 namespace CLI {
 class App;
@@ -15,6 +21,13 @@ namespace fragscope::cli {
 /// returns kExitOk, or prints "fragscope: file:line: what is wrong" to stderr and returns
 /// kExitBadInput.
 Command AddAnalyzeCommand(CLI::App& app);
+
+/// What `analyze` computes for the trace or snapshot at `path` (snapshot notes and call-site
+/// names included), for the commands that build on it (`history record`, `history compare`).
+/// Errors name the file and where in it, as `analyze` prints them.
+Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
+                                              const analysis::AnalysisOptions& options,
+                                              const TraceLimits& limits = {});
 
 }  // namespace fragscope::cli
 

@@ -6,8 +6,11 @@
 #include <CLI/CLI.hpp>
 
 #include "analyze_command.h"
+#include "check_command.h"
 #include "command.h"
 #include "convert_command.h"
+#include "gpus_command.h"
+#include "history_command.h"
 #include "replay_command.h"
 #include "serve_command.h"
 #include "tune_command.h"
@@ -42,6 +45,9 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddReplayCommand(app));
   commands.push_back(fragscope::cli::AddTuneCommand(app));
   commands.push_back(fragscope::cli::AddConvertCommand(app));
+  commands.push_back(fragscope::cli::AddGpusCommand(app));
+  commands.push_back(fragscope::cli::AddHistoryCommand(app));
+  commands.push_back(fragscope::cli::AddCheckCommand(app));
   commands.push_back(fragscope::cli::AddServeCommand(app));
 
   try {

@@ -75,35 +75,29 @@ std::string HeaderConf(const TraceHeader& header) {
   return conf;
 }
 
-int RunReplay(const ReplayFlags& flags) {
-  std::optional<std::uint64_t> capacity, used_by_others;
-  if (!flags.capacity.empty()) {
-    Result<std::uint64_t> c = ParseSize(flags.capacity);
-    if (!c.ok()) return BadInput("--capacity: " + c.status().message());
-    capacity = *c;
-  }
-  if (!flags.used_by_others.empty()) {
-    Result<std::uint64_t> u = ParseSize(flags.used_by_others);
-    if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
-    used_by_others = *u;
-  }
-  const model::ConfigVersion version = TorchVersion(flags.torch_version);
+}  // namespace
 
-  Result<OpenedInput> opened = OpenInput(flags.path);
-  if (!opened.ok()) return BadInput(opened.status().message());
+Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
+  std::optional<std::uint64_t> capacity = request.capacity;
+  const std::optional<std::uint64_t>& used_by_others = request.used_by_others;
+  const model::ConfigVersion version = request.version;
+  const std::string& path = request.path;
+
+  Result<OpenedInput> opened = OpenInput(path);
+  if (!opened.ok()) return Status::InvalidArgument(opened.status().message());
   TraceReader& reader = *opened->reader;
   sources::SnapshotReader* snapshot = opened->snapshot;
   TraceHeader header = reader.header();
   std::vector<std::string> notes;
   if (snapshot == nullptr && header.kind == TraceKind::kAllocator) {
-    return BadInput(
+    return Status::InvalidArgument(
         fmt::format("{}: this is an allocator trace (header kind \"allocator\"); "
                     "replay takes a request trace (`fragscope convert {} -o requests.jsonl --to "
                     "requests` makes one) or a snapshot. `fragscope analyze` reads allocator "
                     "traces",
-                    flags.path, flags.path));
+                    path, path));
   }
-  std::string conf_text = flags.alloc_conf ? *flags.alloc_conf : HeaderConf(header);
+  std::string conf_text = request.alloc_conf ? *request.alloc_conf : HeaderConf(header);
   // A snapshot: its requests are replayed under the settings it recorded (unless told), after
   // a first pass over the recorded run for its peaks and OOMs.
   std::unique_ptr<analysis::TraceAnalyzer> recorded;
@@ -112,18 +106,18 @@ int RunReplay(const ReplayFlags& flags) {
   if (snapshot != nullptr) {
     header.kind = TraceKind::kRequest;
     header.allocator_settings.clear();
-    if (!flags.alloc_conf) conf_text = snapshot->RecordedConf(&notes);
+    if (!request.alloc_conf) conf_text = snapshot->RecordedConf(&notes);
     analysis::AnalysisOptions recorded_options;
     recorded_options.keep_layout = false;
     Result<std::unique_ptr<analysis::TraceAnalyzer>> r =
         analysis::TraceAnalyzer::Create(reader.header(), recorded_options);
-    if (!r.ok()) return BadInput(fmt::format("{}: {}", flags.path, r.status().message()));
+    if (!r.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, r.status().message()));
     recorded = std::move(*r);
     Result<std::uint64_t> read = ReadSnapshotEvents(
         *snapshot, [&](const Event& e) { return recorded->Consume(e); }, &notes);
-    if (!read.ok()) return BadInput(read.status().message());
+    if (!read.ok()) return Status::InvalidArgument(read.status().message());
     snapshot->Rewind();
-    real = recorded->Finish(flags.path);
+    real = recorded->Finish(path);
     if (!capacity) {
       // The device's size is not recorded. A device that ran out of memory tells it, as the
       // allocator saw it: reserved + the driver's free bytes at its first OOM (memory used
@@ -157,17 +151,18 @@ int RunReplay(const ReplayFlags& flags) {
   }
   Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf_text, version);
   if (!config.ok()) {
-    return BadInput((flags.alloc_conf ? std::string("--alloc-conf: ")
-                                      : fmt::format("{}:1: allocator_settings: ", flags.path)) +
-                    config.status().message());
+    return Status::InvalidArgument((request.alloc_conf
+                                        ? std::string("--alloc-conf: ")
+                                        : fmt::format("{}:1: allocator_settings: ", path)) +
+                                   config.status().message());
   }
   // Every device needs a capacity: the flag, or the header's.
   for (const DeviceInfo& d : header.devices) {
     if (!capacity && !d.capacity_bytes) {
-      return BadInput(
+      return Status::InvalidArgument(
           fmt::format("{}: device {} has no capacity_bytes in the header; give "
                       "--capacity SIZE",
-                      flags.path, d.device));
+                      path, d.device));
     }
   }
   auto sim_options = [&](std::int32_t device) {
@@ -182,14 +177,14 @@ int RunReplay(const ReplayFlags& flags) {
     return o;
   };
   if (!capacity && header.devices.empty()) {
-    return BadInput(
-        fmt::format("{}: the header names no device capacity; give --capacity SIZE", flags.path));
+    return Status::InvalidArgument(
+        fmt::format("{}: the header names no device capacity; give --capacity SIZE", path));
   }
 
   // The simulated allocator trace: analyzed, and written with --emit.
   TraceHeader out_header = header;
   out_header.kind = TraceKind::kAllocator;
-  out_header.producer = "fragscope replay of " + flags.path;
+  out_header.producer = "fragscope replay of " + path;
   out_header.allocator_settings.clear();
   for (DeviceInfo& d : out_header.devices) {
     const model::SimOptions o = sim_options(d.device);
@@ -212,17 +207,15 @@ int RunReplay(const ReplayFlags& flags) {
     }
   }
 
-  analysis::AnalysisOptions options;
-  ApplyReportFlags(flags.report, &options);
   Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
-      analysis::TraceAnalyzer::Create(out_header, options);
-  if (!created.ok()) return BadInput(created.status().message());
+      analysis::TraceAnalyzer::Create(out_header, request.options);
+  if (!created.ok()) return Status::InvalidArgument(created.status().message());
   analysis::TraceAnalyzer& analyzer = **created;
 
   std::unique_ptr<TraceWriter> writer;
-  if (!flags.emit.empty()) {
-    Result<std::unique_ptr<TraceWriter>> w = TraceWriter::Create(flags.emit, out_header);
-    if (!w.ok()) return BadInput("--emit: " + w.status().message());
+  if (!request.emit.empty()) {
+    Result<std::unique_ptr<TraceWriter>> w = TraceWriter::Create(request.emit, out_header);
+    if (!w.ok()) return Status::InvalidArgument("--emit: " + w.status().message());
     writer = std::move(*w);
   }
 
@@ -236,7 +229,7 @@ int RunReplay(const ReplayFlags& flags) {
     }
     if (writer) sink_status = writer->Write(e);
   };
-  const model::OomPolicy policy = flags.continue_after_oom || snapshot != nullptr
+  const model::OomPolicy policy = request.continue_after_oom || snapshot != nullptr
                                       ? model::OomPolicy::kContinue
                                       : model::OomPolicy::kStop;
   model::RequestReplayer replayer(sim_options, policy, sink);
@@ -251,26 +244,27 @@ int RunReplay(const ReplayFlags& flags) {
   if (snapshot == nullptr) {
     Result<std::uint64_t> read = ReadAllEvents(reader, consume_request, &consumer_status);
     stopped_at_oom = !read.ok() && consumer_status.code() == StatusCode::kOutOfMemory;
-    if (!read.ok() && !stopped_at_oom) return BadInput(read.status().message());
+    if (!read.ok() && !stopped_at_oom) return Status::InvalidArgument(read.status().message());
   } else {
     // The recorded program went on after its OOMs (it wrote the snapshot), so the replay
     // does too; the OOM request of a device replayed with unlimited memory is left out.
-    SnapshotRequests requests(*snapshot, config->Rules(), [&](const Event& request) -> Status {
-      Status s = consume_request(request);
+    SnapshotRequests requests(*snapshot, config->Rules(), [&](const Event& e) -> Status {
+      Status s = consume_request(e);
       return s.code() == StatusCode::kOutOfMemory ? Status::Ok() : s;
     });
     requests.DropOoms(unlimited_devices);  // the failed request, on a device without a size
     Result<std::uint64_t> read = ReadSnapshotEvents(
         *snapshot, [&](const Event& e) { return requests.Consume(e); }, &notes);
-    if (!read.ok()) return BadInput(read.status().message());
+    if (!read.ok()) return Status::InvalidArgument(read.status().message());
     requests.AddNotes(&notes);
   }
   if (writer) {
-    if (Status s = writer->Close(); !s.ok()) return BadInput("--emit: " + s.message());
+    if (Status s = writer->Close(); !s.ok())
+      return Status::InvalidArgument("--emit: " + s.message());
   }
 
   analysis::ReplayResult replay;
-  replay.trace = flags.path;
+  replay.trace = path;
   replay.policy = policy;
   replay.stopped_at_oom = stopped_at_oom;
   replay.request_events = replayer.events();
@@ -306,18 +300,44 @@ int RunReplay(const ReplayFlags& flags) {
       replay.fidelity.push_back(f);
     }
   }
-  const analysis::AnalysisResult result = analyzer.Finish(flags.path);
+  analysis::AnalysisResult result = analyzer.Finish(path);
+  return ReplayRun{std::move(replay), std::move(result)};
+}
+
+namespace {
+
+int RunReplay(const ReplayFlags& flags) {
+  ReplayRequest request;
+  request.path = flags.path;
+  if (!flags.capacity.empty()) {
+    Result<std::uint64_t> c = ParseSize(flags.capacity);
+    if (!c.ok()) return BadInput("--capacity: " + c.status().message());
+    request.capacity = *c;
+  }
+  if (!flags.used_by_others.empty()) {
+    Result<std::uint64_t> u = ParseSize(flags.used_by_others);
+    if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
+    request.used_by_others = *u;
+  }
+  request.alloc_conf = flags.alloc_conf;
+  request.version = TorchVersion(flags.torch_version);
+  request.continue_after_oom = flags.continue_after_oom;
+  request.emit = flags.emit;
+  ApplyReportFlags(flags.report, &request.options);
+
+  Result<ReplayRun> run = ReplayInput(request);
+  if (!run.ok()) return BadInput(run.status().message());
   std::string out;
   if (flags.report.json) {
     sinks::JsonOptions json;
     json.include_layout = !flags.report.no_map;
-    out = sinks::RenderReplayJson(replay, result, json);
+    out = sinks::RenderReplayJson(run->replay, run->result, json);
   } else {
-    out = sinks::RenderReplayText(replay, result, TextOptionsFor(flags.report));
+    out = sinks::RenderReplayText(run->replay, run->result, TextOptionsFor(flags.report));
   }
   const int written = WriteReport(out);
   if (written != kExitOk) return written;
-  return replay.ooms.empty() ? kExitOk : kExitFailure;
+  return run->replay.ooms.empty() ? kExitOk : kExitFailure;
 }
 
 }  // namespace

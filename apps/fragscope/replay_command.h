@@ -4,7 +4,16 @@
 #ifndef FRAGSCOPE_APPS_FRAGSCOPE_REPLAY_COMMAND_H_
 #define FRAGSCOPE_APPS_FRAGSCOPE_REPLAY_COMMAND_H_
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "analysis/analysis_result.h"
+#include "analysis/replay_result.h"
+#include "analysis/trace_analyzer.h"
 #include "command.h"
+#include "fragscope/status.h"
+#include "model/alloc_conf.h"
 
 namespace CLI {
 class App;
@@ -15,6 +24,27 @@ namespace fragscope::cli {
 /// Registers `replay` on `app`. Exit status: 0 when the trace replays without an OOM, 1 when
 /// it runs out of memory (the report says where), 2 for bad input or usage.
 Command AddReplayCommand(CLI::App& app);
+
+/// What to replay and how: the options of `replay`, already parsed.
+struct ReplayRequest {
+  std::string path;                       // request trace or snapshot
+  std::optional<std::uint64_t> capacity;  // unset: the header's (a snapshot: see replay)
+  std::optional<std::uint64_t> used_by_others;
+  std::optional<std::string> alloc_conf;  // unset: the header's (a snapshot: recorded)
+  model::ConfigVersion version = model::ConfigVersion::kNewest;
+  bool continue_after_oom = false;
+  std::string emit;  // also write the simulated allocator trace here (empty: don't)
+  analysis::AnalysisOptions options;  // for the analysis of the simulated allocator trace
+};
+
+struct ReplayRun {
+  analysis::ReplayResult replay;
+  analysis::AnalysisResult result;  // the analysis of the simulated allocator trace
+};
+
+/// Replays `request.path` as `fragscope replay` does, for the commands that build on it
+/// (`check`). An OOM is a result (replay.ooms), not an error; errors name the file and where.
+Result<ReplayRun> ReplayInput(const ReplayRequest& request);
 
 }  // namespace fragscope::cli
 

@@ -6,3 +6,6 @@ set_tests_properties(cli_pytest PROPERTIES
   ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
   LABELS cli
   TIMEOUT 300)
+# `fragscope gpus` (tests/cli/test_gpus.py) loads the stand-in libnvidia-ml built by the tests.
+set_property(TEST cli_pytest APPEND PROPERTY ENVIRONMENT
+  "FRAGSCOPE_FAKE_NVML=$<TARGET_FILE:fake_nvml_full>")

@@ -62,6 +62,17 @@ set_tests_properties(pickle_differential PROPERTIES
   ENVIRONMENT "PICKLE_DUMP=$<TARGET_FILE:pickle_dump>;PYTHONDONTWRITEBYTECODE=1"
   TIMEOUT 300)
 
+# GPU facts from outside the process (src/sources/gpu): NVML through the stand-in libraries of
+# tests/testing/fake_nvml (their paths compiled in), /proc/driver/nvidia from fixture folders.
+fragscope_add_test(sources/nvml_collector_test.cc LIBS fragscope_sources)
+target_compile_definitions(sources_nvml_collector_test PRIVATE
+  FAKE_NVML_FULL="$<TARGET_FILE:fake_nvml_full>"
+  FAKE_NVML_OLD="$<TARGET_FILE:fake_nvml_old>"
+  FAKE_NVML_R535="$<TARGET_FILE:fake_nvml_r535>"
+  FAKE_NVML_NOINIT="$<TARGET_FILE:fake_nvml_noinit>")
+add_dependencies(sources_nvml_collector_test
+  fake_nvml_full fake_nvml_old fake_nvml_r535 fake_nvml_noinit)
+fragscope_add_test(sources/nvidia_procfs_test.cc LIBS fragscope_sources)
 # The agent socket (src/sources/agent): protocol, registry, server.
 fragscope_add_test(sources/agent_protocol_test.cc LIBS fragscope_agent)
 fragscope_add_test(sources/agent_server_test.cc LIBS fragscope_agent)

@@ -54,7 +54,7 @@ def is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate(lines):
+def validate(lines, architecture="gpt"):
     """Check a request trace against fragscope trace v1; return a summary."""
     assert lines, "empty trace"
     header = json.loads(lines[0])
@@ -66,7 +66,7 @@ def validate(lines):
     assert header["devices"] == [{"device": 0, "name": "cpu-virtual-gpu"}]
     assert list(header["labels"]) == ["model", "architecture", "run",
                                       "dtype"]
-    assert header["labels"]["architecture"] == "gpt"
+    assert header["labels"]["architecture"] == architecture
     assert header["labels"]["dtype"] == "float32"
     assert header["allocator_settings"] == {}
 
@@ -192,6 +192,50 @@ def test_capture_is_deterministic(tmp_path, captured):
         return [line.split(',"time_us"')[0] for line in read_lines(path)[1:]]
 
     assert without_time(out) == without_time(captured[0])
+
+
+@pytest.mark.parametrize("workload,extra", [
+    ("cnn", ["--min-batch", "2", "--max-batch", "5", "--image-size", "16",
+             "--cnn-width", "4"]),
+    ("moe", ["--n-experts", "3"]),
+    ("kv-server", ["--arrival-rate", "2", "--max-arrivals", "3"]),
+])
+def test_other_workloads_capture_valid_traces(tmp_path, workload, extra):
+    """Every workload trains or serves for real, frees all it allocated, and
+    marks its steps; the header names its architecture."""
+    pytest.importorskip("torch")
+    out = tmp_path / (workload + ".jsonl")
+    stderr = run_tool(out, "--workload", workload, *extra, steps=3)
+    summary = validate(read_lines(out), architecture=workload)
+    assert summary["steps"] == [0, 1, 2]
+    assert summary["alloc"] > 20
+    assert summary["free"] == summary["alloc"]
+    assert summary["live_at_end"] == 0
+    assert "0 records whose time-based step differs" in stderr
+    assert "workload={}".format(workload) in summary["header"]["producer"]
+
+
+def test_variable_shapes_change_the_requests(tmp_path):
+    """A variable batch changes the request sizes from step to step; a fixed
+    one repeats them (the property the forecast evaluation relies on)."""
+    pytest.importorskip("torch")
+    sizes = {}
+    for name, lo, hi in (("fixed", 4, 4), ("varied", 2, 9)):
+        out = tmp_path / (name + ".jsonl")
+        run_tool(out, "--workload", "cnn", "--min-batch", str(lo),
+                 "--max-batch", str(hi), "--image-size", "16",
+                 "--cnn-width", "4", "--seed", "1", steps=4)
+        per_step = []
+        for line in read_lines(out)[1:]:
+            ev = json.loads(line)
+            if ev["action"] == "step":
+                per_step.append(set())
+            elif ev["action"] == "alloc" and per_step:
+                per_step[-1].add(ev["size"])
+        sizes[name] = per_step
+    # Step 0 makes the optimizer state; steps 1.. repeat under a fixed batch.
+    assert sizes["fixed"][1] == sizes["fixed"][2] == sizes["fixed"][3]
+    assert len({frozenset(s) for s in sizes["varied"][1:]}) > 1
 
 
 @pytest.mark.parametrize("name,steps", [("gpt_tiny_3steps.jsonl.gz", 3),

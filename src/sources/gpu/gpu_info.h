@@ -1,7 +1,7 @@
 // GpuInfo: what the node knows about one GPU from outside any process: NVML (memory totals,
 // BAR1, compute processes, MIG) joined with /proc/driver/nvidia (driver, device minor,
 // firmware) by UUID. Plain data: the collectors fill it; the exporter and the daemon read it.
-// Neither interface exposes the caching allocator's layout (docs/exporter.md says why).
+// Neither interface exposes the caching allocator's layout (docs/gpu-sources.md says why).
 //
 // Thread safety: plain values.
 #ifndef FRAGSCOPE_SOURCES_GPU_GPU_INFO_H_
@@ -53,6 +53,17 @@ struct GpuInfo {
   std::optional<std::uint32_t> device_minor;
   std::string firmware;  // "GPU Firmware:" line
   std::optional<bool> excluded;
+  // More of the information file (added by the procfs reader; empty/unknown when absent).
+  std::string bus_location;  // "0000:3b:00.0" as the file writes it
+  std::string video_bios;
+  std::string bus_type;  // "PCIe"
+  std::optional<std::uint32_t> irq;
+  std::string dma_size;  // "47 bits"
+  std::string dma_mask;  // "0x7fffffffffff"
+  // What a source refused or could not parse for this GPU ("nvmlDeviceGetMemoryInfo_v2(GPU 1):
+  // Insufficient Permissions (code 4)", "<root>/gpus/…/information:3: …"). Fields it concerns
+  // stay unknown; the rest of the GPU is still reported.
+  std::vector<std::string> errors;
   // Where each part came from: both false means only the key is known.
   bool from_nvml = false;
   bool from_procfs = false;
@@ -67,6 +78,13 @@ struct NodeGpuInfo {
   /// Why NVML is not available ("libnvidia-ml.so.1: cannot open shared object file"), empty
   /// when it is. Absence of NVML is a state to report, never a fatal error.
   std::string nvml_unavailable_reason;
+  /// The library that was loaded ("libnvidia-ml.so.1"), empty when none was.
+  std::string nvml_library;
+  /// Why /proc/driver/nvidia could not be read (no such directory: no NVIDIA kernel module),
+  /// empty when it was.
+  std::string procfs_unavailable_reason;
+  /// Node-level problems that did not stop the collection (an unreadable version file).
+  std::vector<std::string> errors;
 };
 
 }  // namespace fragscope::gpu

@@ -1,0 +1,256 @@
+#include "check_command.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/check.h"
+#include "analyze_command.h"
+#include "cli_util.h"
+#include "common/units.h"
+#include "fragscope/risk.h"
+#include "fragscope/trace.h"
+#include "history_command.h"
+#include "replay_command.h"
+#include "sinks/report/check_report.h"
+#include "sources/snapshot/snapshot_reader.h"
+
+namespace fragscope::cli {
+namespace {
+
+struct CheckFlags {
+  std::string path;
+  std::string baseline;  // architecture label; empty: no baseline check
+  std::string run;       // this run's name (default: the trace's "run" label)
+  std::string history;
+  std::size_t last = 5;
+  std::string max_peak_reserved;
+  std::optional<double> max_fragmentation;
+  std::string capacity;
+  std::string used_by_others;
+  std::optional<std::string> alloc_conf;
+  std::string torch_version = "newest";
+  double max_growth_ratio = 1.5;
+  double max_peak_increase = 0.10;
+  std::string fail_at = "critical";
+  std::int32_t device = -1;
+  bool json = false;
+  std::string color = "auto";
+};
+
+constexpr std::string_view kDescription =
+    "Gate a run's memory behaviour in CI: exit 1 on a regression or a predicted OOM";
+
+constexpr std::string_view kFooter =
+    R"(Analyzes INPUT and runs a list of checks on every device, each pass, FAIL or skipped:
+
+  oom             the run must not run out of memory. A request trace is replayed through
+                  the simulator on a device of --capacity bytes (default: the header's, else
+                  unlimited); an allocator trace or snapshot must have no oom event.
+  capacity        --capacity: an allocator trace or snapshot must fit (peak reserved +
+                  --used-by-others <= capacity).
+  peak_reserved   --max-peak-reserved: the peak of reserved memory.
+  fragmentation   --max-fragmentation: the worst fragmentation ratio (cached free / reserved)
+                  at the end of any step.
+  forecast        the forecaster (docs/forecast.md) must not reach --fail-at (default
+                  critical: an OOM predicted for the coming steps).
+  baseline        --baseline LABEL: compared with the last --last runs of that architecture
+                  in the history (docs/history.md), the run must not fragment more than
+                  --max-growth-ratio times as fast, nor grow its peak allocated memory by
+                  more than --max-peak-increase.
+
+Exit status: 0 when every check passes (or is skipped), 1 when one fails, 2 for bad input or
+usage. Output fits one screen; --json gives the same as schema fragscope.check
+(docs/json-schema.md). A CI job typically records the run afterwards when it passes:
+`fragscope history record INPUT --arch LABEL`.
+
+Examples:
+  fragscope check run.jsonl.gz --max-peak-reserved 38GiB --max-fragmentation 0.3
+  fragscope check requests.jsonl.gz --capacity 40GiB
+  fragscope check snapshot.pickle --baseline gpt-1.3b --history ci-history.sqlite
+  fragscope check run.jsonl.gz --baseline gpt-1.3b --json | jq .verdict)";
+
+int RunCheck(const CheckFlags& flags) {
+  analysis::CheckLimits limits;
+  if (!flags.max_peak_reserved.empty()) {
+    Result<std::uint64_t> v = ParseSize(flags.max_peak_reserved);
+    if (!v.ok()) return BadInput("--max-peak-reserved: " + v.status().message());
+    limits.max_peak_reserved = *v;
+  }
+  if (!flags.capacity.empty()) {
+    Result<std::uint64_t> v = ParseSize(flags.capacity);
+    if (!v.ok()) return BadInput("--capacity: " + v.status().message());
+    limits.capacity = *v;
+  }
+  if (!flags.used_by_others.empty()) {
+    Result<std::uint64_t> v = ParseSize(flags.used_by_others);
+    if (!v.ok()) return BadInput("--used-by-others: " + v.status().message());
+    limits.used_by_others = *v;
+  }
+  limits.max_fragmentation = flags.max_fragmentation;
+  limits.max_growth_ratio = flags.max_growth_ratio;
+  limits.max_peak_increase = flags.max_peak_increase;
+  limits.fail_at_level =
+      flags.fail_at == "never" ? RiskLevel::kUnknown : ParseRiskLevel(flags.fail_at).value();
+
+  analysis::AnalysisOptions options;
+  if (flags.device >= 0) options.device = flags.device;
+  options.keep_layout = false;
+
+  // A request trace is replayed; anything else (allocator trace, snapshot) is analyzed.
+  Result<sources::InputKind> kind = sources::DetectInputKind(flags.path);
+  if (!kind.ok()) return BadInput(kind.status().message());
+  bool replayed = false;
+  bool header_capacity = false;  // every device of the header has a capacity
+  if (*kind == sources::InputKind::kTrace) {
+    Result<std::unique_ptr<TraceReader>> reader = TraceReader::Open(flags.path);
+    if (!reader.ok()) return BadInput(reader.status().message());
+    const TraceHeader& header = (*reader)->header();
+    replayed = header.kind == TraceKind::kRequest;
+    header_capacity = !header.devices.empty();
+    for (const DeviceInfo& d : header.devices) header_capacity &= d.capacity_bytes.has_value();
+  }
+  analysis::CheckResult check;
+  check.source = flags.path;
+  check.mode = replayed ? "request trace replayed through the simulator" : "analyzed";
+  analysis::AnalysisResult result;
+  std::string oom_message;
+  if (replayed) {
+    ReplayRequest request;
+    request.path = flags.path;
+    request.capacity = limits.capacity;
+    request.used_by_others = limits.capacity ? std::optional(limits.used_by_others) : std::nullopt;
+    request.alloc_conf = flags.alloc_conf;
+    request.version = TorchVersion(flags.torch_version);
+    request.options = options;
+    if (!limits.capacity && !header_capacity) {
+      request.capacity = analysis::kUnlimitedCapacity;
+      check.notes.push_back(
+          "no --capacity and no capacity in the header: replayed on an unlimited device (only "
+          "the limits you gave can fail)");
+    }
+    Result<ReplayRun> run = ReplayInput(request);
+    if (!run.ok()) return BadInput(run.status().message());
+    for (const analysis::DeviceReplay& d : run->replay.devices) {
+      if (d.capacity_bytes == analysis::kUnlimitedCapacity) continue;
+      check.notes.push_back(fmt::format(
+          "device {}: replayed on a device of {}{}", d.device, FormatBytes(d.capacity_bytes),
+          d.used_by_others_bytes > 0
+              ? fmt::format(" with {} used by others", FormatBytes(d.used_by_others_bytes))
+              : std::string()));
+    }
+    result = std::move(run->result);
+    if (!run->replay.ooms.empty()) oom_message = run->replay.ooms.front().details.message;
+    for (const std::string& n : run->replay.notes) check.notes.push_back(n);
+  } else {
+    if (flags.alloc_conf) {
+      check.notes.push_back("--alloc-conf applies to replays of request traces; ignored");
+    }
+    Result<analysis::AnalysisResult> analyzed = AnalyzeInput(flags.path, options);
+    if (!analyzed.ok()) return BadInput(analyzed.status().message());
+    result = std::move(*analyzed);
+  }
+  if (flags.device >= 0 && result.devices.empty()) {
+    return BadInput(
+        fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
+  }
+  if (result.devices.empty()) check.notes.push_back("the input has no device events");
+
+  std::string run_name = flags.run;
+  for (const auto& [key, value] : result.labels) {
+    if (key == "run" && run_name.empty()) run_name = value;
+  }
+  for (const analysis::DeviceReport& d : result.devices) {
+    analysis::CheckDeviceInput in;
+    in.report = &d;
+    in.replayed = replayed;
+    in.replay_oom_message = oom_message;
+    if (!flags.baseline.empty()) {
+      Result<analysis::BaselineComparison> c =
+          CompareWithHistory(result, d.device, run_name, flags.baseline, flags.history, flags.last);
+      if (!c.ok()) return BadInput(c.status().message());
+      in.baseline = std::move(*c);
+    }
+    std::vector<analysis::CheckItem> items = analysis::CheckDevice(in, limits);
+    check.items.insert(check.items.end(), items.begin(), items.end());
+  }
+  for (const std::string& n : result.notes) check.notes.push_back(n);
+
+  const std::string out = flags.json ? sinks::RenderCheckJson(check)
+                                     : sinks::RenderCheckText(check, UseColor(flags.color));
+  const int written = WriteReport(out);
+  if (written != kExitOk) return written;
+  return check.passed() ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+Command AddCheckCommand(CLI::App& app) {
+  auto flags = std::make_shared<CheckFlags>();
+  CLI::App* sub = app.add_subcommand("check", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("INPUT", flags->path,
+                  "A request or allocator trace, or a PyTorch memory snapshot; plain, .gz or .zst")
+      ->type_name("PATH")
+      ->required();
+  sub->add_option("--baseline", flags->baseline,
+                  "Compare with the last runs of this architecture label in the history")
+      ->type_name("LABEL");
+  sub->add_option("--last", flags->last, "How many earlier runs form the baseline")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->capture_default_str();
+  sub->add_option("--run", flags->run,
+                  "This run's name, left out of its own baseline (default: label run)")
+      ->type_name("NAME");
+  sub->add_option("--history", flags->history,
+                  "History database (default: $XDG_STATE_HOME/fragscope/history.sqlite)")
+      ->type_name("PATH");
+  sub->add_option("--max-peak-reserved", flags->max_peak_reserved,
+                  "Fail when reserved memory peaks above this")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--max-fragmentation", flags->max_fragmentation,
+                  "Fail when the fragmentation ratio at a step's end exceeds this")
+      ->type_name("R")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--capacity", flags->capacity,
+                  "Device memory: replay request traces on it; other inputs must fit in it")
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
+  sub->add_option("--used-by-others", flags->used_by_others,
+                  "Device memory used outside PyTorch (CUDA context, NCCL, other processes)")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--alloc-conf", flags->alloc_conf,
+                  "PYTORCH_CUDA_ALLOC_CONF for the replay of a request trace")
+      ->type_name("STR");
+  AddTorchVersionOption(*sub, &flags->torch_version);
+  sub->add_option("--max-growth-ratio", flags->max_growth_ratio,
+                  "Baseline: fail when fragmenting more than this many times as fast")
+      ->type_name("X")
+      ->check(CLI::Range(1.0, 1e9))
+      ->capture_default_str();
+  sub->add_option("--max-peak-increase", flags->max_peak_increase,
+                  "Baseline: fail when peak allocated grows by more than this fraction")
+      ->type_name("F")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
+  sub->add_option("--fail-at", flags->fail_at, "Forecast level that fails the check")
+      ->check(CLI::IsMember({"watch", "warning", "critical", "never"}))
+      ->capture_default_str();
+  sub->add_option("--device", flags->device, "Check only this device index")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0));
+  sub->add_flag("--json", flags->json, "Print JSON (schema fragscope.check)");
+  sub->add_option("--color", flags->color, "auto, always or never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  return Command{sub, [flags] { return RunCheck(*flags); }};
+}
+
+}  // namespace fragscope::cli

@@ -1,0 +1,200 @@
+#include "analysis/check.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+std::string AtStep(std::int64_t step) {
+  return step >= 0 ? fmt::format(" at step {}", step) : std::string(" before the first step");
+}
+
+CheckItem OomItem(const CheckDeviceInput& in) {
+  const DeviceReport& r = *in.report;
+  CheckItem item{r.device, "oom", CheckOutcome::kPass, "none", "no OOM", ""};
+  if (r.num_ooms == 0) {
+    item.detail = in.replayed ? "the replay ran to the end without running out of memory"
+                              : "the recorded run has no out-of-memory event";
+    return item;
+  }
+  item.outcome = CheckOutcome::kFail;
+  if (r.oom_diagnoses.empty()) {
+    item.measured = fmt::format("{} OOM{}", r.num_ooms, r.num_ooms == 1 ? "" : "s");
+    item.detail = in.replay_oom_message;
+    return item;
+  }
+  const OomDiagnosis& o = r.oom_diagnoses.front();
+  item.measured = r.num_ooms == 1 ? fmt::format("1 OOM{}", AtStep(o.step))
+                                  : fmt::format("{} OOMs, the first{}", r.num_ooms, AtStep(o.step));
+  if (o.cause == OomCause::kFragmentation) {
+    item.detail = fmt::format(
+        "fragmentation: {} requested ({} needed) while {} sat free in gaps (largest free block "
+        "{}){}",
+        FormatBytes(o.requested), FormatBytes(o.needed), FormatBytes(o.free_unusable),
+        FormatBytes(o.largest_free_block),
+        o.device_free ? fmt::format(" and the driver had {} free", FormatBytes(*o.device_free))
+                      : std::string());
+  } else {
+    item.detail =
+        fmt::format("real shortage: {} requested ({} needed), {} short", FormatBytes(o.requested),
+                    FormatBytes(o.needed), FormatBytes(o.margin));
+  }
+  return item;
+}
+
+CheckItem CapacityItem(const CheckDeviceInput& in, const CheckLimits& limits) {
+  const DeviceReport& r = *in.report;
+  CheckItem item{r.device, "capacity", CheckOutcome::kSkipped, "", "", ""};
+  if (!limits.capacity) {
+    item.detail = "no --capacity given";
+    return item;
+  }
+  item.limit = fmt::format("<= {}", FormatBytes(*limits.capacity));
+  if (in.replayed) {
+    item.detail = "the requests were replayed on a device of this size: see the oom check";
+    return item;
+  }
+  const std::uint64_t need = r.peak_reserved.bytes + limits.used_by_others;
+  item.measured =
+      limits.used_by_others > 0
+          ? fmt::format("{} (peak reserved {} + used by others {})", FormatBytes(need),
+                        FormatBytes(r.peak_reserved.bytes), FormatBytes(limits.used_by_others))
+          : fmt::format("{} peak reserved", FormatBytes(need));
+  if (need <= *limits.capacity) {
+    item.outcome = CheckOutcome::kPass;
+    item.detail = fmt::format("fits with {} to spare", FormatBytes(*limits.capacity - need));
+  } else {
+    item.outcome = CheckOutcome::kFail;
+    item.detail = fmt::format(
+        "the run reserved {} more than the device has{}; replay its requests with `fragscope "
+        "replay` to see where it would fail",
+        FormatBytes(need - *limits.capacity), AtStep(r.peak_reserved.when.step));
+  }
+  return item;
+}
+
+CheckItem PeakItem(const CheckDeviceInput& in, const CheckLimits& limits) {
+  const DeviceReport& r = *in.report;
+  CheckItem item{r.device, "peak_reserved", CheckOutcome::kSkipped, "", "", ""};
+  item.measured = FormatBytes(r.peak_reserved.bytes) + AtStep(r.peak_reserved.when.step);
+  if (!limits.max_peak_reserved) {
+    item.detail = "no --max-peak-reserved given";
+    return item;
+  }
+  item.limit = fmt::format("<= {}", FormatBytes(*limits.max_peak_reserved));
+  if (r.peak_reserved.bytes <= *limits.max_peak_reserved) {
+    item.outcome = CheckOutcome::kPass;
+  } else {
+    item.outcome = CheckOutcome::kFail;
+    item.detail = fmt::format("{} over the limit",
+                              FormatBytes(r.peak_reserved.bytes - *limits.max_peak_reserved));
+  }
+  return item;
+}
+
+CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limits) {
+  const DeviceReport& r = *in.report;
+  CheckItem item{r.device, "fragmentation", CheckOutcome::kSkipped, "", "", ""};
+  if (r.worst_fragmentation.seen) {
+    item.measured = fmt::format("{:.2f}{}", r.worst_fragmentation_ratio,
+                                AtStep(r.worst_fragmentation.when.step));
+  } else {
+    item.measured = "no sample with reserved memory";
+  }
+  if (!limits.max_fragmentation) {
+    item.detail = "no --max-fragmentation given";
+    return item;
+  }
+  item.limit = fmt::format("<= {:.2f}", *limits.max_fragmentation);
+  if (!r.worst_fragmentation.seen || r.worst_fragmentation_ratio <= *limits.max_fragmentation) {
+    item.outcome = CheckOutcome::kPass;
+  } else {
+    item.outcome = CheckOutcome::kFail;
+    item.detail = fmt::format("{} of reserved memory sat free but cached (fragmentation ratio)",
+                              FormatBytes(r.worst_fragmentation.bytes));
+  }
+  return item;
+}
+
+CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
+  CheckItem item{in.report->device, "forecast", CheckOutcome::kSkipped, "", "", ""};
+  if (limits.fail_at_level == RiskLevel::kUnknown) {
+    item.detail = "forecast not checked";
+    return item;
+  }
+  item.limit = fmt::format("below {}", RiskLevelName(limits.fail_at_level));
+  if (!in.forecast) {
+    item.detail = "no forecast for this device";
+    return item;
+  }
+  const ForecastFacts& f = *in.forecast;
+  if (f.worst_level == RiskLevel::kUnknown) {
+    item.measured = "unknown";
+    item.detail = f.reason.empty() ? "not enough data for a forecast" : f.reason;
+    return item;
+  }
+  item.measured = fmt::format("{}{}", RiskLevelName(f.worst_level), AtStep(f.worst_step));
+  if (f.steps_to_oom) item.measured += fmt::format(" (~{} steps to OOM)", *f.steps_to_oom);
+  item.detail = f.reason;
+  item.outcome = f.worst_level >= limits.fail_at_level ? CheckOutcome::kFail : CheckOutcome::kPass;
+  return item;
+}
+
+CheckItem BaselineItem(const CheckDeviceInput& in, const CheckLimits& limits) {
+  CheckItem item{in.report->device, "baseline", CheckOutcome::kSkipped, "", "", ""};
+  if (!in.baseline) {
+    item.detail = "no --baseline given";
+    return item;
+  }
+  const BaselineComparison& b = *in.baseline;
+  item.detail = b.sentence;
+  item.limit = fmt::format("growth <= {:.2g}x, peak allocated <= +{:.0f}%", limits.max_growth_ratio,
+                           100 * limits.max_peak_increase);
+  if (!b.has_baseline) return item;
+  std::vector<std::string> parts;
+  if (b.growth_ratio) parts.push_back(fmt::format("growth {:.2f}x", *b.growth_ratio));
+  if (b.peak_allocated_ratio) {
+    parts.push_back(fmt::format("peak allocated {:+.1f}%", 100 * (*b.peak_allocated_ratio - 1)));
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) item.measured += (i ? ", " : "") + parts[i];
+  const bool faster = b.growth_ratio && *b.growth_ratio > limits.max_growth_ratio;
+  const bool bigger =
+      b.peak_allocated_ratio && *b.peak_allocated_ratio > 1 + limits.max_peak_increase;
+  item.outcome = faster || bigger ? CheckOutcome::kFail : CheckOutcome::kPass;
+  return item;
+}
+
+}  // namespace
+
+std::size_t CheckResult::failed() const {
+  return static_cast<std::size_t>(std::count_if(items.begin(), items.end(), [](const CheckItem& i) {
+    return i.outcome == CheckOutcome::kFail;
+  }));
+}
+
+std::vector<CheckItem> CheckDevice(const CheckDeviceInput& input, const CheckLimits& limits) {
+  return {OomItem(input),
+          CapacityItem(input, limits),
+          PeakItem(input, limits),
+          FragmentationItem(input, limits),
+          ForecastItem(input, limits),
+          BaselineItem(input, limits)};
+}
+
+std::string_view CheckOutcomeName(CheckOutcome outcome) {
+  switch (outcome) {
+    case CheckOutcome::kPass:
+      return "pass";
+    case CheckOutcome::kFail:
+      return "FAIL";
+    case CheckOutcome::kSkipped:
+      break;
+  }
+  return "skipped";
+}
+
+}  // namespace fragscope::analysis

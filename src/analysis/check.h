@@ -1,0 +1,88 @@
+// Check: the verdict of `fragscope check`, a gate for CI pipelines that guard a model's memory
+// behaviour. It turns what the analysis found (peaks, fragmentation, OOMs, the forecast, the
+// comparison with the baseline runs) into a list of named checks, each passed or failed, with
+// the measured value and the limit. Pure: the caller computes the inputs, a sink prints the
+// result (docs/check.md).
+//
+// Thread safety: plain values and pure functions.
+#ifndef FRAGSCOPE_ANALYSIS_CHECK_H_
+#define FRAGSCOPE_ANALYSIS_CHECK_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/analysis_result.h"
+#include "analysis/run_summary.h"
+#include "fragscope/risk.h"
+
+namespace fragscope::analysis {
+
+/// The limits; an unset one is not checked.
+struct CheckLimits {
+  std::optional<std::uint64_t> max_peak_reserved;  // bytes
+  std::optional<double> max_fragmentation;         // worst per-step fragmentation_ratio
+  /// Device capacity: an allocator trace or snapshot must fit (peak reserved + memory used by
+  /// others <= capacity); a request trace is replayed on a device of this size.
+  std::optional<std::uint64_t> capacity;
+  std::uint64_t used_by_others = 0;
+  /// Regression against the baseline: fail when the run fragments this many times faster than
+  /// the baseline runs, or its peak allocated grows by more than this fraction.
+  double max_growth_ratio = 1.5;
+  double max_peak_increase = 0.10;
+  /// Fail when the forecast reaches this level (kUnknown: the forecast is not checked).
+  RiskLevel fail_at_level = RiskLevel::kCritical;
+};
+
+/// What the forecaster concluded for one device (src/analysis/forecast.h fills it).
+struct ForecastFacts {
+  RiskLevel worst_level = RiskLevel::kUnknown;
+  std::int64_t worst_step = -1;  // first step at the worst level
+  std::int64_t first_warning_step = -1;
+  std::int64_t first_critical_step = -1;
+  std::optional<std::int64_t> steps_to_oom;  // at the first sample of the worst level
+  std::string reason;                        // why, in words (at the worst level)
+};
+
+/// Everything known about one device.
+struct CheckDeviceInput {
+  const DeviceReport* report = nullptr;
+  std::optional<ForecastFacts> forecast;
+  std::optional<BaselineComparison> baseline;
+  /// The run came from replaying a request trace on a device of CheckLimits::capacity.
+  bool replayed = false;
+  /// Replays: the first OOM message PyTorch would print (used when no diagnosis exists).
+  std::string replay_oom_message;
+};
+
+enum class CheckOutcome { kPass, kFail, kSkipped };
+
+struct CheckItem {
+  std::int32_t device = 0;
+  std::string name;  // "oom", "peak_reserved", "capacity", "fragmentation", "forecast",
+                     // "baseline"
+  CheckOutcome outcome = CheckOutcome::kPass;
+  std::string measured;  // e.g. "13.2 GiB", "0.41 at step 300"
+  std::string limit;     // e.g. "<= 16 GiB"
+  std::string detail;    // one sentence: why it failed, or what was seen
+};
+
+struct CheckResult {
+  std::string source;
+  std::string mode;  // "analyzed" (allocator trace, snapshot) or "replayed" (request trace)
+  std::vector<CheckItem> items;
+  std::vector<std::string> notes;
+  std::size_t failed() const;
+  bool passed() const { return failed() == 0; }
+};
+
+/// The checks of one device, in a fixed order: oom, capacity, peak_reserved, fragmentation,
+/// forecast, baseline.
+std::vector<CheckItem> CheckDevice(const CheckDeviceInput& input, const CheckLimits& limits);
+
+std::string_view CheckOutcomeName(CheckOutcome outcome);  // "pass", "FAIL", "skipped"
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_CHECK_H_

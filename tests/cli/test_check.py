@@ -1,0 +1,162 @@
+"""Tests of `fragscope check`, the CI gate, against the built binary.
+
+Allocator traces come from test_history.write_trace (a 64 MiB segment per step whose free
+remainder grows at a chosen rate), so peaks and fragmentation have known values; request
+traces are the bundled captures; the history databases are made by `fragscope history record`
+in temporary directories.
+"""
+
+import hashlib
+import json
+
+import pytest
+
+from test_history import BIN, SEGMENT, run, write_trace  # noqa: F401  (BIN: skip marker)
+
+pytestmark = pytest.mark.skipif(not BIN, reason="FRAGSCOPE_BIN is not set")
+
+SAMPLE = "tests/data/sample/gpt_tiny_3steps.jsonl.gz"
+
+
+def check(tmp_path, *args):
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return run("check", *args, home=home)
+
+
+def checks_by_name(stdout):
+    report = json.loads(stdout)
+    assert report["schema"] == "fragscope.check" and report["version"] == 1
+    return report, {c["name"]: c for c in report["checks"]}
+
+
+def test_passes_within_limits(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", 0.001, steps=40)
+    r = check(tmp_path, trace, "--max-peak-reserved", f"{40 * SEGMENT}",
+              "--max-fragmentation", "0.5")
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert out.startswith("fragscope check: PASS")
+    assert "pass  peak_reserved" in out and "pass  fragmentation" in out
+
+
+def test_each_limit_fails_on_its_own(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", 0.004, steps=40)
+    # 40 segments of 64 MiB: one byte less than the peak fails the peak check only.
+    r = check(tmp_path, trace, "--max-peak-reserved", f"{40 * SEGMENT - 1}", "--json")
+    assert r.returncode == 1, r.stderr.decode()
+    report, c = checks_by_name(r.stdout)
+    assert report["verdict"] == "fail" and report["failed"] == 1
+    assert c["peak_reserved"]["outcome"] == "fail"
+    assert c["peak_reserved"]["measured"].startswith("2.50 GiB")
+    assert c["oom"]["outcome"] == "pass"
+    assert c["fragmentation"]["outcome"] == "skipped"
+
+    # The ratio grows to about 0.004/2 * 39 + 2/64 ~ 0.11 at the last step.
+    r = check(tmp_path, trace, "--max-fragmentation", "0.05", "--json")
+    assert r.returncode == 1
+    _, c = checks_by_name(r.stdout)
+    assert c["fragmentation"]["outcome"] == "fail"
+    assert c["fragmentation"]["measured"].endswith("at step 39")
+    r = check(tmp_path, trace, "--max-fragmentation", "0.2")
+    assert r.returncode == 0, r.stdout.decode()
+
+
+def test_capacity_of_an_allocator_trace(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", 0.001, steps=10)
+    r = check(tmp_path, trace, "--capacity", f"{10 * SEGMENT}", "--json")
+    assert r.returncode == 0
+    _, c = checks_by_name(r.stdout)
+    assert c["capacity"]["outcome"] == "pass"
+    r = check(tmp_path, trace, "--capacity", f"{10 * SEGMENT}", "--used-by-others", "1",
+              "--json")
+    assert r.returncode == 1
+    _, c = checks_by_name(r.stdout)
+    assert c["capacity"]["outcome"] == "fail"
+    assert "more than the device has" in c["capacity"]["detail"]
+
+
+def test_request_trace_is_replayed_at_the_capacity(tmp_path):
+    r = check(tmp_path, SAMPLE, "--capacity", "200MiB", "--json")
+    assert r.returncode == 1, r.stderr.decode()
+    report, c = checks_by_name(r.stdout)
+    assert report["mode"].startswith("request trace replayed")
+    assert c["oom"]["outcome"] == "fail"
+    assert c["oom"]["measured"] == "1 OOM at step 0"
+    assert c["capacity"]["outcome"] == "skipped"
+    assert any("replayed on a device of 200.0 MiB" in n for n in report["notes"])
+
+    r = check(tmp_path, SAMPLE, "--capacity", "1GiB")
+    assert r.returncode == 0, r.stdout.decode()
+    # Without a capacity the device is unlimited and only the given limits can fail.
+    r = check(tmp_path, SAMPLE, "--json")
+    assert r.returncode == 0
+    report, _ = checks_by_name(r.stdout)
+    assert any("unlimited device" in n for n in report["notes"])
+
+
+def test_snapshot_with_an_oom_fails(tmp_path):
+    r = check(tmp_path, "tests/data/cli/snapshot_small.pickle", "--json")
+    assert r.returncode == 1, r.stderr.decode()
+    report, c = checks_by_name(r.stdout)
+    assert report["mode"] == "analyzed"
+    assert c["oom"]["outcome"] == "fail"
+    assert c["oom"]["detail"].startswith("real shortage")
+
+
+def test_baseline_regression(tmp_path):
+    db = tmp_path / "h.sqlite"
+    home = tmp_path / "home"
+    home.mkdir()
+    for i in range(3):
+        trace = write_trace(tmp_path / f"base{i}.jsonl", 0.001, steps=120)
+        r = run("history", "record", trace, "--run", f"base{i}", "--arch", "toy",
+                "--history", db, home=home)
+        assert r.returncode == 0, r.stderr.decode()
+
+    fast = write_trace(tmp_path / "fast.jsonl", 0.004, steps=120)
+    r = check(tmp_path, fast, "--baseline", "toy", "--history", db, "--json")
+    assert r.returncode == 1, r.stderr.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["baseline"]["outcome"] == "fail"
+    assert "faster than the last 3 runs of toy" in c["baseline"]["detail"]
+    assert c["baseline"]["measured"].startswith("growth 4.0")
+
+    same = write_trace(tmp_path / "same.jsonl", 0.001, steps=120)
+    r = check(tmp_path, same, "--baseline", "toy", "--history", db)
+    assert r.returncode == 0, r.stdout.decode()
+    assert "pass  baseline" in r.stdout.decode()
+    # A looser limit lets the fast run pass.
+    r = check(tmp_path, fast, "--baseline", "toy", "--history", db, "--max-growth-ratio", "5")
+    assert r.returncode == 0, r.stdout.decode()
+
+
+def test_missing_history_skips_and_damaged_history_is_refused(tmp_path):
+    trace = write_trace(tmp_path / "t.jsonl", 0.001, steps=30)
+    r = check(tmp_path, trace, "--baseline", "toy", "--history", tmp_path / "none.sqlite",
+              "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["baseline"]["outcome"] == "skipped"
+    assert c["baseline"]["detail"].startswith("no baseline for toy")
+    assert not (tmp_path / "none.sqlite").exists()
+
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"not a database at all\n" * 100)
+    digest = hashlib.sha256(bad.read_bytes()).hexdigest()
+    r = check(tmp_path, trace, "--baseline", "toy", "--history", bad)
+    assert r.returncode == 2
+    assert str(bad) in r.stderr.decode()
+    assert hashlib.sha256(bad.read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("args,message", [
+    (["missing.jsonl"], "missing.jsonl"),
+    ([SAMPLE, "--max-fragmentation", "2"], "--max-fragmentation"),
+    ([SAMPLE, "--capacity", "lots"], "--capacity"),
+    ([SAMPLE, "--fail-at", "sometimes"], "--fail-at"),
+])
+def test_bad_input_exits_2(tmp_path, args, message):
+    r = check(tmp_path, *args)
+    assert r.returncode == 2
+    assert message in r.stderr.decode()
