@@ -3,7 +3,7 @@
 SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build release demo test bench fuzz format clean eval
+.PHONY: all deps build release demo test bench fuzz format clean eval soak
 
 all: build
 
@@ -45,8 +45,16 @@ clean:
 # The forecast evaluation (docs/forecast.md, docs/benchmarks.md "Forecast evaluation"): replays
 # every request trace in bench/forecast_eval/workloads/ (plus the bundled sample and the
 # harness's synthetic workloads) below and above the capacity that fits, and scores the warnings.
-eval: deps
+eval:
+	@tools/install-deps.sh --with-torch
+	bench/forecast_eval/capture_workloads.sh
 	cmake --preset bench
 	cmake --build --preset bench --target forecast_eval
 	build/bench/bench/forecast_eval/forecast_eval --workloads bench/forecast_eval/workloads \
 	  --trace $(SAMPLE)
+# Load and fault test of `fragscope serve` (release build): 64 agents x 10 samples/s for 60 s,
+# scrapes every 100 ms, agents that send garbage, flood or disconnect mid-frame. Prints scrape
+# latency and the daemon's peak RSS; fails if a sample is lost (docs/benchmarks.md).
+SOAK_ARGS ?= --agents 64 --rate 10 --seconds 60
+soak: release
+	/usr/bin/python3 tools/soak_serve.py --bin build/release/apps/fragscope/fragscope $(SOAK_ARGS)

@@ -11,6 +11,8 @@ packages=(
   libsqlite3-dev                   # the history database (docs/history.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest
+  libcpp-httplib-dev               # fragscope serve's /metrics endpoint
+  prometheus                       # integration test: a real Prometheus scrapes the daemon
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
   packages+=(python3-torch libopenblas0-pthread)

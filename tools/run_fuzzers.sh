@@ -21,6 +21,7 @@ declare -A max_len=(
   # Room for the small snapshot fixtures (2-8 KiB) and for payloads beyond small caps.
   [pickle_reader]=16384
   [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
+  [agent_protocol]=8192  # a few frames; the target's decoder caps a frame at 4 KiB
 )
 
 targets=("$@")

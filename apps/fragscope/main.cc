@@ -12,6 +12,7 @@
 #include "gpus_command.h"
 #include "history_command.h"
 #include "replay_command.h"
+#include "serve_command.h"
 #include "tune_command.h"
 
 #ifndef FRAGSCOPE_VERSION
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddGpusCommand(app));
   commands.push_back(fragscope::cli::AddHistoryCommand(app));
   commands.push_back(fragscope::cli::AddCheckCommand(app));
+  commands.push_back(fragscope::cli::AddServeCommand(app));
 
   try {
     app.parse(argc, argv);

@@ -73,3 +73,13 @@ target_compile_definitions(sources_nvml_collector_test PRIVATE
 add_dependencies(sources_nvml_collector_test
   fake_nvml_full fake_nvml_old fake_nvml_r535 fake_nvml_noinit)
 fragscope_add_test(sources/nvidia_procfs_test.cc LIBS fragscope_sources)
+# The agent socket (src/sources/agent): protocol, registry, server.
+fragscope_add_test(sources/agent_protocol_test.cc LIBS fragscope_agent)
+fragscope_add_test(sources/agent_server_test.cc LIBS fragscope_agent)
+add_executable(agent_protocol_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/agent_protocol_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(agent_protocol_fuzz_replay PRIVATE fragscope_agent)
+fragscope_set_warnings(agent_protocol_fuzz_replay)
+add_test(NAME agent_protocol_fuzz_replay
+  COMMAND agent_protocol_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/agent_protocol)

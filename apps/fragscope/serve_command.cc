@@ -1,0 +1,407 @@
+#include "serve_command.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include "cli_util.h"
+#include "common/units.h"
+#include "sinks/prometheus/exposition.h"
+#include "sinks/prometheus/http_server.h"
+#include "sinks/prometheus/textfile.h"
+#include "sources/agent/agent_server.h"
+
+#ifndef FRAGSCOPE_VERSION
+#define FRAGSCOPE_VERSION "unknown"
+#endif
+
+namespace fragscope::cli {
+namespace {
+
+namespace prom = sinks::prometheus;
+
+struct ServeFlags {
+  std::string socket = "/run/fragscope/agent.sock";
+  std::string socket_mode = "0660";
+  std::string listen = "127.0.0.1:9464";
+  std::string textfile_dir;
+  std::string hostname;
+  double interval_seconds = 5;
+  double expiry_seconds = 60;
+  std::int64_t max_connections = 256;
+  std::string max_message = "64KiB";
+  double max_rate = 50;
+  double burst = 100;
+};
+
+constexpr std::string_view kDescription =
+    "Run the node daemon: agent socket in, Prometheus metrics out";
+
+constexpr std::string_view kFooter =
+    R"(In-process agents (python/fragscope_agent.py) send allocator samples to the Unix socket
+(--socket; wire format in docs/formats.md, "Agent protocol"). The daemon keeps the latest
+sample per process and device and serves them, with the node's GPU facts and its own
+counters, at http://ADDRESS/metrics in Prometheus text format (docs/exporter.md lists every
+metric), /healthz for liveness. With --textfile-dir it also writes DIR/fragscope.prom for
+node_exporter's textfile collector every --interval (atomic replace).
+
+A malformed, oversized or too-fast message closes that agent's connection and is counted
+(fragscope_agent_samples_rejected_total{reason}); other agents are not disturbed. A process
+that disconnects, or stays silent longer than --expiry, leaves the metrics. No GPU or no
+NVML is not an error: fragscope_nvml_available is 0 with the reason.
+
+Stop with SIGINT or SIGTERM: the socket file is removed. Logs go to stderr, timestamped.
+
+Examples:
+  fragscope serve                                   # /run/fragscope/agent.sock, 127.0.0.1:9464
+  fragscope serve --socket /tmp/fs.sock --listen 127.0.0.1:9500
+  fragscope serve --listen none --textfile-dir /var/lib/node_exporter/textfile_collector
+  fragscope serve --listen 0.0.0.0:9464             # all interfaces: only when asked
+  curl -s http://127.0.0.1:9464/metrics | grep fragscope_process_largest_free_block_bytes
+
+Exit status: 0 after SIGINT/SIGTERM; 2 bad usage; 1 the socket or the port could not be
+opened (in use, no permission).)";
+
+std::string Timestamp() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm utc{};
+  gmtime_r(&ts.tv_sec, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &utc);
+  return fmt::format("{}.{:03d}Z", buf, ts.tv_nsec / 1000000);
+}
+
+void Log(std::string_view message) {
+  const std::string line = fmt::format("{} fragscope serve: {}\n", Timestamp(), message);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+// Agent rejections are logged at most this many times per interval; the rest are counted and
+// summarised (the counters in /metrics are exact either way).
+constexpr int kLogBudgetPerInterval = 20;
+
+// "127.0.0.1:9464", "[::1]:9464" -> host, port. "none" -> no HTTP server.
+bool ParseListen(const std::string& text, std::string* host, int* port) {
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return false;
+    }
+    *host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon) return false;
+    *host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  if (host->empty() || port_text.empty() || port_text.size() > 5) return false;
+  for (char c : port_text) {
+    if (c < '0' || c > '9') return false;
+  }
+  *port = std::stoi(port_text);
+  return *port <= 65535;
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class Daemon {
+ public:
+  Daemon(const ServeFlags& flags, ServeHooks hooks)
+      : flags_(flags), hooks_(std::move(hooks)), start_time_(UnixSeconds()) {
+    hostname_ = flags.hostname.empty() ? Hostname() : flags.hostname;
+    if (!hooks_.gpu_provider) {
+      hooks_.gpu_provider = [] {
+        gpu::NodeGpuInfo info;
+        info.nvml_unavailable_reason = "NVML collector not built yet";
+        return info;
+      };
+    }
+    gpus_ = std::make_shared<const gpu::NodeGpuInfo>();
+  }
+
+  agent::AgentRegistry& registry() { return registry_; }
+
+  void RefreshGpus() {
+    auto info = std::make_shared<const gpu::NodeGpuInfo>(hooks_.gpu_provider());
+    const std::string& reason = info->nvml_unavailable_reason;
+    if (reason != last_nvml_reason_) {
+      if (reason.empty()) {
+        Log(fmt::format("NVML available: {} GPU(s), driver {}", info->gpus.size(),
+                        info->driver_version));
+      } else {
+        Log(fmt::format("NVML unavailable ({}); serving agent samples without NVML facts", reason));
+      }
+      last_nvml_reason_ = reason;
+    }
+    std::lock_guard<std::mutex> lock(gpus_mu_);
+    gpus_ = std::move(info);
+  }
+
+  std::string Render() {
+    const auto begin = std::chrono::steady_clock::now();
+    prom::NodeState state;
+    state.hostname = hostname_;
+    {
+      std::lock_guard<std::mutex> lock(gpus_mu_);
+      state.gpus = *gpus_;
+    }
+    state.agents = registry_.Entries();
+    state.daemon.agents = registry_.Counters();
+    state.daemon.version = FRAGSCOPE_VERSION;
+    state.daemon.start_time_seconds = start_time_;
+    state.daemon.textfile_writes = textfile_writes_.load();
+    state.daemon.textfile_write_errors = textfile_errors_.load();
+    state.daemon.collect_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    return prom::RenderExposition(state);
+  }
+
+  void WriteTextfile() {
+    if (flags_.textfile_dir.empty()) return;
+    Status status = prom::WriteTextfile(flags_.textfile_dir, Render());
+    if (status.ok()) {
+      ++textfile_writes_;
+    } else {
+      ++textfile_errors_;
+      Log(fmt::format("textfile: {}", status.message()));
+    }
+  }
+
+  void Tick() {
+    RefreshGpus();
+    WriteTextfile();
+    if (hooks_.on_tick) hooks_.on_tick(registry_);
+    const int suppressed = suppressed_logs_.exchange(0);
+    log_budget_ = kLogBudgetPerInterval;
+    if (suppressed > 0) {
+      Log(
+          fmt::format("{} more agent connection(s) closed for protocol errors (not logged; see "
+                      "fragscope_agent_samples_rejected_total)",
+                      suppressed));
+    }
+  }
+
+  void AgentLog(std::string_view message) {
+    if (log_budget_.fetch_sub(1) > 0) {
+      Log(message);
+    } else {
+      ++suppressed_logs_;
+    }
+  }
+
+  const ServeHooks& hooks() const { return hooks_; }
+
+ private:
+  const ServeFlags& flags_;
+  ServeHooks hooks_;
+  double start_time_;
+  std::string hostname_;
+  agent::AgentRegistry registry_;
+  std::mutex gpus_mu_;
+  std::shared_ptr<const gpu::NodeGpuInfo> gpus_;
+  std::string last_nvml_reason_ = "(not yet asked)";
+  std::atomic<std::uint64_t> textfile_writes_{0};
+  std::atomic<std::uint64_t> textfile_errors_{0};
+  std::atomic<int> log_budget_{kLogBudgetPerInterval};
+  std::atomic<int> suppressed_logs_{0};
+};
+
+int RunServe(const ServeFlags& flags, const ServeHooks& hooks) {
+  std::string host;
+  int port = 0;
+  const bool http = flags.listen != "none";
+  if (http && !ParseListen(flags.listen, &host, &port)) {
+    return BadInput(fmt::format(
+        "--listen {}: expected HOST:PORT (127.0.0.1:9464, [::1]:9464) or none", flags.listen));
+  }
+  if (!http && flags.textfile_dir.empty()) {
+    return BadInput("--listen none needs --textfile-dir: the metrics would go nowhere");
+  }
+  if (!flags.textfile_dir.empty()) {
+    struct stat st {};
+    if (stat(flags.textfile_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return BadInput(
+          fmt::format("--textfile-dir {}: not an existing directory", flags.textfile_dir));
+    }
+  }
+  mode_t mode = 0;
+  {
+    char* end = nullptr;
+    const unsigned long m = std::strtoul(flags.socket_mode.c_str(), &end, 8);
+    if (flags.socket_mode.empty() || *end != '\0' || m > 0777) {
+      return BadInput(
+          fmt::format("--socket-mode {}: expected an octal mode like 0660", flags.socket_mode));
+    }
+    mode = static_cast<mode_t>(m);
+  }
+  Result<std::uint64_t> max_message = ParseSize(flags.max_message);
+  if (!max_message.ok() || *max_message < 64 || *max_message > agent::kMaxFrameBytesCeiling) {
+    return BadInput(fmt::format("--max-message-bytes {}: expected a size from 64 B to 16 MiB",
+                                flags.max_message));
+  }
+
+  // SIGINT/SIGTERM are taken synchronously by the main thread (sigtimedwait below); blocking
+  // them before any thread starts makes every thread inherit the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Daemon daemon(flags, hooks);
+  Log(fmt::format("fragscope {} starting on host {}", FRAGSCOPE_VERSION,
+                  flags.hostname.empty() ? Hostname() : flags.hostname));
+  daemon.RefreshGpus();
+
+  agent::AgentServerOptions agent_options;
+  agent_options.socket_path = flags.socket;
+  agent_options.socket_mode = mode;
+  agent_options.max_frame_bytes = static_cast<std::size_t>(*max_message);
+  agent_options.max_connections = static_cast<std::size_t>(flags.max_connections);
+  agent_options.max_samples_per_second = flags.max_rate;
+  agent_options.burst = flags.burst;
+  agent_options.expiry =
+      std::chrono::milliseconds(static_cast<std::int64_t>(flags.expiry_seconds * 1000));
+  agent_options.on_sample = daemon.hooks().on_sample;
+  agent_options.log = [&daemon](std::string_view m) { daemon.AgentLog(m); };
+  agent::AgentServer agents(agent_options, &daemon.registry());
+  if (Status s = agents.Start(); !s.ok()) {
+    Log(s.message());
+    return s.code() == StatusCode::kInvalidArgument &&
+                   s.message().find("in use") == std::string::npos
+               ? kExitBadInput
+               : kExitFailure;
+  }
+  Log(fmt::format("agent socket {} (mode {:04o}), max {} connections, {} samples/s each",
+                  flags.socket, mode, flags.max_connections, flags.max_rate));
+
+  std::unique_ptr<prom::MetricsHttpServer> server;
+  if (http) {
+    server = std::make_unique<prom::MetricsHttpServer>(prom::HttpServerOptions{host, port, 4},
+                                                       [&daemon] { return daemon.Render(); });
+    if (Status s = server->Start(); !s.ok()) {
+      Log(s.message());
+      agents.Stop();
+      return kExitFailure;
+    }
+    const std::string shown = host.find(':') != std::string::npos
+                                  ? fmt::format("[{}]:{}", host, server->port())
+                                  : fmt::format("{}:{}", host, server->port());
+    Log(fmt::format("metrics on http://{}/metrics", shown));
+  }
+  if (!flags.textfile_dir.empty()) {
+    Log(fmt::format("textfile {}/{} every {} s", flags.textfile_dir, prom::kTextfileName,
+                    flags.interval_seconds));
+  }
+  daemon.WriteTextfile();
+
+  const auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(flags.interval_seconds));
+  auto next_tick = std::chrono::steady_clock::now() + interval;
+  int signal_number = 0;
+  for (;;) {
+    const auto wait =
+        std::max(std::chrono::nanoseconds(0), std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  next_tick - std::chrono::steady_clock::now()));
+    timespec ts{static_cast<time_t>(wait.count() / 1000000000),
+                static_cast<long>(wait.count() % 1000000000)};
+    siginfo_t info{};
+    const int sig = sigtimedwait(&stop_signals, &info, &ts);
+    if (sig == SIGINT || sig == SIGTERM) {
+      signal_number = sig;
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= next_tick) {
+      daemon.Tick();
+      next_tick += interval;
+      if (next_tick < std::chrono::steady_clock::now()) {
+        next_tick = std::chrono::steady_clock::now() + interval;
+      }
+    }
+  }
+  Log(fmt::format("{} received, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM"));
+  if (server) server->Stop();
+  agents.Stop();
+  // A textfile left behind would keep telling node_exporter the daemon is up; remove it
+  // (node_exporter then stops publishing the series, as Prometheus does for a dead target).
+  if (!flags.textfile_dir.empty()) {
+    std::remove(fmt::format("{}/{}", flags.textfile_dir, prom::kTextfileName).c_str());
+  }
+  const agent::AgentCounters c = daemon.registry().Counters();
+  std::uint64_t rejected = 0;
+  for (std::uint64_t r : c.rejected) rejected += r;
+  Log(fmt::format("stopped: {} samples received, {} rejected, {} connections", c.samples_received,
+                  rejected, c.connections_accepted));
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* sub = app.add_subcommand("serve", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("--socket", flags->socket, "Agent socket path (its folder is created)")
+      ->capture_default_str();
+  sub->add_option("--socket-mode", flags->socket_mode,
+                  "Permissions of the socket file, octal (who may send samples)")
+      ->capture_default_str();
+  sub->add_option("--listen", flags->listen,
+                  "HTTP address for /metrics and /healthz: HOST:PORT, [V6]:PORT, port 0 for any "
+                  "free port, or none")
+      ->capture_default_str();
+  sub->add_option("--textfile-dir", flags->textfile_dir,
+                  "Also write DIR/fragscope.prom for node_exporter every --interval");
+  sub->add_option("--interval", flags->interval_seconds,
+                  "Seconds between GPU refreshes and textfile writes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  sub->add_option("--expiry", flags->expiry_seconds,
+                  "Seconds of silence after which a process's series and connection are dropped")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
+  sub->add_option("--max-connections", flags->max_connections,
+                  "Agent connections at once; more are refused")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--max-message-bytes", flags->max_message,
+                  "Largest agent frame (64 B .. 16 MiB); larger closes the connection")
+      ->capture_default_str();
+  sub->add_option("--max-rate", flags->max_rate,
+                  "Samples per second one connection may send (token bucket refill)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1e6));
+  sub->add_option("--burst", flags->burst, "Token bucket size: samples sent back to back")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
+  sub->add_option("--hostname", flags->hostname,
+                  "Hostname label value (default: this machine's hostname)");
+  return {sub, [flags, hooks = std::move(hooks)] { return RunServe(*flags, hooks); }};
+}
+
+}  // namespace fragscope::cli

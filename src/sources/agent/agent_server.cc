@@ -1,0 +1,312 @@
+// AgentServer (agent_server.h).
+#include "sources/agent/agent_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+namespace fragscope::agent {
+namespace {
+
+std::string Errno(int err) { return std::strerror(err); }
+
+struct Connection {
+  int fd = -1;
+  std::uint64_t id = 0;
+  FrameDecoder decoder;
+  double tokens = 0;
+  Clock::time_point refilled;
+  Clock::time_point last_activity;
+};
+
+}  // namespace
+
+AgentServer::AgentServer(AgentServerOptions options, AgentRegistry* registry)
+    : options_(std::move(options)), registry_(registry) {}
+
+AgentServer::~AgentServer() { Stop(); }
+
+Status AgentServer::OpenSocket() {
+  const std::string& path = options_.socket_path;
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return Status::InvalidArgument(fmt::format("agent socket path \"{}\": must be 1..{} bytes",
+                                               path, sizeof(addr.sun_path) - 1));
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(parent, ec)) {
+      std::filesystem::create_directories(parent, ec);
+      if (ec) {
+        return Status::IoError(
+            fmt::format("cannot create the directory {}: {}", parent.string(), ec.message()));
+      }
+      ::chmod(parent.c_str(), 0755);
+    }
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  addr.sun_family = AF_UNIX;
+
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Status::InvalidArgument(
+          fmt::format("agent socket path {} exists and is not a socket; not replacing it", path));
+    }
+    // A socket: in use if something accepts on it, stale otherwise.
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return Status::IoError(fmt::format("socket(): {}", Errno(errno)));
+    const bool live =
+        ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ||
+        errno == EAGAIN;
+    ::close(probe);
+    if (live) {
+      return Status::InvalidArgument(fmt::format(
+          "agent socket {} is in use by another process (is a daemon already running?)", path));
+    }
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::IoError(
+          fmt::format("cannot remove the stale socket {}: {}", path, Errno(errno)));
+    }
+  } else if (errno != ENOENT) {
+    return Status::IoError(fmt::format("cannot stat {}: {}", path, Errno(errno)));
+  }
+
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Status::IoError(fmt::format("socket(): {}", Errno(errno)));
+  if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Status::IoError(fmt::format("cannot bind the agent socket {}: {}", path, Errno(err)));
+  }
+  // Permissions before listen(): nobody can connect until then.
+  if (::chmod(path.c_str(), options_.socket_mode) != 0 || ::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    ::unlink(path.c_str());
+    return Status::IoError(fmt::format("cannot set the mode of {}: {}", path, Errno(err)));
+  }
+  socket_dev_ = st.st_dev;
+  socket_ino_ = st.st_ino;
+  if (::listen(listen_fd_, 128) != 0) {
+    const int err = errno;
+    Stop();
+    return Status::IoError(fmt::format("listen() on {}: {}", path, Errno(err)));
+  }
+  return Status::Ok();
+}
+
+Status AgentServer::Start() {
+  if (thread_.joinable()) return Status::Internal("AgentServer::Start called twice");
+  if (options_.max_frame_bytes < kHeaderBytes || options_.max_frame_bytes > kMaxFrameBytesCeiling) {
+    return Status::InvalidArgument(
+        fmt::format("max frame size must be {}..{} bytes", kHeaderBytes, kMaxFrameBytesCeiling));
+  }
+  if (options_.max_connections < 1) {
+    return Status::InvalidArgument("max connections must be at least 1");
+  }
+  if (!(options_.max_samples_per_second > 0) || !(options_.burst >= 1)) {
+    return Status::InvalidArgument("the rate limit must be > 0/s with a burst of at least 1");
+  }
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return Status::IoError(fmt::format("eventfd(): {}", Errno(errno)));
+  Status status = OpenSocket();
+  if (!status.ok()) {
+    ::close(wake_fd_);
+    wake_fd_ = -1;
+    return status;
+  }
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void AgentServer::Stop() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    // Remove the socket file only if it is still ours (not one a successor daemon made).
+    struct stat st {};
+    if (::lstat(options_.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+        st.st_dev == socket_dev_ && st.st_ino == socket_ino_) {
+      ::unlink(options_.socket_path.c_str());
+    }
+  }
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+    wake_fd_ = -1;
+  }
+}
+
+void AgentServer::Run() {
+  std::map<int, Connection> conns;  // by fd
+  std::uint64_t next_id = 1;
+  std::vector<pollfd> fds;
+  std::vector<char> chunk(16 * 1024);
+  std::string payload;
+  Clock::time_point last_sweep = Clock::now();
+
+  auto log = [&](std::string_view message) {
+    if (options_.log) options_.log(message);
+  };
+  // The registry is updated before the close, so a peer that sees its connection closed
+  // also sees every count and series change that closing made.
+  auto close_conn = [&](std::map<int, Connection>::iterator it) {
+    registry_->ConnectionClosed(it->second.id);
+    ::close(it->second.fd);
+    return conns.erase(it);
+  };
+  auto reject = [&](Connection& c, const ProtocolError& error) {
+    registry_->CountRejected(error.reason);
+    log(fmt::format("agent connection {} closed: {} ({})", c.id, error.message,
+                    RejectReasonName(error.reason)));
+  };
+
+  // Returns false when the connection must close.
+  auto handle_frames = [&](Connection& c, Clock::time_point now) {
+    const double elapsed = std::chrono::duration<double>(now - c.refilled).count();
+    c.tokens = std::min(options_.burst, c.tokens + elapsed * options_.max_samples_per_second);
+    c.refilled = now;
+    for (;;) {
+      ProtocolError error;
+      bool failed = false;
+      if (!c.decoder.Next(&payload, &error, &failed)) {
+        if (failed) {
+          reject(c, error);
+          return false;
+        }
+        return true;
+      }
+      if (c.tokens < 1) {
+        reject(c, {RejectReason::kRateLimited,
+                   fmt::format("more than {} samples/s (burst {})", options_.max_samples_per_second,
+                               options_.burst)});
+        return false;
+      }
+      c.tokens -= 1;
+      Result<AgentSample> sample = DecodeSample(payload);
+      if (!sample.ok()) {
+        reject(c, {RejectReason::kMalformed,
+                   fmt::format("frame ending at byte {}: {}", c.decoder.stream_offset(),
+                               sample.status().message())});
+        return false;
+      }
+      registry_->Accept(*sample, c.id, now);
+      if (options_.on_sample) options_.on_sample(*sample);
+    }
+  };
+
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    for (const auto& [fd, c] : conns) fds.push_back({fd, POLLIN, 0});
+    const int ready = ::poll(fds.data(), fds.size(), 100);
+    if (ready < 0 && errno != EINTR) {
+      log(fmt::format("poll(): {}", Errno(errno)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    if (ready > 0) {
+      if (fds[1].revents & POLLIN) {
+        for (;;) {
+          const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+                errno != ECONNABORTED) {
+              log(fmt::format("accept(): {}", Errno(errno)));
+            }
+            break;
+          }
+          if (conns.size() >= options_.max_connections) {
+            registry_->CountConnectionRefused();  // before close: the peer sees the count
+            ::close(fd);
+            continue;
+          }
+          Connection c{fd,  next_id++, FrameDecoder(options_.max_frame_bytes), options_.burst,
+                       now, now};
+          conns.emplace(fd, std::move(c));
+          registry_->CountConnectionAccepted();
+        }
+      }
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        auto it = conns.find(fds[i].fd);
+        if (it == conns.end()) continue;
+        Connection& c = it->second;
+        bool keep = true;
+        // At most a few chunks per round, so one busy connection cannot starve the others.
+        for (int round = 0; round < 4 && keep; ++round) {
+          const ssize_t n = ::read(c.fd, chunk.data(), chunk.size());
+          if (n > 0) {
+            c.last_activity = now;
+            c.decoder.Feed(chunk.data(), static_cast<std::size_t>(n));
+            keep = handle_frames(c, now);
+            if (static_cast<std::size_t>(n) < chunk.size()) break;
+          } else if (n == 0) {
+            if (c.decoder.buffered() > 0) {
+              reject(c, {RejectReason::kTruncated,
+                         fmt::format("byte {}: connection closed {} bytes into a frame",
+                                     c.decoder.stream_offset(), c.decoder.buffered())});
+            }
+            keep = false;
+          } else {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            if (c.decoder.buffered() > 0) {
+              reject(c,
+                     {RejectReason::kTruncated, fmt::format("read error {} bytes into a frame: {}",
+                                                            c.decoder.buffered(), Errno(errno))});
+            }
+            keep = false;
+          }
+        }
+        if (!keep) close_conn(it);
+      }
+    }
+    // Housekeeping a few times a second: silent series and idle connections.
+    if (now - last_sweep >= std::chrono::milliseconds(200)) {
+      last_sweep = now;
+      registry_->Expire(now, options_.expiry);
+      for (auto it = conns.begin(); it != conns.end();) {
+        if (now - it->second.last_activity > options_.expiry) {
+          registry_->CountConnectionIdleClosed();
+          if (it->second.decoder.buffered() > 0) {
+            reject(it->second,
+                   {RejectReason::kTruncated,
+                    fmt::format("idle for {} ms {} bytes into a frame", options_.expiry.count(),
+                                it->second.decoder.buffered())});
+          }
+          it = close_conn(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  for (auto it = conns.begin(); it != conns.end();) it = close_conn(it);
+}
+
+}  // namespace fragscope::agent

@@ -1,0 +1,428 @@
+"""Integration tests for `fragscope serve` with real components: the built binary, the
+Python agent client (python/fragscope_agent.py), HTTP scrapes, Debian's promtool and
+prometheus server, and the load/fault tool (tools/soak_serve.py, short run).
+
+Run by ctest (serve_integration); FRAGSCOPE_BIN and FRAGSCOPE_SOURCE_DIR come from there.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("FRAGSCOPE_BIN", os.path.join(SOURCE_DIR, "build/dev/apps/fragscope/fragscope"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+import fragscope_agent  # noqa: E402
+from soak_serve import parse_metrics, value  # noqa: E402
+
+UUID = "GPU-6c1d2b3a-0000-4000-8000-00000000beef"
+
+
+class Daemon:
+    """A `fragscope serve` process on a temporary socket and a free loopback port."""
+
+    def __init__(self, workdir, *extra):
+        self.workdir = workdir
+        self.sock = os.path.join(workdir, "run", "agent.sock")
+        self.log_path = os.path.join(workdir, "serve.log")
+        self.log = open(self.log_path, "w+")
+        args = [BIN, "serve", "--socket", self.sock, "--hostname", "itest", "--interval", "0.2",
+                *extra]
+        if "--listen" not in extra:
+            args += ["--listen", "127.0.0.1:0"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.port = None
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            text = self.read_log()
+            m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", text)
+            if m:
+                self.port = int(m.group(1))
+                break
+            if "--listen" in extra and os.path.exists(self.sock):
+                break
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited with {self.proc.returncode}:\n{text}")
+            time.sleep(0.05)
+        else:
+            self.stop()
+            raise AssertionError("serve did not start:\n" + self.read_log())
+
+    def read_log(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def get(self, path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode()
+
+    def metrics(self):
+        return parse_metrics(self.get("/metrics")[2])
+
+    def wait_metric(self, name, expected, timeout=5, **labels):
+        deadline = time.time() + timeout
+        got = None
+        while time.time() < deadline:
+            got = value(self.metrics(), name, **labels)
+            if got == expected:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{name}{labels} = {got}, expected {expected}")
+
+    def stop(self):
+        """SIGTERM; returns the exit status (kills after 10 s so no process outlives a test)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def workdir():
+    d = tempfile.mkdtemp(prefix="fragscope_serve_test_")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(workdir):
+    d = Daemon(workdir)
+    yield d
+    rc = d.stop()
+    assert rc == 0, d.read_log()
+    assert not os.path.exists(d.sock), "the socket must be removed on SIGTERM"
+
+
+def full_sample(step=5, **over):
+    counts, sizes = fragscope_agent.free_block_histogram([3 << 20, 3 << 20, 1 << 30, 4096])
+    s = fragscope_agent.sample_from_memory_stats(
+        {"reserved_bytes.all.current": 8 << 30, "allocated_bytes.all.current": 6 << 30,
+         "active_bytes.all.current": 6 << 30, "requested_bytes.all.current": 5 << 30,
+         "reserved_bytes.all.peak": 9 << 30, "allocated_bytes.all.peak": 7 << 30,
+         "num_alloc_retries": 3, "num_ooms": 1},
+        device_uuid=UUID, step=step, largest_free_block=1 << 30, max_allocatable=(1 << 30) + 7,
+        stranded_bytes=4096, fragmentation_ratio=0.25, free_block_count=counts,
+        free_block_bytes=sizes, forecast_level="warning", steps_to_oom=40)
+    s.update(over)
+    return s
+
+
+def test_help_teaches_with_examples():
+    out = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0
+    for needle in ("--socket", "--listen", "--textfile-dir", "--expiry", "Examples:",
+                   "127.0.0.1:9464", "/run/fragscope/agent.sock"):
+        assert needle in out.stdout
+
+
+def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
+    status, ctype, body = daemon.get("/healthz")
+    assert status == 200 and body == "ok\n"
+    with fragscope_agent.AgentClient(daemon.sock, job="llm-7b", rank=2, pid=4242) as agent:
+        assert agent.send_sample(full_sample(step=4))
+        assert agent.send_sample(full_sample(step=5))
+        daemon.wait_metric("fragscope_agent_samples_received_total", 2)
+        status, ctype, text = daemon.get("/metrics")
+        assert ctype.startswith("text/plain; version=0.0.4")
+        m = parse_metrics(text)
+        labels = {"pid": "4242", "rank": "2", "job_name": "llm-7b", "UUID": UUID,
+                  "Hostname": "itest"}
+        assert value(m, "fragscope_process_reserved_bytes", **labels) == 8 << 30
+        assert value(m, "fragscope_process_allocated_bytes", **labels) == 6 << 30
+        assert value(m, "fragscope_process_peak_reserved_bytes", **labels) == 9 << 30
+        assert value(m, "fragscope_process_cached_free_bytes", **labels) == 2 << 30
+        assert value(m, "fragscope_process_largest_free_block_bytes", **labels) == 1 << 30
+        assert value(m, "fragscope_process_max_allocatable_bytes", **labels) == (1 << 30) + 7
+        assert value(m, "fragscope_process_alloc_retries_total", **labels) == 3
+        assert value(m, "fragscope_process_ooms_total", **labels) == 1
+        assert value(m, "fragscope_process_fragmentation_ratio", **labels) == 0.25
+        assert value(m, "fragscope_process_forecast_level", **labels) == 3
+        assert value(m, "fragscope_process_steps_to_oom", **labels) == 40
+        assert value(m, "fragscope_process_step", **labels) == 5
+        assert value(m, "fragscope_process_samples_total", **labels) == 2
+        assert value(m, "fragscope_process_free_blocks", size_bucket="2MiB-4MiB", **labels) == 2
+        assert value(m, "fragscope_process_free_block_bytes", size_bucket="2MiB-4MiB",
+                     **labels) == 6 << 20
+        assert value(m, "fragscope_process_free_blocks", size_bucket="1GiB-2GiB", **labels) == 1
+        assert value(m, "fragscope_process_free_blocks", size_bucket="4KiB-8KiB", **labels) == 1
+        assert value(m, "fragscope_nvml_available", reason="NVML collector not built yet") == 0
+        assert value(m, "fragscope_agent_series") == 1
+        if shutil.which("promtool"):
+            lint = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                  capture_output=True, text=True, timeout=30)
+            # promtool parses the exposition (exit 1 on a format error) and lints it (exit 3).
+            # The only lint allowed is DCGM's camelCase label names (UUID, modelName,
+            # Hostname), kept on purpose so the series join with dcgm-exporter's.
+            problems = [l for l in (lint.stdout + lint.stderr).splitlines()
+                        if l and "should be written in 'snake_case' not 'camelCase'" not in l]
+            assert lint.returncode in (0, 3) and not problems, lint.stdout + lint.stderr
+    # The agent disconnected: its series leave.
+    daemon.wait_metric("fragscope_agent_series", 0)
+    assert value(daemon.metrics(), "fragscope_process_reserved_bytes") is None
+    assert "NVML unavailable (NVML collector not built yet)" in daemon.read_log()
+
+
+def test_unknown_path_is_404(daemon):
+    with pytest.raises(urllib.error.HTTPError) as e:
+        daemon.get("/nope")
+    assert e.value.code == 404
+
+
+def test_bad_agents_are_counted_and_good_ones_undisturbed(daemon):
+    good = fragscope_agent.AgentClient(daemon.sock, pid=7)
+    assert good.send_sample(full_sample(step=1))
+
+    def raw(data, wait_close=True):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        s.connect(daemon.sock)
+        try:
+            s.sendall(data)
+            if wait_close:
+                try:
+                    assert s.recv(1) == b""
+                except ConnectionResetError:
+                    pass
+        finally:
+            s.close()
+
+    raw(b"\x10\x00\x00\x00JUNKxxxxxxxxxxxx")
+    raw(b"\xff\xff\xff\x7f")
+    raw(fragscope_agent.encode_frame(b'{"pid": "seven", "device_uuid": "GPU-x"}'))
+    raw(fragscope_agent.encode_frame(b"{}", version=2))
+    raw(fragscope_agent.encode_sample({"pid": 1, "device_uuid": "G"})[:9], wait_close=False)
+    raw(fragscope_agent.encode_sample({"pid": 1, "device_uuid": "G"}) * 1000)
+    for reason in ("bad_magic", "oversized", "malformed", "unsupported_version", "truncated",
+                   "rate_limited"):
+        daemon.wait_metric("fragscope_agent_samples_rejected_total", 1, reason=reason)
+    assert good.send_sample(full_sample(step=2))
+    daemon.wait_metric("fragscope_process_step", 2, pid="7")
+    log = daemon.read_log()
+    assert "field \"pid\": expected an integer" in log
+    assert "(rate_limited)" in log
+    good.close()
+
+
+def test_silent_agent_expires(workdir):
+    d = Daemon(workdir, "--expiry", "0.5")
+    try:
+        agent = fragscope_agent.AgentClient(d.sock, pid=99)
+        assert agent.send_sample(full_sample())
+        d.wait_metric("fragscope_agent_series", 1)
+        d.wait_metric("fragscope_agent_series", 0, timeout=5)
+        # It comes back on its next sample (the client reconnects after the idle close).
+        assert agent.send_sample(full_sample(step=6)) or agent.send_sample(full_sample(step=6))
+        d.wait_metric("fragscope_process_step", 6, pid="99")
+        agent.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_textfile_mode_writes_atomically(workdir):
+    textdir = os.path.join(workdir, "textfile")
+    os.mkdir(textdir)
+    d = Daemon(workdir, "--listen", "none", "--textfile-dir", textdir)
+    try:
+        agent = fragscope_agent.AgentClient(d.sock, pid=1234)
+        assert agent.send_sample(full_sample(step=77))
+        path = os.path.join(textdir, "fragscope.prom")
+        deadline = time.time() + 5
+        got = None
+        while time.time() < deadline:
+            if os.path.exists(path):
+                got = value(parse_metrics(open(path).read()), "fragscope_process_step", pid="1234")
+                if got == 77:
+                    break
+            time.sleep(0.05)
+        assert got == 77
+        assert sorted(os.listdir(textdir)) == ["fragscope.prom"]
+        agent.close()
+    finally:
+        assert d.stop() == 0
+    # A stopped daemon leaves no file claiming it is up.
+    assert os.listdir(textdir) == []
+
+
+def test_refuses_to_clobber_and_to_share_a_socket(workdir, daemon):
+    # A regular file at the socket path is never replaced.
+    path = os.path.join(workdir, "precious")
+    with open(path, "w") as f:
+        f.write("data")
+    out = subprocess.run([BIN, "serve", "--socket", path, "--listen", "127.0.0.1:0"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 2 and "not a socket" in out.stderr
+    assert open(path).read() == "data"
+    # A live daemon's socket is not taken over.
+    out = subprocess.run([BIN, "serve", "--socket", daemon.sock, "--listen", "127.0.0.1:0"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "in use" in out.stderr
+    assert os.path.exists(daemon.sock)
+    # Nor its port (no SO_REUSEPORT sharing), and the new socket is cleaned up.
+    other = os.path.join(workdir, "other.sock")
+    out = subprocess.run([BIN, "serve", "--socket", other, "--listen", f"127.0.0.1:{daemon.port}"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 1 and "cannot listen on 127.0.0.1:" in out.stderr, out.stderr
+    assert not os.path.exists(other)
+    # Bad usage.
+    for bad in (["--listen", "9464"], ["--listen", "none"], ["--socket-mode", "999"],
+                ["--max-message-bytes", "1"]):
+        out = subprocess.run([BIN, "serve", "--socket", os.path.join(workdir, "x.sock"), *bad],
+                             capture_output=True, text=True, timeout=10)
+        assert out.returncode == 2, (bad, out.stderr)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/prometheus"),
+                    reason="/usr/bin/prometheus missing (Debian package prometheus)")
+def test_prometheus_scrapes_the_daemon(daemon, workdir):
+    agents = [fragscope_agent.AgentClient(daemon.sock, job="itest-job", rank=r, pid=5000 + r)
+              for r in range(2)]
+    for r, agent in enumerate(agents):
+        assert agent.send_sample(full_sample(step=10 + r, largest_free_block=(r + 1) << 20))
+    prom_port = free_port()
+    config = os.path.join(workdir, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write(f"""global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: fragscope
+    static_configs:
+      - targets: ["127.0.0.1:{daemon.port}"]
+""")
+    log = open(os.path.join(workdir, "prometheus.log"), "w+")
+    prom = subprocess.Popen(
+        ["/usr/bin/prometheus", f"--config.file={config}",
+         f"--storage.tsdb.path={os.path.join(workdir, 'tsdb')}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def query(q):
+            url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            with urllib.request.urlopen(url, timeout=5) as r:
+                data = json.load(r)
+            assert data["status"] == "success", data
+            return data["data"]["result"]
+
+        deadline = time.time() + 90
+        result = []
+        while time.time() < deadline:
+            assert prom.poll() is None, "prometheus exited:\n" + open(log.name).read()[-3000:]
+            try:
+                result = query('fragscope_process_largest_free_block_bytes{job_name="itest-job"}')
+            except OSError:
+                result = []
+            if len(result) == 2:
+                break
+            for agent in agents:  # keep the series fresh
+                agent.send_sample(full_sample(step=10, largest_free_block=agent.defaults["rank"] + 1 << 20))
+            time.sleep(0.5)
+        got = {r["metric"]["rank"]: float(r["value"][1]) for r in result}
+        assert got == {"0": float(1 << 20), "1": float(2 << 20)}, result
+        # The scrape job's own labels sit beside ours: job="fragscope", instance=the daemon.
+        assert all(r["metric"]["job"] == "fragscope" for r in result)
+        assert all(r["metric"]["UUID"] == UUID for r in result)
+        up = query('up{job="fragscope"}')
+        assert up and up[0]["value"][1] == "1"
+        received = query("fragscope_agent_samples_received_total")
+        assert float(received[0]["value"][1]) >= 2
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+            prom.wait()
+        log.close()
+        for agent in agents:
+            agent.close()
+
+
+def test_short_soak_loses_no_sample():
+    """8 agents x 10 samples/s x 5 s with faults and 100 ms scrapes (make soak: 64 x 60 s)."""
+    out = subprocess.run(
+        [sys.executable, os.path.join(SOURCE_DIR, "tools", "soak_serve.py"), "--bin", BIN,
+         "--agents", "8", "--rate", "10", "--seconds", "5", "--procs", "2"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["samples_sent"] == 400
+    assert summary["problems"] == []
+    assert all(n > 0 for n in summary["faults_injected"].values())
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze missing")
+def test_systemd_unit_verifies(workdir):
+    unit = open(os.path.join(SOURCE_DIR, "deploy", "systemd", "fragscope.service")).read()
+    assert "ExecStart=/usr/local/bin/fragscope serve" in unit
+    # The unit names the installed path; verify it against the built binary instead.
+    path = os.path.join(workdir, "fragscope.service")
+    with open(path, "w") as f:
+        f.write(unit.replace("/usr/local/bin/fragscope", os.path.abspath(BIN)))
+    out = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stderr.strip() == "", out.stderr
+
+
+def test_python_client_frame_is_the_documented_example():
+    frame = fragscope_agent.encode_frame(b'{"pid":4242,"device_uuid":"GPU-1","step":7}')
+    assert frame.hex(" ") == (
+        "33 00 00 00 46 53 41 47 01 00 01 00 7b 22 70 69 64 22 3a 34 32 34 32 2c 22 64 65 76 "
+        "69 63 65 5f 75 75 69 64 22 3a 22 47 50 55 2d 31 22 2c 22 73 74 65 70 22 3a 37 7d")
+    doc = open(os.path.join(SOURCE_DIR, "docs", "formats.md")).read()
+    assert "00000000: 33 00 00 00 46 53 41 47 01 00 01 00 7b 22 70 69" in doc
+    counts, sizes = fragscope_agent.free_block_histogram([0, 1, 512, 1023, 1 << 20])
+    assert counts[0] == 2 and counts[9] == 2 and counts[20] == 1
+    assert sizes[9] == 1535
+    s = fragscope_agent.sample_from_memory_stats(
+        {"reserved_bytes.all.current": 10, "allocated_bytes.all.current": 4, "num_ooms": 2},
+        device_uuid="GPU-x")
+    assert s == {"reserved_bytes": 10, "allocated_bytes": 4, "num_ooms": 2,
+                 "cached_free_bytes": 6, "device_uuid": "GPU-x"}
+    with pytest.raises(ValueError):
+        fragscope_agent.AgentClient("/nonexistent/sock").send_sample({"pid": 1})
+    # A daemon that is not there: False, never an exception.
+    assert fragscope_agent.AgentClient("/nonexistent/sock").send_sample(
+        {"device_uuid": "GPU-x"}) is False
+
+
+def test_sigterm_right_after_start_never_hangs(workdir):
+    for delay in (0.0, 0.005, 0.02, 0.05):
+        sock = os.path.join(workdir, "quick.sock")
+        proc = subprocess.Popen([BIN, "serve", "--socket", sock, "--listen", "127.0.0.1:0"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"serve hung on SIGTERM {delay} s after start")
+        # Before the handler is in place the default action ends it (-15); after, exit 0.
+        assert rc in (0, -signal.SIGTERM), rc
+        assert not os.path.exists(sock) or rc != 0

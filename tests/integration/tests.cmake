@@ -1,0 +1,9 @@
+# `fragscope serve` with real components (tests/integration/test_serve.py): the built binary,
+# the Python agent client, promtool and Debian's prometheus server, and a short soak run.
+add_test(NAME serve_integration
+  COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/tests/integration/test_serve.py)
+set_tests_properties(serve_integration PROPERTIES
+  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+  LABELS integration
+  TIMEOUT 400)

@@ -1,0 +1,296 @@
+#include "sources/agent/agent_server.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+namespace fragscope::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+std::string SampleFrame(std::uint32_t pid, const std::string& uuid, std::int64_t step = 1) {
+  AgentSample s;
+  s.pid = pid;
+  s.device_uuid = uuid;
+  s.step = step;
+  s.reserved_bytes = 1000 + static_cast<std::uint64_t>(step);
+  return EncodeFrame(EncodeSampleJson(s));
+}
+
+int Connect(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void SendAll(int fd, const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the server closed us; tests check the counters
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Polls `pred` for up to 5 s (the server thread works asynchronously).
+bool WaitFor(const std::function<bool()>& pred) {
+  for (int i = 0; i < 500; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return pred();
+}
+
+// True when the server closed `fd` (read returns 0 or an error).
+bool ClosedByPeer(int fd) {
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char c;
+  return ::recv(fd, &c, 1, 0) <= 0;
+}
+
+class AgentServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fragscope_agent_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    options_.socket_path = dir_ + "/run/agent.sock";
+    options_.expiry = milliseconds(60000);
+  }
+  void TearDown() override {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  void StartServer() {
+    server_ = std::make_unique<AgentServer>(options_, &registry_);
+    Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  std::uint64_t Rejected(RejectReason r) {
+    return registry_.Counters().rejected[static_cast<std::size_t>(r)];
+  }
+
+  std::string dir_;
+  AgentServerOptions options_;
+  AgentRegistry registry_;
+  std::unique_ptr<AgentServer> server_;
+};
+
+TEST_F(AgentServerTest, CreatesSocketWithModeAndRemovesItOnStop) {
+  StartServer();
+  struct stat st {};
+  ASSERT_EQ(::lstat(options_.socket_path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  server_->Stop();
+  EXPECT_FALSE(fs::exists(options_.socket_path));
+}
+
+TEST_F(AgentServerTest, RefusesToClobberARegularFile) {
+  fs::create_directories(dir_ + "/run");
+  std::ofstream(options_.socket_path) << "precious";
+  AgentServer server(options_, &registry_);
+  Status s = server.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a socket"), std::string::npos) << s.message();
+  std::ifstream in(options_.socket_path);
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "precious");
+}
+
+TEST_F(AgentServerTest, ReplacesAStaleSocketButNotALiveOne) {
+  StartServer();
+  // A second server on the same path: the first is alive.
+  AgentRegistry other;
+  AgentServer second(options_, &other);
+  Status s = second.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("in use"), std::string::npos) << s.message();
+  // A stale socket file (bound, never listening, closed) is replaced.
+  server_->Stop();
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", options_.socket_path.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+    ::close(fd);
+  }
+  ASSERT_TRUE(fs::exists(options_.socket_path));
+  AgentServer third(options_, &other);
+  Status s3 = third.Start();
+  EXPECT_TRUE(s3.ok()) << s3.ToString();
+}
+
+TEST_F(AgentServerTest, OneByteWritesAndTwoFramesPerWrite) {
+  std::atomic<int> observed{0};
+  options_.on_sample = [&](const AgentSample&) { ++observed; };
+  StartServer();
+  const int fd = Connect(options_.socket_path);
+  ASSERT_GE(fd, 0);
+  const std::string frame = SampleFrame(10, "GPU-a", 1);
+  for (char c : frame) {
+    SendAll(fd, std::string(1, c));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  SendAll(fd, SampleFrame(10, "GPU-a", 2) + SampleFrame(10, "GPU-b", 3));
+  ASSERT_TRUE(WaitFor([&] { return registry_.Counters().samples_received == 3; }));
+  EXPECT_EQ(observed.load(), 3);
+  const std::vector<AgentEntry> entries = registry_.Entries();
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].sample.device_uuid, "GPU-a");
+  EXPECT_EQ(entries[0].sample.step, 2);  // the latest sample wins
+  EXPECT_EQ(entries[1].sample.device_uuid, "GPU-b");
+  ::close(fd);
+  // The agent vanished: its series leave the registry.
+  ASSERT_TRUE(WaitFor([&] { return registry_.Entries().empty(); }));
+  EXPECT_EQ(registry_.Counters().series_expired, 2u);
+}
+
+TEST_F(AgentServerTest, GarbageOversizeAndBadJsonCloseOnlyThatConnection) {
+  StartServer();
+  const int good = Connect(options_.socket_path);
+  ASSERT_GE(good, 0);
+  SendAll(good, SampleFrame(1, "GPU-good"));
+  ASSERT_TRUE(WaitFor([&] { return registry_.Counters().samples_received == 1; }));
+
+  const int garbage = Connect(options_.socket_path);
+  SendAll(garbage, std::string("\x20\x00\x00\x00", 4) + "NOPE" + std::string(28, 'x'));
+  EXPECT_TRUE(ClosedByPeer(garbage));
+  const int huge = Connect(options_.socket_path);
+  SendAll(huge, std::string("\xff\xff\xff\x7f", 4));
+  EXPECT_TRUE(ClosedByPeer(huge));
+  const int bad_json = Connect(options_.socket_path);
+  SendAll(bad_json, EncodeFrame("{\"pid\":1,"));
+  EXPECT_TRUE(ClosedByPeer(bad_json));
+  const int bad_version = Connect(options_.socket_path);
+  SendAll(bad_version, EncodeFrame("{}", 9));
+  EXPECT_TRUE(ClosedByPeer(bad_version));
+  for (int fd : {garbage, huge, bad_json, bad_version}) ::close(fd);
+
+  EXPECT_EQ(Rejected(RejectReason::kBadMagic), 1u);
+  EXPECT_EQ(Rejected(RejectReason::kOversized), 1u);
+  EXPECT_EQ(Rejected(RejectReason::kMalformed), 1u);
+  EXPECT_EQ(Rejected(RejectReason::kUnsupportedVersion), 1u);
+  // The good agent is undisturbed and keeps sending.
+  SendAll(good, SampleFrame(1, "GPU-good", 2));
+  ASSERT_TRUE(WaitFor([&] { return registry_.Counters().samples_received == 2; }));
+  EXPECT_EQ(registry_.Entries().size(), 1u);
+  ::close(good);
+}
+
+TEST_F(AgentServerTest, DisconnectMidFrameIsCountedAsTruncated) {
+  StartServer();
+  const int fd = Connect(options_.socket_path);
+  const std::string frame = SampleFrame(5, "GPU-t");
+  SendAll(fd, frame.substr(0, frame.size() / 2));
+  std::this_thread::sleep_for(milliseconds(50));
+  ::close(fd);
+  ASSERT_TRUE(WaitFor([&] { return Rejected(RejectReason::kTruncated) == 1; }));
+  EXPECT_EQ(registry_.Counters().samples_received, 0u);
+}
+
+TEST_F(AgentServerTest, FloodBeyondTheRateLimitClosesTheConnection) {
+  options_.max_samples_per_second = 10;
+  options_.burst = 20;
+  StartServer();
+  const int fd = Connect(options_.socket_path);
+  std::string flood;
+  for (int i = 0; i < 200; ++i) flood += SampleFrame(9, "GPU-f", i);
+  SendAll(fd, flood);
+  EXPECT_TRUE(ClosedByPeer(fd));
+  ::close(fd);
+  ASSERT_TRUE(WaitFor([&] { return Rejected(RejectReason::kRateLimited) == 1; }));
+  // The burst was accepted, the rest was not.
+  const std::uint64_t received = registry_.Counters().samples_received;
+  EXPECT_GE(received, 20u);
+  EXPECT_LT(received, 40u);
+}
+
+TEST_F(AgentServerTest, ConnectionLimitRefusesExtraConnections) {
+  options_.max_connections = 2;
+  StartServer();
+  const int a = Connect(options_.socket_path);
+  const int b = Connect(options_.socket_path);
+  ASSERT_TRUE(WaitFor([&] { return registry_.Counters().connections_open == 2; }));
+  const int c = Connect(options_.socket_path);
+  EXPECT_TRUE(ClosedByPeer(c));
+  EXPECT_EQ(registry_.Counters().connections_refused, 1u);
+  for (int fd : {a, b, c}) ::close(fd);
+}
+
+TEST_F(AgentServerTest, SilentSeriesExpireAndIdleConnectionsClose) {
+  options_.expiry = milliseconds(300);
+  StartServer();
+  const int fd = Connect(options_.socket_path);
+  SendAll(fd, SampleFrame(3, "GPU-s"));
+  ASSERT_TRUE(WaitFor([&] { return registry_.Entries().size() == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return registry_.Entries().empty(); }));
+  EXPECT_TRUE(ClosedByPeer(fd));
+  EXPECT_EQ(registry_.Counters().connections_idle_closed, 1u);
+  ::close(fd);
+}
+
+TEST_F(AgentServerTest, ManyConcurrentClientsLoseNoSample) {
+  constexpr int kClients = 32;
+  constexpr int kSamples = 40;
+  options_.max_samples_per_second = 1e6;
+  options_.burst = 1e6;
+  StartServer();
+  std::vector<std::thread> threads;
+  std::vector<int> fds(kClients, -1);
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      fds[static_cast<std::size_t>(c)] = Connect(options_.socket_path);
+      for (int i = 0; i < kSamples; ++i) {
+        SendAll(fds[static_cast<std::size_t>(c)],
+                SampleFrame(static_cast<std::uint32_t>(100 + c), "GPU-m", i));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(WaitFor([&] {
+    return registry_.Counters().samples_received == static_cast<std::uint64_t>(kClients * kSamples);
+  })) << registry_.Counters().samples_received;
+  const std::vector<AgentEntry> entries = registry_.Entries();
+  ASSERT_EQ(entries.size(), static_cast<std::size_t>(kClients));
+  for (const AgentEntry& e : entries) {
+    EXPECT_EQ(e.sample.step, kSamples - 1);
+    EXPECT_EQ(e.samples, static_cast<std::uint64_t>(kSamples));
+  }
+  for (int fd : fds) ::close(fd);
+}
+
+TEST_F(AgentServerTest, PathTooLongIsAClearError) {
+  options_.socket_path = "/tmp/" + std::string(200, 'x') + "/agent.sock";
+  AgentServer server(options_, &registry_);
+  Status s = server.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("must be 1..107 bytes"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace fragscope::agent
