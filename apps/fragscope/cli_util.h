@@ -175,6 +175,15 @@ Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
                                     Status* status_out = nullptr,
                                     const std::function<void(const Event&)>& prefetch = {});
 
+/// The request events of `path`, held in memory, for replays that run several times (tune,
+/// explain): a request trace's events as they are (segment events refused: that is an
+/// allocator trace), or a snapshot's requests rebuilt by SnapshotRequests for an allocator with
+/// `rules` (its recorded OOMs kept as the requests that failed). `notes` (optional) receives
+/// what a snapshot's rebuild assumed. Errors name the path.
+Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
+                                             const model::AllocatorRules& rules,
+                                             std::vector<std::string>* notes = nullptr);
+
 }  // namespace fragscope::cli
 
 #endif  // FRAGSCOPE_APPS_FRAGSCOPE_CLI_UTIL_H_

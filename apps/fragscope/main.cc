@@ -8,6 +8,7 @@
 #include "analyze_command.h"
 #include "command.h"
 #include "convert_command.h"
+#include "explain_command.h"
 #include "replay_command.h"
 #include "tune_command.h"
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddReplayCommand(app));
   commands.push_back(fragscope::cli::AddTuneCommand(app));
   commands.push_back(fragscope::cli::AddConvertCommand(app));
+  commands.push_back(fragscope::cli::AddExplainCommand(app));
 
   try {
     app.parse(argc, argv);

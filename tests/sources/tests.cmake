@@ -61,3 +61,6 @@ add_test(NAME pickle_differential
 set_tests_properties(pickle_differential PROPERTIES
   ENVIRONMENT "PICKLE_DUMP=$<TARGET_FILE:pickle_dump>;PYTHONDONTWRITEBYTECODE=1"
   TIMEOUT 300)
+
+# Out-of-memory error text in logs (src/sources/oom_text), fixtures in tests/data/oom_text.
+fragscope_add_test(sources/oom_text_scanner_test.cc LIBS fragscope_sources)
