@@ -21,6 +21,7 @@ declare -A max_len=(
   # Room for the small snapshot fixtures (2-8 KiB) and for payloads beyond small caps.
   [pickle_reader]=16384
   [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
+  [oom_text]=16384   # log text: several messages, wrapped lines, lines beyond the 4 KiB cap
 )
 
 targets=("$@")

@@ -353,6 +353,11 @@ OomExplanation ExplainOom(const OomMessage& message) {
       "shortage: the {} request exceeds everything that could be freed up ({}); the job needs "
       "{} more",
       B(f.tried), B(reachable), B(f.tried - reachable));
+  if (message.allowed && f.tried <= f.free + f.unallocated) {
+    e.summary += fmt::format(
+        " under the per-process memory fraction ({} allowed); the device itself had room",
+        B(*message.allowed));
+  }
   e.reasons.push_back(fmt::format("S = {} > H + U + P{} = {}", B(f.tried),
                                   f.others ? " + others" : "", B(reachable)));
   AddSmallerBatch(&e, f.tried - reachable);

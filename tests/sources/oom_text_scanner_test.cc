@@ -39,7 +39,9 @@ TEST(ParsePrintedSizeTest, UnitsAndBytes) {
   EXPECT_EQ(ParsePrintedSize("3 GiBs", &used), std::nullopt);  // a longer word
   EXPECT_EQ(ParsePrintedSize("MiB", &used), std::nullopt);
   EXPECT_EQ(ParsePrintedSize("12", &used), std::nullopt);               // no unit
-  EXPECT_EQ(ParsePrintedSize("99999999999 GiB", &used), std::nullopt);  // beyond int64
+  EXPECT_EQ(ParsePrintedSize("99999999999 GiB", &used), std::nullopt);  // beyond 1 EiB
+  EXPECT_EQ(ParsePrintedSize("1024.00 PiB", &used), std::nullopt);
+  EXPECT_EQ(ParsePrintedSize("1023.00 PiB", &used), Sz(1023, 50));
   EXPECT_EQ(ParsePrintedSize("123456789012345678901 bytes", &used), std::nullopt);
 }
 
@@ -116,8 +118,8 @@ TEST(OomTextScannerTest, CapacityOfWithExpandableHint) {
   EXPECT_EQ(m.free, GiB(3.52));
   EXPECT_EQ(m.this_process, GiB(75.62));
   EXPECT_TRUE(m.processes.empty());
-  EXPECT_EQ(m.allocated, GiB(73.40));
-  EXPECT_EQ(m.unallocated, GiB(1.61));
+  EXPECT_EQ(m.allocated, GiB(70.40));
+  EXPECT_EQ(m.unallocated, GiB(4.61));
   EXPECT_TRUE(m.hint_expandable);
   EXPECT_FALSE(m.hint_max_split);
   EXPECT_FALSE(m.text_truncated);

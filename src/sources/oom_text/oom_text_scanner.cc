@@ -302,7 +302,9 @@ std::optional<std::uint64_t> ParsePrintedSize(std::string_view text, std::size_t
   if (unit == "PiB") shift = 50;
   if (shift < 0) return std::nullopt;
   const long double value = (static_cast<long double>(whole) + fraction) * std::ldexp(1.0L, shift);
-  if (!(value < 9.2e18L)) return std::nullopt;  // beyond int64: not a real figure
+  // Beyond 1 EiB is not a real figure; the cap also keeps sums of a few figures from
+  // overflowing in the verdict's arithmetic.
+  if (!(value < std::ldexp(1.0L, 60))) return std::nullopt;
   *used = u;
   return static_cast<std::uint64_t>(std::llround(static_cast<double>(value)));
 }

@@ -82,7 +82,8 @@ OomTextScan ScanOomText(std::string_view text, const OomTextLimits& limits = {})
 Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits = {});
 
 /// Parses one figure as PyTorch prints it ("20.00 MiB", "0 bytes", "1.5 GiB", "512 B"), at
-/// the start of `text`; sets *used to the characters read. nullopt if it is not a size.
+/// the start of `text`; sets *used to the characters read. nullopt if it is not a size or is
+/// 1 EiB or more.
 std::optional<std::uint64_t> ParsePrintedSize(std::string_view text, std::size_t* used);
 
 }  // namespace fragscope::sources
