@@ -249,6 +249,13 @@ Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
   return events;
 }
 
+Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const std::string& text) {
+  if (text.empty()) return std::optional<std::uint64_t>();
+  Result<std::uint64_t> size = ParseSize(text);
+  if (!size.ok()) return size.status().WithPrefix(std::string(flag));
+  return std::optional<std::uint64_t>(*size);
+}
+
 Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
                                              const model::AllocatorRules& rules,
                                              std::vector<std::string>* notes) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,10 @@ void AddReportOptions(CLI::App& sub, ReportFlags* flags);
 void ApplyReportFlags(const ReportFlags& flags, analysis::AnalysisOptions* options);
 /// Text-report options from these flags (color, map, timeline rows).
 sinks::TextOptions TextOptionsFor(const ReportFlags& flags);
+
+/// An optional size option: nullopt when `text` is empty, else ParseSize's value; errors start
+/// with `flag` ("--capacity: ...").
+Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const std::string& text);
 
 /// --torch-version 1.13|2|newest: which PyTorch generation's allocator to simulate.
 void AddTorchVersionOption(CLI::App& sub, std::string* value);

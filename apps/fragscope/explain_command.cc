@@ -69,17 +69,11 @@ figures (the message says which), or for bad usage.)";
 
 int RunExplain(const ExplainFlags& flags) {
   const model::ConfigVersion version = TorchVersion(flags.torch_version);
-  std::optional<std::uint64_t> capacity, used_by_others;
-  if (!flags.capacity.empty()) {
-    Result<std::uint64_t> c = ParseSize(flags.capacity);
-    if (!c.ok()) return BadInput("--capacity: " + c.status().message());
-    capacity = *c;
-  }
-  if (!flags.used_by_others.empty()) {
-    Result<std::uint64_t> u = ParseSize(flags.used_by_others);
-    if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
-    used_by_others = *u;
-  }
+  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
+  Result<std::optional<std::uint64_t>> used_by_others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!used_by_others.ok()) return BadInput(used_by_others.status().message());
   if (!flags.trace.empty() && !flags.snapshot.empty()) {
     return BadInput("give --trace or --snapshot, not both");
   }
@@ -127,8 +121,8 @@ int RunExplain(const ExplainFlags& flags) {
       options.capacity_bytes = target.figures->total;
       options.used_by_others_bytes = target.figures->outside;
     }
-    if (capacity) options.capacity_bytes = *capacity;
-    if (used_by_others) options.used_by_others_bytes = *used_by_others;
+    if (*capacity) options.capacity_bytes = **capacity;
+    if (*used_by_others) options.used_by_others_bytes = **used_by_others;
     if (options.capacity_bytes == 0) {
       return BadInput(fmt::format(
           "error {} (line {}) gives no total capacity to replay on; give --capacity SIZE",

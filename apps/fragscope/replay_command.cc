@@ -76,17 +76,12 @@ std::string HeaderConf(const TraceHeader& header) {
 }
 
 int RunReplay(const ReplayFlags& flags) {
-  std::optional<std::uint64_t> capacity, used_by_others;
-  if (!flags.capacity.empty()) {
-    Result<std::uint64_t> c = ParseSize(flags.capacity);
-    if (!c.ok()) return BadInput("--capacity: " + c.status().message());
-    capacity = *c;
-  }
-  if (!flags.used_by_others.empty()) {
-    Result<std::uint64_t> u = ParseSize(flags.used_by_others);
-    if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
-    used_by_others = *u;
-  }
+  Result<std::optional<std::uint64_t>> capacity_flag = OptionalSize("--capacity", flags.capacity);
+  if (!capacity_flag.ok()) return BadInput(capacity_flag.status().message());
+  Result<std::optional<std::uint64_t>> others_flag =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!others_flag.ok()) return BadInput(others_flag.status().message());
+  std::optional<std::uint64_t> capacity = *capacity_flag, used_by_others = *others_flag;
   const model::ConfigVersion version = TorchVersion(flags.torch_version);
 
   Result<OpenedInput> opened = OpenInput(flags.path);
