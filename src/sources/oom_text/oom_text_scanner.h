@@ -58,6 +58,9 @@ class OomTextScanner {
 
  private:
   struct Open {
+    // Declared so that std::optional<Open> sees a complete, constructible type inside this
+    // class (clang evaluates is_constructible before the member initializers are parsed).
+    Open() {}
     OomMessage message;
     std::string raw;  // joined text so far
     std::size_t lines = 0;
