@@ -1,6 +1,7 @@
 #include "sources/oom_text/oom_text_scanner.h"
 
 #include <cmath>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -348,6 +349,28 @@ TEST(OomTextScannerTest, DistinctMessagesBeyondTheLimitAreCounted) {
   EXPECT_EQ(scan.messages.size(), 10u);
   EXPECT_EQ(scan.dropped_messages, 15u);
   EXPECT_EQ(scan.messages[0].repeats, 2u);
+}
+
+TEST(OomTextScannerTest, ReadsFilesInChunksWithLongLinesAndNoFinalNewline) {
+  // A 3 MiB line (cut at the 1 MiB limit, across many 64 KiB read chunks), then a message on
+  // the last line, which has no '\n'.
+  const std::string path = testing::MakeTempDir() + "/long.log";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(3 << 20, 'z') << "\n";
+    out << "[rank7]: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 7; 4.00 GiB total "
+           "capacity; 3.00 GiB already allocated; 1.00 MiB free; 3.50 GiB reserved in total by "
+           "PyTorch)";
+  }
+  Result<OomTextScan> scan = ReadOomText(path);
+  ASSERT_TRUE(scan.ok()) << scan.status().ToString();
+  EXPECT_EQ(scan->lines, 2u);
+  EXPECT_EQ(scan->cut_lines, 1u);
+  ASSERT_EQ(scan->messages.size(), 1u);
+  EXPECT_EQ(scan->messages[0].line, 2u);
+  EXPECT_EQ(scan->messages[0].rank, 7);
+  EXPECT_EQ(scan->messages[0].reserved, GiB(3.5));
+  EXPECT_FALSE(scan->messages[0].text_truncated);
 }
 
 TEST(OomTextScannerTest, ReadErrorsNameThePath) {
