@@ -22,6 +22,7 @@ declare -A max_len=(
   [pickle_reader]=16384
   [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
   [agent_protocol]=8192  # a few frames; the target's decoder caps a frame at 4 KiB
+  [oom_text]=16384   # log text: several messages, wrapped lines, lines beyond the 4 KiB cap
 )
 
 targets=("$@")

@@ -37,6 +37,7 @@ struct CheckFlags {
   double max_growth_ratio = 1.5;
   double max_peak_increase = 0.10;
   std::string fail_at = "critical";
+  std::uint64_t forecast_every = 50;
   std::int32_t device = -1;
   bool json = false;
   std::string color = "auto";
@@ -76,21 +77,17 @@ Examples:
 
 int RunCheck(const CheckFlags& flags) {
   analysis::CheckLimits limits;
-  if (!flags.max_peak_reserved.empty()) {
-    Result<std::uint64_t> v = ParseSize(flags.max_peak_reserved);
-    if (!v.ok()) return BadInput("--max-peak-reserved: " + v.status().message());
-    limits.max_peak_reserved = *v;
-  }
-  if (!flags.capacity.empty()) {
-    Result<std::uint64_t> v = ParseSize(flags.capacity);
-    if (!v.ok()) return BadInput("--capacity: " + v.status().message());
-    limits.capacity = *v;
-  }
-  if (!flags.used_by_others.empty()) {
-    Result<std::uint64_t> v = ParseSize(flags.used_by_others);
-    if (!v.ok()) return BadInput("--used-by-others: " + v.status().message());
-    limits.used_by_others = *v;
-  }
+  Result<std::optional<std::uint64_t>> peak =
+      OptionalSize("--max-peak-reserved", flags.max_peak_reserved);
+  if (!peak.ok()) return BadInput(peak.status().message());
+  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
+  Result<std::optional<std::uint64_t>> others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!others.ok()) return BadInput(others.status().message());
+  limits.max_peak_reserved = *peak;
+  limits.capacity = *capacity;
+  limits.used_by_others = others->value_or(0);
   limits.max_fragmentation = flags.max_fragmentation;
   limits.max_growth_ratio = flags.max_growth_ratio;
   limits.max_peak_increase = flags.max_peak_increase;
@@ -100,6 +97,11 @@ int RunCheck(const CheckFlags& flags) {
   analysis::AnalysisOptions options;
   if (flags.device >= 0) options.device = flags.device;
   options.keep_layout = false;
+  if (limits.fail_at_level != RiskLevel::kUnknown) {
+    analysis::ForecastOptions forecast;
+    forecast.every = flags.forecast_every;
+    options.forecast = forecast;
+  }
 
   // A request trace is replayed; anything else (allocator trace, snapshot) is analyzed.
   Result<sources::InputKind> kind = sources::DetectInputKind(flags.path);
@@ -242,6 +244,11 @@ Command AddCheckCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--fail-at", flags->fail_at, "Forecast level that fails the check")
       ->check(CLI::IsMember({"watch", "warning", "critical", "never"}))
+      ->capture_default_str();
+  sub->add_option("--forecast-every", flags->forecast_every,
+                  "Steps per forecaster sample (as a live agent would sample)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
       ->capture_default_str();
   sub->add_option("--device", flags->device, "Check only this device index")
       ->type_name("N")

@@ -249,4 +249,49 @@ Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
   return events;
 }
 
+Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const std::string& text) {
+  if (text.empty()) return std::optional<std::uint64_t>();
+  Result<std::uint64_t> size = ParseSize(text);
+  if (!size.ok()) return size.status().WithPrefix(std::string(flag));
+  return std::optional<std::uint64_t>(*size);
+}
+
+Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
+                                             const model::AllocatorRules& rules,
+                                             std::vector<std::string>* notes) {
+  Result<OpenedInput> opened = OpenInput(path);
+  if (!opened.ok()) return opened.status();
+  std::vector<Event> events;
+  std::vector<std::string> local_notes;
+  if (notes == nullptr) notes = &local_notes;
+  if (opened->snapshot != nullptr) {
+    SnapshotRequests requests(*opened->snapshot, rules, [&](const Event& e) -> Status {
+      events.push_back(e);
+      return Status::Ok();
+    });
+    Result<std::uint64_t> read = ReadSnapshotEvents(
+        *opened->snapshot, [&](const Event& e) { return requests.Consume(e); }, notes);
+    if (!read.ok()) return read.status();
+    requests.AddNotes(notes);
+    return events;
+  }
+  TraceReader& reader = *opened->reader;
+  if (reader.header().kind == TraceKind::kAllocator) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: this is an allocator trace; a replay takes a request trace (`fragscope convert {} "
+        "-o requests.jsonl --to requests` makes one) or a snapshot",
+        path, path));
+  }
+  Result<std::uint64_t> read = ReadAllEvents(reader, [&](const Event& e) -> Status {
+    if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentFree ||
+        e.action == Action::kSegmentMap || e.action == Action::kSegmentUnmap) {
+      return Status::Corruption(fmt::format("{} in a request trace", ActionName(e.action)));
+    }
+    events.push_back(e);
+    return Status::Ok();
+  });
+  if (!read.ok()) return read.status();
+  return events;
+}
+
 }  // namespace fragscope::cli

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,10 @@ void AddReportOptions(CLI::App& sub, ReportFlags* flags);
 void ApplyReportFlags(const ReportFlags& flags, analysis::AnalysisOptions* options);
 /// Text-report options from these flags (color, map, timeline rows).
 sinks::TextOptions TextOptionsFor(const ReportFlags& flags);
+
+/// An optional size option: nullopt when `text` is empty, else ParseSize's value; errors start
+/// with `flag` ("--capacity: ...").
+Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const std::string& text);
 
 /// --torch-version 1.13|2|newest: which PyTorch generation's allocator to simulate.
 void AddTorchVersionOption(CLI::App& sub, std::string* value);
@@ -174,6 +179,15 @@ Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
                                     const std::function<Status(const Event&)>& consume,
                                     Status* status_out = nullptr,
                                     const std::function<void(const Event&)>& prefetch = {});
+
+/// The request events of `path`, held in memory, for replays that run several times (tune,
+/// explain): a request trace's events as they are (segment events refused: that is an
+/// allocator trace), or a snapshot's requests rebuilt by SnapshotRequests for an allocator with
+/// `rules` (its recorded OOMs kept as the requests that failed). `notes` (optional) receives
+/// what a snapshot's rebuild assumed. Errors name the path.
+Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
+                                             const model::AllocatorRules& rules,
+                                             std::vector<std::string>* notes = nullptr);
 
 }  // namespace fragscope::cli
 

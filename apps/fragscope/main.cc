@@ -9,6 +9,7 @@
 #include "check_command.h"
 #include "command.h"
 #include "convert_command.h"
+#include "explain_command.h"
 #include "gpus_command.h"
 #include "history_command.h"
 #include "replay_command.h"
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddHistoryCommand(app));
   commands.push_back(fragscope::cli::AddCheckCommand(app));
   commands.push_back(fragscope::cli::AddServeCommand(app));
+  commands.push_back(fragscope::cli::AddExplainCommand(app));
 
   try {
     app.parse(argc, argv);

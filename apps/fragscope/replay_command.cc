@@ -309,16 +309,13 @@ namespace {
 int RunReplay(const ReplayFlags& flags) {
   ReplayRequest request;
   request.path = flags.path;
-  if (!flags.capacity.empty()) {
-    Result<std::uint64_t> c = ParseSize(flags.capacity);
-    if (!c.ok()) return BadInput("--capacity: " + c.status().message());
-    request.capacity = *c;
-  }
-  if (!flags.used_by_others.empty()) {
-    Result<std::uint64_t> u = ParseSize(flags.used_by_others);
-    if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
-    request.used_by_others = *u;
-  }
+  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
+  Result<std::optional<std::uint64_t>> others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!others.ok()) return BadInput(others.status().message());
+  request.capacity = *capacity;
+  request.used_by_others = *others;
   request.alloc_conf = flags.alloc_conf;
   request.version = TorchVersion(flags.torch_version);
   request.continue_after_oom = flags.continue_after_oom;

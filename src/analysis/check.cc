@@ -123,24 +123,33 @@ CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limit
 CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
   CheckItem item{in.report->device, "forecast", CheckOutcome::kSkipped, "", "", ""};
   if (limits.fail_at_level == RiskLevel::kUnknown) {
-    item.detail = "forecast not checked";
+    item.detail = "forecast not checked (--fail-at never)";
     return item;
   }
   item.limit = fmt::format("below {}", RiskLevelName(limits.fail_at_level));
-  if (!in.forecast) {
+  if (!in.report->forecast) {
     item.detail = "no forecast for this device";
     return item;
   }
-  const ForecastFacts& f = *in.forecast;
-  if (f.worst_level == RiskLevel::kUnknown) {
+  const DeviceForecast& f = *in.report->forecast;
+  if (!f.enough_data || f.worst == RiskLevel::kUnknown) {
     item.measured = "unknown";
-    item.detail = f.reason.empty() ? "not enough data for a forecast" : f.reason;
+    item.detail = f.notes.empty() ? "not enough data for a forecast" : f.notes.front();
     return item;
   }
-  item.measured = fmt::format("{}{}", RiskLevelName(f.worst_level), AtStep(f.worst_step));
-  if (f.steps_to_oom) item.measured += fmt::format(" (~{} steps to OOM)", *f.steps_to_oom);
-  item.detail = f.reason;
-  item.outcome = f.worst_level >= limits.fail_at_level ? CheckOutcome::kFail : CheckOutcome::kPass;
+  // The first sample at the worst level says when and why.
+  ForecastPoint at = f.last;
+  for (const ForecastPoint& p : f.changes) {
+    if (p.level == f.worst) {
+      at = p;
+      break;
+    }
+  }
+  const std::string_view unit = f.unit == "step" ? "step" : "window";
+  item.measured = fmt::format("{} at {} {}", RiskLevelName(f.worst), unit, at.step);
+  if (at.steps_to_oom) item.measured += fmt::format(" (~{} {}s to OOM)", *at.steps_to_oom, unit);
+  item.detail = at.reason;
+  item.outcome = f.worst >= limits.fail_at_level ? CheckOutcome::kFail : CheckOutcome::kPass;
   return item;
 }
 

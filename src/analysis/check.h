@@ -35,20 +35,9 @@ struct CheckLimits {
   RiskLevel fail_at_level = RiskLevel::kCritical;
 };
 
-/// What the forecaster concluded for one device (src/analysis/forecast.h fills it).
-struct ForecastFacts {
-  RiskLevel worst_level = RiskLevel::kUnknown;
-  std::int64_t worst_step = -1;  // first step at the worst level
-  std::int64_t first_warning_step = -1;
-  std::int64_t first_critical_step = -1;
-  std::optional<std::int64_t> steps_to_oom;  // at the first sample of the worst level
-  std::string reason;                        // why, in words (at the worst level)
-};
-
 /// Everything known about one device.
 struct CheckDeviceInput {
-  const DeviceReport* report = nullptr;
-  std::optional<ForecastFacts> forecast;
+  const DeviceReport* report = nullptr;  // its `forecast`, when set, feeds the forecast check
   std::optional<BaselineComparison> baseline;
   /// The run came from replaying a request trace on a device of CheckLimits::capacity.
   bool replayed = false;

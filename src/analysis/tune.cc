@@ -45,6 +45,8 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
     o.oom = true;
     o.oom_event = replayer.ooms().front().event_index;
     o.oom_step = replayer.ooms().front().step;
+    o.oom_reserved = replayer.ooms().front().details.reserved;
+    o.oom_allocated = replayer.ooms().front().details.allocated;
   }
   // Several devices: the figures of the one with the highest peak reserved.
   for (const auto& [device, sim] : replayer.devices()) {

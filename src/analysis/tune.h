@@ -39,6 +39,8 @@ struct TuneOutcome {
   std::uint64_t num_alloc_retries = 0;
   std::uint64_t num_device_alloc = 0;
   std::optional<std::uint64_t> min_capacity;  // smallest device without OOM (bisection)
+  std::uint64_t oom_reserved = 0;   // reserved bytes of the failing device at the first OOM
+  std::uint64_t oom_allocated = 0;  // allocated bytes there (fragmentation at the OOM point)
 };
 
 /// The default grid (72 settings): expandable_segments False/True × max_split_size_mb

@@ -79,17 +79,27 @@ TEST(CheckTest, OomDiagnosisExplainsTheFailure) {
 }
 
 TEST(CheckTest, ForecastFailsAtTheChosenLevel) {
-  const DeviceReport r = Report();
+  DeviceReport r = Report();
+  DeviceForecast f;
+  f.enough_data = true;
+  f.worst = RiskLevel::kWarning;
+  f.changes = {ForecastPoint{0, RiskLevel::kOk, std::nullopt, "fine"},
+               ForecastPoint{40, RiskLevel::kWarning, 12, "largest free block shrinks"},
+               ForecastPoint{90, RiskLevel::kWatch, std::nullopt, "calmer"}};
+  r.forecast = f;
   CheckDeviceInput in;
   in.report = &r;
-  in.forecast = ForecastFacts{RiskLevel::kWarning, 40, 40, -1, 12, "largest free block shrinks"};
   CheckLimits limits;
   EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kPass);
   limits.fail_at_level = RiskLevel::kWarning;
   const CheckItem item = Item(CheckDevice(in, limits), "forecast");
   EXPECT_EQ(item.outcome, CheckOutcome::kFail);
   EXPECT_EQ(item.measured, "warning at step 40 (~12 steps to OOM)");
+  EXPECT_EQ(item.detail, "largest free block shrinks");
   limits.fail_at_level = RiskLevel::kUnknown;  // --fail-at never
+  EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kSkipped);
+  r.forecast->enough_data = false;  // a single step: no verdict, not a failure
+  limits.fail_at_level = RiskLevel::kWatch;
   EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kSkipped);
 }
 

@@ -83,3 +83,13 @@ target_link_libraries(agent_protocol_fuzz_replay PRIVATE fragscope_agent)
 fragscope_set_warnings(agent_protocol_fuzz_replay)
 add_test(NAME agent_protocol_fuzz_replay
   COMMAND agent_protocol_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/agent_protocol)
+# Out-of-memory error text in logs (src/sources/oom_text), fixtures in tests/data/oom_text.
+fragscope_add_test(sources/oom_text_scanner_test.cc LIBS fragscope_sources)
+add_executable(oom_text_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/oom_text_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(oom_text_fuzz_replay PRIVATE fragscope_sources fragscope_sinks
+  nlohmann_json::nlohmann_json)
+fragscope_set_warnings(oom_text_fuzz_replay)
+add_test(NAME oom_text_fuzz_replay
+  COMMAND oom_text_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/oom_text)

@@ -1,0 +1,198 @@
+#include "explain_command.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/explain.h"
+#include "cli_util.h"
+#include "common/units.h"
+#include "model/alloc_conf.h"
+#include "sinks/report/explain_report.h"
+#include "sources/oom_text/oom_text_scanner.h"
+
+namespace fragscope::cli {
+namespace {
+
+struct ExplainFlags {
+  std::string path = "-";
+  std::string trace;
+  std::string snapshot;
+  std::string capacity;
+  std::string used_by_others;
+  std::string alloc_conf;
+  std::string torch_version = "newest";
+  std::size_t error = 0;  // 1-based; 0: the first with figures
+  unsigned threads = 0;
+  bool json = false;
+};
+
+constexpr std::string_view kDescription =
+    "Explain a CUDA out-of-memory error: fragmentation or shortage, and the fix";
+
+constexpr std::string_view kFooter =
+    R"(Reads a log (or the pasted error text, from standard input when FILE is - or omitted),
+finds every out-of-memory message of PyTorch's caching allocator in it, in any wording since
+PyTorch 1.x (CUDA, ROCm's "HIP out of memory", XPU; wrapped lines, "[rank3]:" and timestamp
+prefixes, tracebacks around it), and for each one says:
+  * the verdict: fragmentation (enough memory was cached by PyTorch but not in one block),
+    shortage (not enough even if every cached byte were one block), other processes (it would
+    have fit without the memory they held), or undetermined (and which figure is missing);
+  * how much memory was stranded, with the formula and the message's own figures;
+  * the remedies, best first: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, a
+    max_split_size_mb computed from the figures, fixed shapes, a smaller batch, freeing other
+    processes' memory, garbage_collection_threshold, ...
+
+Repeated copies of one message (same text and rank) are reported once.
+
+With --trace (a request trace) or --snapshot (a PyTorch memory snapshot) the job's requests
+are replayed through the caching-allocator simulator on the device the message describes
+(total capacity, minus the memory outside PyTorch's cache), once with the current settings
+(--alloc-conf) and once per proposed allocator setting, and the remedies are re-ranked by the
+measured result: fits or still OOM, peak reserved, fragmentation at the OOM point.
+
+docs/explain.md has the formulas and the supported wordings with their PyTorch versions.
+
+Examples:
+  fragscope explain train.log
+  kubectl logs trainer-0 | fragscope explain
+  fragscope explain train.log --json | jq '.errors[] | {gpu, verdict, stranded_bytes}'
+  fragscope explain train.log --trace requests.jsonl.gz
+  fragscope explain oom.txt --snapshot snapshot.pickle --alloc-conf max_split_size_mb:128
+
+Exit status: 0 if an out-of-memory message was explained, 2 if none was found or none had its
+figures (the message says which), or for bad usage.)";
+
+int RunExplain(const ExplainFlags& flags) {
+  const model::ConfigVersion version = TorchVersion(flags.torch_version);
+  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
+  Result<std::optional<std::uint64_t>> used_by_others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!used_by_others.ok()) return BadInput(used_by_others.status().message());
+  if (!flags.trace.empty() && !flags.snapshot.empty()) {
+    return BadInput("give --trace or --snapshot, not both");
+  }
+  Result<model::AllocatorConfig> current = model::ParseAllocatorConfig(flags.alloc_conf, version);
+  if (!current.ok()) return BadInput("--alloc-conf: " + current.status().message());
+
+  Result<sources::OomTextScan> scan = sources::ReadOomText(flags.path);
+  if (!scan.ok()) return BadInput(scan.status().message());
+  const std::string input = flags.path == "-" ? std::string("standard input") : flags.path;
+  if (scan->messages.empty()) {
+    return BadInput(fmt::format(
+        "{}: no out-of-memory message in {} lines (looked for \"CUDA out of memory\", \"HIP out "
+        "of memory\", \"XPU out of memory\" and \"CUDA error: out of memory\")",
+        input, scan->lines));
+  }
+  analysis::ExplainReport report;
+  report.input = flags.path;
+  report.lines = scan->lines;
+  report.cut_lines = scan->cut_lines;
+  report.dropped_messages = scan->dropped_messages;
+  bool any_explained = false;
+  for (const OomMessage& m : scan->messages) {
+    report.errors.push_back(analysis::ExplainOom(m));
+    any_explained = any_explained || report.errors.back().figures.has_value();
+  }
+  if (flags.error > report.errors.size()) {
+    return BadInput(fmt::format("--error {}: the input has {} out-of-memory message{}", flags.error,
+                                report.errors.size(), report.errors.size() == 1 ? "" : "s"));
+  }
+
+  const std::string& replay_path = flags.trace.empty() ? flags.snapshot : flags.trace;
+  if (!replay_path.empty()) {
+    std::size_t index = 0;
+    if (flags.error > 0) {
+      index = flags.error - 1;
+    } else {
+      while (index + 1 < report.errors.size() && !report.errors[index].figures) ++index;
+    }
+    analysis::OomExplanation& target = report.errors[index];
+    analysis::VerifyOptions options;
+    options.version = version;
+    options.threads = flags.threads;
+    options.current_conf = flags.alloc_conf;
+    if (target.figures) {
+      options.capacity_bytes = target.figures->total;
+      options.used_by_others_bytes = target.figures->outside;
+    }
+    if (*capacity) options.capacity_bytes = **capacity;
+    if (*used_by_others) options.used_by_others_bytes = **used_by_others;
+    if (options.capacity_bytes == 0) {
+      return BadInput(fmt::format(
+          "error {} (line {}) gives no total capacity to replay on; give --capacity SIZE",
+          index + 1, target.message.line));
+    }
+    std::vector<std::string> notes;
+    Result<std::vector<Event>> events = ReadRequestEvents(replay_path, current->Rules(), &notes);
+    if (!events.ok()) return BadInput(events.status().message());
+    Result<analysis::Verification> verified = analysis::VerifyRemedies(*events, options, &target);
+    if (!verified.ok()) {
+      return BadInput(fmt::format("{}: {}", replay_path, verified.status().message()));
+    }
+    verified->source = replay_path;
+    report.verification = std::move(*verified);
+    report.verified_error = index;
+    for (std::string& note : notes) target.notes.push_back("replay: " + note);
+  }
+
+  const std::string out =
+      flags.json ? sinks::RenderExplainJson(report) : sinks::RenderExplainText(report);
+  const int written = WriteReport(out);
+  if (written != kExitOk) return written;
+  if (!any_explained) {
+    for (const analysis::OomExplanation& e : report.errors) {
+      std::string list;
+      for (const std::string& x : e.missing) list += (list.empty() ? "'" : ", '") + x + "'";
+      std::fprintf(stderr, "fragscope: %s:%llu: found '%s out of memory' but no %s figure%s\n",
+                   input.c_str(), static_cast<unsigned long long>(e.message.line),
+                   e.message.backend.c_str(), list.c_str(), e.missing.size() == 1 ? "" : "s");
+    }
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddExplainCommand(CLI::App& app) {
+  auto flags = std::make_shared<ExplainFlags>();
+  CLI::App* sub = app.add_subcommand("explain", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("FILE", flags->path, "Log or error text; - (the default) reads standard input")
+      ->type_name("PATH");
+  sub->add_option("--trace", flags->trace,
+                  "Request trace of the job to replay under each remedy (.jsonl, .gz, .zst)")
+      ->type_name("PATH");
+  sub->add_option("--snapshot", flags->snapshot,
+                  "PyTorch memory snapshot of the job to replay instead (.pickle, .json)")
+      ->type_name("PATH");
+  sub->add_option("--capacity", flags->capacity,
+                  "Device memory for the replay (default: the message's total capacity)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
+  sub->add_option("--used-by-others", flags->used_by_others,
+                  "Memory outside PyTorch for the replay (default: total - free - reserved)")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--alloc-conf", flags->alloc_conf,
+                  "The job's own PYTORCH_CUDA_ALLOC_CONF (remedies are added to it)")
+      ->type_name("STR");
+  sub->add_option("--error", flags->error,
+                  "Which message the replay checks, 1-based (default: the first with figures)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1));
+  AddTorchVersionOption(*sub, &flags->torch_version);
+  sub->add_option("--threads", flags->threads, "Replay threads (0 = one per hardware thread)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0));
+  sub->add_flag("--json", flags->json, "Print JSON (schema fragscope.explain) instead of text");
+  return Command{sub, [flags] { return RunExplain(*flags); }};
+}
+
+}  // namespace fragscope::cli

@@ -1,0 +1,435 @@
+#include "analysis/explain.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "analysis/tune.h"
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+std::string B(std::uint64_t bytes) { return FormatBytesLikePyTorch(bytes); }
+
+std::uint64_t Sub(std::uint64_t a, std::uint64_t b) { return a > b ? a - b : 0; }
+
+// What the "Tried to allocate" figure says about the tensor: PyTorch prints the size of the
+// segment it asked the driver for (spec §4.3/§12), not the tensor's size.
+std::string TriedNote(std::uint64_t tried) {
+  if (tried == 2 * kMiB) {
+    return "\"Tried to allocate 2.00 MiB\" is the small pool's segment size: the tensor itself "
+           "was at most 1 MiB";
+  }
+  if (tried == 20 * kMiB) {
+    return "\"Tried to allocate 20.00 MiB\" is the large pool's smallest segment: the tensor "
+           "itself was between 1 MiB and 10 MiB";
+  }
+  return fmt::format(
+      "\"Tried to allocate {}\" is the segment size the allocator asked the driver for (the "
+      "request rounded up, to 2 MiB at least), not necessarily the tensor's size",
+      B(tried));
+}
+
+// max_split_size_mb for a fragmentation OOM: half the failing size, down to a power of two,
+// at least 20 (PyTorch's minimum). Blocks of that size and more are then never split, so the
+// smaller tensors cannot carve up the blocks that requests of the failing size need.
+std::optional<std::uint64_t> SplitLimitMiB(std::uint64_t tried) {
+  const std::uint64_t half_mib = tried / kMiB / 2;
+  if (half_mib < 20) return std::nullopt;
+  std::uint64_t p = 1;
+  while (p * 2 <= half_mib) p *= 2;
+  return std::max<std::uint64_t>(p, 20);
+}
+
+void AddSmallerBatch(OomExplanation* e, std::uint64_t at_least) {
+  e->remedies.push_back(
+      {"smaller_batch", "",
+       "Use a smaller batch (or micro-batches with gradient accumulation), shorter sequences, "
+       "activation checkpointing or lower precision",
+       at_least > 0
+           ? fmt::format("the failing step needs at least {} less at its peak", B(at_least))
+           : std::string("less live memory at the peak always helps"),
+       std::nullopt});
+}
+
+void AddExpandable(OomExplanation* e, const OomFigures& f) {
+  std::string why = fmt::format(
+      "{} was cached by PyTorch but free only in pieces; expandable segments grow one segment "
+      "by mapping pages, so freed memory is reused wherever it lies",
+      B(f.unallocated));
+  if (e->message.wording == OomWording::kClassic) {
+    why += "; needs PyTorch 2.1 or newer (this message's wording is from 2.0 or older)";
+  }
+  e->remedies.push_back({"expandable_segments", "expandable_segments:True",
+                         "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", why,
+                         std::nullopt});
+}
+
+void AddSplitLimit(OomExplanation* e, const OomFigures& f) {
+  const std::optional<std::uint64_t> mib = SplitLimitMiB(f.tried);
+  if (!mib) {
+    e->notes.push_back(fmt::format(
+        "max_split_size_mb is not proposed: it cannot go below 20 MiB, and a {} request is "
+        "too small for a limit at half its size to protect it",
+        B(f.tried)));
+    return;
+  }
+  e->remedies.push_back(
+      {"max_split_size_mb", fmt::format("max_split_size_mb:{}", *mib),
+       fmt::format("Set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}", *mib),
+       fmt::format("blocks of {} MiB or more are then never split, so smaller tensors cannot "
+                   "carve up the blocks {} requests need ({} MiB = half the request, down to a "
+                   "power of two, at least 20)",
+                   *mib, B(f.tried), *mib),
+       std::nullopt});
+}
+
+void AddGarbageCollection(OomExplanation* e) {
+  e->remedies.push_back(
+      {"garbage_collection_threshold",
+       "garbage_collection_threshold:0.6,per_process_memory_fraction:0.99",
+       "Set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6 with a memory fraction "
+       "below 1 (per_process_memory_fraction:0.99 in 2.9+, else "
+       "torch.cuda.set_per_process_memory_fraction(0.99))",
+       "returns unused cached blocks to the driver before reserved memory reaches 60% of the "
+       "allowed memory, so fewer idle segments pin the address space; it acts only under a "
+       "memory fraction",
+       std::nullopt});
+}
+
+void AddFixedShapes(OomExplanation* e) {
+  e->remedies.push_back(
+      {"fixed_shapes", "",
+       "Pad inputs to a few fixed shapes (bucket sequence lengths and batch sizes)",
+       "tensors of ever-changing sizes leave gaps that fit no later request; fixed shapes let "
+       "every freed block be reused whole",
+       std::nullopt});
+}
+
+// The figures, when the message has them.
+std::optional<OomFigures> Figures(const OomMessage& m, std::vector<std::string>* notes) {
+  const std::optional<std::uint64_t> reserved = m.Reserved();
+  if (!m.tried || !m.total || !m.free || !reserved || !m.allocated) return std::nullopt;
+  OomFigures f;
+  f.tried = *m.tried;
+  f.total = *m.total;
+  f.free = *m.free;
+  f.reserved = *reserved;
+  f.private_pools = m.private_pools.value_or(0);
+  f.allocated = std::min(*m.allocated, f.reserved);
+  f.unallocated = Sub(f.reserved, f.allocated);
+  if (m.unallocated) f.unallocated = *m.unallocated;
+  f.headroom = f.free;
+  if (m.allowed) f.headroom = std::min(f.free, Sub(*m.allowed, f.reserved));
+  f.outside = Sub(Sub(f.total, f.free), f.reserved);
+  if (m.this_process) {
+    // "this process has M in use": every "Process P" line is another process.
+    std::uint64_t sum = 0;
+    for (const OomProcess& p : m.processes) sum += p.bytes;
+    f.others = sum;
+  } else if (!m.processes.empty()) {
+    // No "this process" line: NVML did not recognise this process's pid (a container's pid
+    // namespace), so it is probably one of the listed ones. Take the largest entry that holds
+    // at least what PyTorch reserved to be this process.
+    const OomProcess* self = nullptr;
+    for (const OomProcess& p : m.processes) {
+      if (p.bytes >= f.reserved && (self == nullptr || p.bytes > self->bytes)) self = &p;
+    }
+    std::uint64_t sum = 0;
+    for (const OomProcess& p : m.processes) {
+      if (&p != self) sum += p.bytes;
+    }
+    f.others = sum;
+    if (self != nullptr) {
+      f.self_pid = self->pid;
+      notes->push_back(fmt::format(
+          "no \"this process\" line: process {} ({}) holds at least the {} PyTorch reserved, so "
+          "it is taken to be this process (in a container NVML reports host pids)",
+          self->pid, B(self->bytes), B(f.reserved)));
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string_view OomVerdictName(OomVerdict verdict) {
+  switch (verdict) {
+    case OomVerdict::kFragmentation:
+      return "fragmentation";
+    case OomVerdict::kShortage:
+      return "shortage";
+    case OomVerdict::kOtherProcesses:
+      return "other_processes";
+    case OomVerdict::kUndetermined:
+      break;
+  }
+  return "undetermined";
+}
+
+std::vector<std::string> MissingFigures(const OomMessage& m) {
+  std::vector<std::string> missing;
+  if (!m.tried) missing.emplace_back("Tried to allocate");
+  if (!m.total) missing.emplace_back("total capacity");
+  if (!m.free) missing.emplace_back("free");
+  if (!m.allocated) missing.emplace_back("allocated");
+  if (!m.Reserved()) {
+    missing.emplace_back(m.wording == OomWording::kCapacityOf ? "reserved but unallocated"
+                                                              : "reserved");
+  }
+  return missing;
+}
+
+OomExplanation ExplainOom(const OomMessage& message) {
+  OomExplanation e;
+  e.message = message;
+  e.missing = MissingFigures(message);
+  if (message.tried) e.notes.push_back(TriedNote(*message.tried));
+  if (message.text_truncated) {
+    e.notes.push_back("the message is cut short in the input; figures after the cut are lost");
+  }
+  e.figures = Figures(message, &e.notes);
+  if (!e.figures) {
+    e.verdict = OomVerdict::kUndetermined;
+    if (message.text.rfind("CUDA error: out of memory", 0) == 0) {
+      e.summary =
+          "\"CUDA error: out of memory\" comes from the CUDA runtime (a kernel launch, cuBLAS or "
+          "NCCL workspace, context creation), not from the caching allocator: it carries no "
+          "figures";
+    } else {
+      std::string list;
+      for (const std::string& m : e.missing) list += (list.empty() ? "'" : ", '") + m + "'";
+      e.summary = fmt::format("the message has no {} figure{}, which the verdict needs", list,
+                              e.missing.size() > 1 ? "s" : "");
+    }
+    e.remedies.push_back(
+        {"record_snapshot", "",
+         "Record a memory snapshot at the failure (torch.cuda.memory._record_memory_history(); "
+         "torch.cuda.memory._dump_snapshot(path) in an except OutOfMemoryError block) and run "
+         "`fragscope explain LOG --snapshot snapshot.pickle`",
+         "a snapshot holds every segment and block, so the cause is measured, not inferred",
+         std::nullopt});
+    AddSmallerBatch(&e, 0);
+    return e;
+  }
+  const OomFigures& f = *e.figures;
+  e.stranded = f.unallocated + f.private_pools;
+  e.shortfall = Sub(f.tried, f.headroom);
+  const std::uint64_t cached = f.headroom + f.unallocated;
+  const std::uint64_t with_pools = cached + f.private_pools;
+
+  e.reasons.push_back(fmt::format("request S = {}; device free F = {}{}", B(f.tried), B(f.free),
+                                  message.allowed ? fmt::format(", usable under the {} allowed "
+                                                                "H = min(F, allowed - R) = {}",
+                                                                B(*message.allowed), B(f.headroom))
+                                                  : std::string()));
+  e.reasons.push_back(fmt::format(
+      "reserved R = {} = allocated A {} + unallocated U {}{}", B(f.reserved), B(f.allocated),
+      B(f.unallocated),
+      f.private_pools
+          ? fmt::format(" (A includes {} cached in private pools P)", B(f.private_pools))
+          : std::string()));
+  e.reasons.push_back(fmt::format("outside PyTorch's cache O = T - F - R = {} - {} - {} = {}",
+                                  B(f.total), B(f.free), B(f.reserved), B(f.outside)));
+  if (f.others) e.reasons.push_back(fmt::format("other processes hold {}", B(*f.others)));
+
+  if (f.tried > f.total) {
+    e.verdict = OomVerdict::kShortage;
+    e.summary = fmt::format(
+        "shortage: the request ({}) is larger than the whole GPU ({}); no setting helps",
+        B(f.tried), B(f.total));
+    e.reasons.push_back(fmt::format("S = {} > T = {}", B(f.tried), B(f.total)));
+    e.remedies.push_back(
+        {"check_request", "",
+         "Check the shape of the tensor being made: a size this large is usually a bug (a "
+         "wrong dimension, an accidental outer product) or needs sharding across GPUs",
+         fmt::format("{} > total capacity {}", B(f.tried), B(f.total)), std::nullopt});
+    AddSmallerBatch(&e, Sub(f.tried, f.total));
+    return e;
+  }
+  if (f.tried <= f.headroom) {
+    e.verdict = OomVerdict::kUndetermined;
+    e.missing.emplace_back("a free figure below the request");
+    e.summary = fmt::format(
+        "undetermined: the device reported {} free, enough for the {} request, when the message "
+        "was written; memory was probably freed in between (another process, a concurrent "
+        "free), or the driver could not map that much at once",
+        B(f.headroom), B(f.tried));
+    e.reasons.push_back(fmt::format("S = {} <= H = {}", B(f.tried), B(f.headroom)));
+    e.remedies.push_back({"check_other_processes", "",
+                          "Watch the GPU's other users (nvidia-smi --query-compute-apps="
+                          "pid,used_memory --format=csv -l 1) around the failure",
+                          "memory that comes and goes outside this process makes the figures "
+                          "inconsistent",
+                          std::nullopt});
+    AddSmallerBatch(&e, 0);
+    return e;
+  }
+  if (message.allowed && f.tried <= f.free + f.unallocated && f.tried > cached) {
+    e.remedies.push_back({"raise_memory_fraction", "",
+                          "Raise the per-process memory fraction "
+                          "(torch.cuda.set_per_process_memory_fraction) or remove it",
+                          fmt::format("the device had {} free but only {} was allowed beyond the "
+                                      "{} reserved",
+                                      B(f.free), B(f.headroom), B(f.reserved)),
+                          std::nullopt});
+  }
+  if (f.tried <= with_pools) {
+    e.verdict = OomVerdict::kFragmentation;
+    e.summary = fmt::format(
+        "fragmentation: {} was cached by PyTorch but unallocated, enough with the {} free for "
+        "the {} request, but not in one block",
+        B(e.stranded), B(f.headroom), B(f.tried));
+    e.reasons.push_back(
+        fmt::format("H + U{} = {} >= S = {} > H = {}", f.tried > cached ? " + P" : "",
+                    B(f.tried > cached ? with_pools : cached), B(f.tried), B(f.headroom)));
+    if (f.tried > cached) {
+      e.notes.push_back(fmt::format(
+          "only the {} cached in private pools (CUDA graphs, MemPools) makes up the difference; "
+          "the regular allocator cannot use it",
+          B(f.private_pools)));
+      e.remedies.push_back(
+          {"private_pools", "",
+           "Free CUDA graphs that are no longer replayed, or let graphs share one memory pool "
+           "(torch.cuda.graph_pool_handle())",
+           fmt::format("{} sits cached in private pools", B(f.private_pools)), std::nullopt});
+    }
+    AddExpandable(&e, f);
+    AddSplitLimit(&e, f);
+    AddFixedShapes(&e);
+    AddGarbageCollection(&e);
+    AddSmallerBatch(&e, Sub(f.tried, f.headroom));
+    return e;
+  }
+  if (f.others && f.tried <= with_pools + *f.others) {
+    e.verdict = OomVerdict::kOtherProcesses;
+    e.summary = fmt::format(
+        "other processes: {} held by other processes on this GPU; without it the {} request "
+        "would have fit",
+        B(*f.others), B(f.tried));
+    e.reasons.push_back(fmt::format("H + U + P + others = {} >= S = {} > H + U + P = {}",
+                                    B(with_pools + *f.others), B(f.tried), B(with_pools)));
+    std::string pids;
+    for (const OomProcess& p : message.processes) {
+      if (f.self_pid && p.pid == *f.self_pid) continue;
+      if (!pids.empty()) pids += ", ";
+      pids += fmt::format("{} ({})", p.pid, B(p.bytes));
+    }
+    e.remedies.push_back(
+        {"free_other_processes", "",
+         fmt::format("Stop or move the other processes on GPU {}{} (one job per GPU: "
+                     "CUDA_VISIBLE_DEVICES), or check for leftover processes of earlier runs",
+                     message.gpu ? *message.gpu : 0, pids.empty() ? "" : ": " + pids),
+         fmt::format("they hold {}; the job lacked {}", B(*f.others), B(f.tried - with_pools)),
+         std::nullopt});
+    if (f.unallocated * 20 >= f.tried) AddExpandable(&e, f);
+    AddSmallerBatch(&e, f.tried - with_pools);
+    return e;
+  }
+  if (!f.others && f.tried <= with_pools + f.outside) {
+    e.verdict = OomVerdict::kUndetermined;
+    e.missing.emplace_back("memory of other processes");
+    e.summary = fmt::format(
+        "undetermined: the {} outside PyTorch's cache would cover the {} missing, but the message "
+        "does not say how much of it other processes held rather than this process's CUDA "
+        "context and libraries",
+        B(f.outside), B(f.tried - with_pools));
+    e.reasons.push_back(fmt::format("H + U + P + O = {} >= S = {} > H + U + P = {}",
+                                    B(with_pools + f.outside), B(f.tried), B(with_pools)));
+    e.remedies.push_back({"check_other_processes", "",
+                          "Look for other processes on the GPU (nvidia-smi) and stop or move "
+                          "them; PyTorch 2.1+ lists them in this message",
+                          fmt::format("{} of the device was outside PyTorch's cache", B(f.outside)),
+                          std::nullopt});
+    if (f.unallocated * 20 >= f.tried) AddExpandable(&e, f);
+    AddSmallerBatch(&e, f.tried - with_pools);
+    return e;
+  }
+  e.verdict = OomVerdict::kShortage;
+  const std::uint64_t reachable = with_pools + f.others.value_or(0);
+  e.summary = fmt::format(
+      "shortage: the {} request exceeds everything that could be freed up ({}); the job needs "
+      "{} more",
+      B(f.tried), B(reachable), B(f.tried - reachable));
+  if (message.allowed && f.tried <= f.free + f.unallocated) {
+    e.summary += fmt::format(
+        " under the per-process memory fraction ({} allowed); the device itself had room",
+        B(*message.allowed));
+  }
+  e.reasons.push_back(fmt::format("S = {} > H + U + P{} = {}", B(f.tried),
+                                  f.others ? " + others" : "", B(reachable)));
+  AddSmallerBatch(&e, f.tried - reachable);
+  e.remedies.push_back(
+      {"larger_gpu", "",
+       fmt::format("Use a GPU with at least {} (or shard the model: FSDP, "
+                   "tensor parallelism)",
+                   B(f.total + (f.tried - reachable))),
+       fmt::format("total {} + the {} missing", B(f.total), B(f.tried - reachable)), std::nullopt});
+  if (f.unallocated * 20 >= f.tried) AddExpandable(&e, f);
+  return e;
+}
+
+Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
+                                    const VerifyOptions& options, OomExplanation* explanation) {
+  TuneOptions tune;
+  tune.capacity_bytes = options.capacity_bytes;
+  tune.used_by_others_bytes = options.used_by_others_bytes;
+  tune.version = options.version;
+  tune.threads = options.threads;
+  auto combined = [&](const std::string& conf) {
+    if (options.current_conf.empty()) return conf;
+    return options.current_conf + "," + conf;
+  };
+  tune.settings.push_back(options.current_conf);
+  for (const Remedy& r : explanation->remedies) {
+    if (r.alloc_conf.empty()) continue;
+    const std::string conf = combined(r.alloc_conf);
+    if (std::find(tune.settings.begin(), tune.settings.end(), conf) == tune.settings.end()) {
+      tune.settings.push_back(conf);
+    }
+  }
+  Result<std::vector<TuneOutcome>> outcomes = Tune(requests, tune);
+  if (!outcomes.ok()) return outcomes.status();
+  auto check_of = [&](const std::string& conf) -> std::optional<RemedyCheck> {
+    for (const TuneOutcome& o : *outcomes) {
+      if (o.conf != conf) continue;
+      RemedyCheck c;
+      c.oom = o.oom;
+      c.oom_event = o.oom_event;
+      c.oom_step = o.oom_step;
+      c.peak_reserved = o.peak_reserved;
+      if (o.oom && o.oom_reserved > 0) {
+        c.fragmentation_at_oom = static_cast<double>(Sub(o.oom_reserved, o.oom_allocated)) /
+                                 static_cast<double>(o.oom_reserved);
+      }
+      return c;
+    }
+    return std::nullopt;
+  };
+  Verification v;
+  v.request_events = requests.size();
+  v.options = options;
+  v.current = *check_of(options.current_conf);
+  v.reproduced = v.current.oom;
+  for (Remedy& r : explanation->remedies) {
+    if (!r.alloc_conf.empty()) r.check = check_of(combined(r.alloc_conf));
+  }
+  // Re-rank: measured fixes (lowest peak first), untestable remedies, settings that fail.
+  auto group = [](const Remedy& r) {
+    if (!r.check) return 1;
+    return r.check->oom ? 2 : 0;
+  };
+  std::stable_sort(explanation->remedies.begin(), explanation->remedies.end(),
+                   [&](const Remedy& a, const Remedy& b) {
+                     const int ga = group(a), gb = group(b);
+                     if (ga != gb) return ga < gb;
+                     if (ga == 0) return a.check->peak_reserved < b.check->peak_reserved;
+                     if (ga == 2) return a.check->oom_event > b.check->oom_event;
+                     return false;
+                   });
+  return v;
+}
+
+}  // namespace fragscope::analysis

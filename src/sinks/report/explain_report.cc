@@ -1,0 +1,240 @@
+#include "sinks/report/explain_report.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/units.h"
+
+namespace fragscope::sinks {
+namespace {
+
+using analysis::OomExplanation;
+using analysis::Remedy;
+using analysis::RemedyCheck;
+using Json = nlohmann::ordered_json;
+
+std::string B(std::uint64_t bytes) { return FormatBytesLikePyTorch(bytes); }
+
+std::string Where(const OomMessage& m) {
+  std::string s = fmt::format("line {}", m.line);
+  if (m.gpu) s += fmt::format(", GPU {}", *m.gpu);
+  if (m.rank) s += fmt::format(", rank {}", *m.rank);
+  return s;
+}
+
+std::string WordingText(const OomMessage& m) {
+  switch (m.wording) {
+    case OomWording::kClassic:
+      return m.hint_max_split ? "classic wording with the max_split_size_mb hint (PyTorch 1.10-2.0)"
+                              : "classic wording without a hint (PyTorch 1.x before 1.10)";
+    case OomWording::kCapacityOf:
+      if (m.private_pools) return "\"total capacity of\" wording with private pools (PyTorch 2.4+)";
+      return m.hint_expandable
+                 ? "\"total capacity of\" wording with the expandable_segments hint (PyTorch 2.2+)"
+                 : "\"total capacity of\" wording with the max_split_size_mb hint (PyTorch 2.1)";
+    case OomWording::kUnknown:
+      break;
+  }
+  return "no figure list";
+}
+
+std::string CheckText(const RemedyCheck& c) {
+  if (!c.oom) return fmt::format("replay: fits, peak reserved {}", FormatBytes(c.peak_reserved));
+  std::string s = fmt::format("replay: still OOM at request event {}", c.oom_event);
+  if (c.oom_step >= 0) s += fmt::format(" (step {})", c.oom_step);
+  if (c.fragmentation_at_oom) {
+    s += fmt::format(", {:.1f}% of reserved unallocated there", 100.0 * *c.fragmentation_at_oom);
+  }
+  return s;
+}
+
+Json CheckJson(const std::optional<RemedyCheck>& c) {
+  if (!c) return nullptr;
+  Json j = Json::object();
+  j["oom"] = c->oom;
+  j["oom_event_index"] = c->oom ? Json(c->oom_event) : Json(nullptr);
+  j["oom_step"] = c->oom && c->oom_step >= 0 ? Json(c->oom_step) : Json(nullptr);
+  j["peak_reserved_bytes"] = c->peak_reserved;
+  j["fragmentation_at_oom"] =
+      c->fragmentation_at_oom ? Json(*c->fragmentation_at_oom) : Json(nullptr);
+  return j;
+}
+
+template <typename T>
+Json Opt(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+}  // namespace
+
+std::string RenderExplainText(const analysis::ExplainReport& report) {
+  std::string out;
+  const std::size_t n = report.errors.size();
+  out += fmt::format("fragscope explain: {} ({} lines): {} out-of-memory error{}",
+                     report.input == "-" ? "standard input" : report.input, report.lines, n,
+                     n == 1 ? "" : "s");
+  if (n > 1) {
+    std::string where;
+    for (const OomExplanation& e : report.errors) {
+      if (!where.empty()) where += "; ";
+      where += e.message.gpu ? fmt::format("GPU {}", *e.message.gpu) : "GPU ?";
+      if (e.message.rank) where += fmt::format(" rank {}", *e.message.rank);
+      where += fmt::format(" {}", analysis::OomVerdictName(e.verdict));
+    }
+    out += " (" + where + ")";
+  }
+  out += "\n";
+  if (report.dropped_messages > 0) {
+    out += fmt::format("  ({} more distinct messages beyond the limit were not kept)\n",
+                       report.dropped_messages);
+  }
+  if (report.cut_lines > 0) {
+    out += fmt::format("  ({} lines longer than 1 MiB were read only up to 1 MiB)\n",
+                       report.cut_lines);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const OomExplanation& e = report.errors[i];
+    const OomMessage& m = e.message;
+    out += fmt::format("\nError {} of {}: {}: {} out of memory{}\n", i + 1, n, Where(m), m.backend,
+                       m.exception.empty() ? "" : " (" + m.exception + ")");
+    if (m.repeats > 1) {
+      std::string lines;
+      for (std::uint64_t l : m.repeat_lines) lines += fmt::format(" {}", l);
+      out += fmt::format("  repeated {} times (also at line{}{})\n", m.repeats,
+                         m.repeat_lines.size() > 1 ? "s" : "", lines);
+    }
+    out += fmt::format("  wording: {}\n", WordingText(m));
+    if (e.figures) {
+      const analysis::OomFigures& f = *e.figures;
+      out += fmt::format("  tried to allocate {}; GPU total {}, free {}\n", B(f.tried), B(f.total),
+                         B(f.free));
+      out += fmt::format("  PyTorch reserved {} = allocated {} + unallocated {}{}\n", B(f.reserved),
+                         B(f.allocated), B(f.unallocated),
+                         f.private_pools ? fmt::format(" (allocated includes {} in private pools)",
+                                                       B(f.private_pools))
+                                         : std::string());
+      if (m.this_process) out += fmt::format("  this process in total: {}\n", B(*m.this_process));
+      for (const OomProcess& p : m.processes) {
+        out += fmt::format("  process {}: {}{}\n", p.pid, B(p.bytes),
+                           f.self_pid && *f.self_pid == p.pid ? " (probably this process)" : "");
+      }
+    }
+    out += fmt::format("\n  Verdict: {}\n", e.summary);
+    for (const std::string& r : e.reasons) out += "    " + r + "\n";
+    if (e.figures) {
+      out += fmt::format("  Stranded (cached but unusable for this request): {}\n", B(e.stranded));
+    }
+    if (!e.missing.empty()) {
+      std::string list;
+      for (const std::string& x : e.missing) list += (list.empty() ? "" : ", ") + x;
+      out += fmt::format("  Missing: {}\n", list);
+    }
+    for (const std::string& note : e.notes) out += "  Note: " + note + "\n";
+    const bool verified = report.verification && report.verified_error == i;
+    out += verified ? "\n  Remedies, ranked by the replay:\n" : "\n  Remedies, best first:\n";
+    for (std::size_t r = 0; r < e.remedies.size(); ++r) {
+      const Remedy& x = e.remedies[r];
+      out += fmt::format("    {}. {}\n", r + 1, x.action);
+      out += fmt::format("       {}\n", x.why);
+      if (x.check) out += fmt::format("       {}\n", CheckText(*x.check));
+    }
+    if (verified) {
+      const analysis::Verification& v = *report.verification;
+      out +=
+          fmt::format("\n  Replay of {} ({} request events) on {} with {} used outside PyTorch:\n",
+                      v.source, v.request_events, FormatBytes(v.options.capacity_bytes),
+                      FormatBytes(v.options.used_by_others_bytes));
+      out += fmt::format("    current settings ({}): {}\n",
+                         v.options.current_conf.empty() ? "defaults" : v.options.current_conf,
+                         CheckText(v.current));
+      if (!v.reproduced) {
+        out +=
+            "    The replay does not run out of memory with the current settings, so it does "
+            "not reproduce this error (another run, other figures?); the comparison shows "
+            "peak reserved memory only.\n";
+      }
+    }
+  }
+  return out;
+}
+
+std::string RenderExplainJson(const analysis::ExplainReport& report) {
+  Json j = Json::object();
+  j["schema"] = kExplainSchemaName;
+  j["schema_version"] = kExplainSchemaVersion;
+  j["input"] = report.input;
+  j["lines"] = report.lines;
+  j["cut_lines"] = report.cut_lines;
+  j["dropped_messages"] = report.dropped_messages;
+  Json errors = Json::array();
+  for (std::size_t i = 0; i < report.errors.size(); ++i) {
+    const OomExplanation& e = report.errors[i];
+    const OomMessage& m = e.message;
+    Json x = Json::object();
+    x["line"] = m.line;
+    x["last_line"] = m.last_line;
+    x["backend"] = m.backend;
+    x["exception"] = m.exception.empty() ? Json(nullptr) : Json(m.exception);
+    x["gpu"] = Opt(m.gpu);
+    x["rank"] = Opt(m.rank);
+    x["wording"] = OomWordingName(m.wording);
+    x["repeats"] = m.repeats;
+    x["repeat_lines"] = m.repeat_lines;
+    x["truncated"] = m.text_truncated;
+    Json fig = Json::object();
+    fig["tried_bytes"] = Opt(m.tried);
+    fig["total_bytes"] = Opt(m.total);
+    fig["free_bytes"] = Opt(m.free);
+    fig["allocated_bytes"] = Opt(m.allocated);
+    fig["reserved_bytes"] = Opt(m.Reserved());
+    fig["unallocated_bytes"] = Opt(m.Unallocated());
+    fig["private_pools_bytes"] = Opt(m.private_pools);
+    fig["allowed_bytes"] = Opt(m.allowed);
+    fig["this_process_bytes"] = Opt(m.this_process);
+    Json procs = Json::array();
+    for (const OomProcess& p : m.processes) {
+      procs.push_back({{"pid", p.pid},
+                       {"bytes", p.bytes},
+                       {"probably_self", e.figures && e.figures->self_pid == p.pid}});
+    }
+    fig["processes"] = std::move(procs);
+    fig["outside_bytes"] = e.figures ? Json(e.figures->outside) : Json(nullptr);
+    fig["other_processes_bytes"] = e.figures ? Opt(e.figures->others) : Json(nullptr);
+    x["figures"] = std::move(fig);
+    x["verdict"] = analysis::OomVerdictName(e.verdict);
+    x["summary"] = e.summary;
+    x["reasons"] = e.reasons;
+    x["stranded_bytes"] = e.figures ? Json(e.stranded) : Json(nullptr);
+    x["shortfall_bytes"] = e.figures ? Json(e.shortfall) : Json(nullptr);
+    x["missing"] = e.missing;
+    x["notes"] = e.notes;
+    Json remedies = Json::array();
+    for (const Remedy& r : e.remedies) {
+      remedies.push_back({{"id", r.id},
+                          {"alloc_conf", r.alloc_conf.empty() ? Json(nullptr) : Json(r.alloc_conf)},
+                          {"action", r.action},
+                          {"why", r.why},
+                          {"replay", CheckJson(r.check)}});
+    }
+    x["remedies"] = std::move(remedies);
+    x["message"] = m.text;
+    errors.push_back(std::move(x));
+  }
+  j["errors"] = std::move(errors);
+  if (report.verification) {
+    const analysis::Verification& v = *report.verification;
+    j["verification"] = {{"source", v.source},
+                         {"error_index", report.verified_error},
+                         {"request_events", v.request_events},
+                         {"capacity_bytes", v.options.capacity_bytes},
+                         {"used_by_others_bytes", v.options.used_by_others_bytes},
+                         {"current_alloc_conf", v.options.current_conf},
+                         {"current", CheckJson(v.current)},
+                         {"reproduced", v.reproduced}};
+  } else {
+    j["verification"] = nullptr;
+  }
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace fragscope::sinks

@@ -1,0 +1,268 @@
+#include "analysis/explain.h"
+
+#include <algorithm>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+constexpr std::uint64_t MiB = kMiB;
+constexpr std::uint64_t GiB = kGiB;
+
+// A "total capacity of" message (2.2+) with the given figures.
+OomMessage Newer(std::uint64_t tried, std::uint64_t total, std::uint64_t free,
+                 std::uint64_t allocated, std::uint64_t unallocated) {
+  OomMessage m;
+  m.backend = "CUDA";
+  m.wording = OomWording::kCapacityOf;
+  m.gpu = 0;
+  m.tried = tried;
+  m.total = total;
+  m.free = free;
+  m.allocated = allocated;
+  m.unallocated = unallocated;
+  return m;
+}
+
+OomMessage Classic(std::uint64_t tried, std::uint64_t total, std::uint64_t free,
+                   std::uint64_t allocated, std::uint64_t reserved) {
+  OomMessage m;
+  m.backend = "CUDA";
+  m.wording = OomWording::kClassic;
+  m.tried = tried;
+  m.total = total;
+  m.free = free;
+  m.allocated = allocated;
+  m.reserved = reserved;
+  return m;
+}
+
+std::vector<std::string> Ids(const OomExplanation& e) {
+  std::vector<std::string> ids;
+  for (const Remedy& r : e.remedies) ids.push_back(r.id);
+  return ids;
+}
+
+const Remedy* Find(const OomExplanation& e, const std::string& id) {
+  for (const Remedy& r : e.remedies) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
+}
+
+TEST(ExplainTest, FragmentationWhenFreePlusCachedCoversTheRequest) {
+  // S = 2 GiB, F = 1 GiB, U = 1.5 GiB: F + U >= S > F.
+  const OomExplanation e = ExplainOom(Newer(2 * GiB, 16 * GiB, GiB, 13 * GiB, 1536 * MiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);
+  EXPECT_EQ(e.stranded, 1536 * MiB);
+  EXPECT_EQ(e.shortfall, GiB);
+  ASSERT_TRUE(e.figures);
+  EXPECT_EQ(e.figures->reserved, 13 * GiB + 1536 * MiB);
+  EXPECT_EQ(e.figures->outside, 16 * GiB - GiB - (13 * GiB + 1536 * MiB));
+  EXPECT_EQ(Ids(e),
+            (std::vector<std::string>{"expandable_segments", "max_split_size_mb", "fixed_shapes",
+                                      "garbage_collection_threshold", "smaller_batch"}));
+  EXPECT_EQ(Find(e, "max_split_size_mb")->alloc_conf, "max_split_size_mb:1024");
+  EXPECT_EQ(Find(e, "expandable_segments")->alloc_conf, "expandable_segments:True");
+  EXPECT_TRUE(e.missing.empty());
+}
+
+TEST(ExplainTest, BoundaryRequestEqualToFreePlusCachedIsFragmentation) {
+  const OomExplanation e = ExplainOom(Newer(100 * MiB, GiB, 40 * MiB, 500 * MiB, 60 * MiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);
+  // One byte more: the 424 MiB outside PyTorch's cache would cover it, but the message does not
+  // say whose it is.
+  OomMessage m = Newer(100 * MiB + 1, GiB, 40 * MiB, 500 * MiB, 60 * MiB);
+  EXPECT_EQ(ExplainOom(m).verdict, OomVerdict::kUndetermined);
+  // With a "this process" line and no other process, nobody else held it: shortage.
+  m.this_process = 984 * MiB;
+  EXPECT_EQ(ExplainOom(m).verdict, OomVerdict::kShortage);
+}
+
+TEST(ExplainTest, ShortageWhenEvenTheCacheIsNotEnough) {
+  // S = 6 GiB; F = 1 GiB, U = 1 GiB; outside = 24 - 1 - 22 = 1 GiB: not enough either.
+  const OomExplanation e = ExplainOom(Newer(6 * GiB, 24 * GiB, GiB, 21 * GiB, GiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_EQ(Ids(e)[0], "smaller_batch");
+  ASSERT_NE(Find(e, "larger_gpu"), nullptr);
+  EXPECT_NE(Find(e, "larger_gpu")->action.find("28.00 GiB"), std::string::npos);  // 24 + 4
+}
+
+TEST(ExplainTest, RequestLargerThanTheGpu) {
+  const OomExplanation e = ExplainOom(Newer(100 * GiB, 24 * GiB, 20 * GiB, GiB, 0));
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_EQ(Ids(e)[0], "check_request");
+}
+
+TEST(ExplainTest, OtherProcessesWhenTheirMemoryWouldHaveSufficed) {
+  OomMessage m = Newer(4 * GiB, 44 * GiB, GiB, 25 * GiB, 512 * MiB);
+  m.this_process = 27 * GiB;
+  m.processes = {{70021, 9 * GiB}, {70544, 6 * GiB}};
+  const OomExplanation e = ExplainOom(m);
+  EXPECT_EQ(e.verdict, OomVerdict::kOtherProcesses);
+  ASSERT_TRUE(e.figures->others);
+  EXPECT_EQ(*e.figures->others, 15 * GiB);
+  EXPECT_EQ(Ids(e)[0], "free_other_processes");
+  EXPECT_NE(e.remedies[0].action.find("70021 (9.00 GiB), 70544 (6.00 GiB)"), std::string::npos);
+}
+
+TEST(ExplainTest, OwnProcessListedByPidIsNotCountedAsOther) {
+  // No "this process" line; process 12 holds more than PyTorch reserved: it is this process.
+  OomMessage m = Newer(3 * GiB, 16 * GiB, GiB, 13 * GiB, GiB);
+  m.processes = {{12, 15 * GiB}};
+  const OomExplanation e = ExplainOom(m);
+  ASSERT_TRUE(e.figures->self_pid);
+  EXPECT_EQ(*e.figures->self_pid, 12u);
+  EXPECT_EQ(*e.figures->others, 0u);
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  // The same list with a small second process: that one is another process.
+  m.processes = {{12, 15 * GiB}, {99, 2 * GiB}};
+  const OomExplanation f = ExplainOom(m);
+  EXPECT_EQ(*f.figures->others, 2 * GiB);
+  EXPECT_EQ(f.verdict, OomVerdict::kOtherProcesses);
+}
+
+TEST(ExplainTest, ClassicWordingCannotTellOtherProcessesFromTheContext) {
+  // S = 3 GiB; F + U = 1 + 1 GiB; outside = 16 - 1 - 12 = 3 GiB would cover it, but the
+  // classic wording does not list processes.
+  const OomExplanation e = ExplainOom(Classic(3 * GiB, 16 * GiB, GiB, 11 * GiB, 12 * GiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kUndetermined);
+  EXPECT_EQ(e.missing, std::vector<std::string>{"memory of other processes"});
+  EXPECT_EQ(e.figures->unallocated, GiB);
+}
+
+TEST(ExplainTest, ClassicFragmentationNotesTheVersion) {
+  const OomExplanation e = ExplainOom(Classic(512 * MiB, 16 * GiB, 300 * MiB, 12 * GiB, 15 * GiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);
+  EXPECT_NE(Find(e, "expandable_segments")->why.find("PyTorch 2.1 or newer"), std::string::npos);
+  EXPECT_EQ(Find(e, "max_split_size_mb")->alloc_conf, "max_split_size_mb:256");
+}
+
+TEST(ExplainTest, PrivatePoolsCanTipTheVerdict) {
+  // S = 1.5 GiB; F + U = 0.6 + 0.4 = 1 GiB; with P = 1.2 GiB: 2.2 GiB.
+  OomMessage m = Newer(1536 * MiB, 40 * GiB, 612 * MiB, 37 * GiB, 410 * MiB);
+  m.private_pools = 1228 * MiB;
+  const OomExplanation e = ExplainOom(m);
+  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);
+  EXPECT_EQ(e.stranded, 410 * MiB + 1228 * MiB);
+  EXPECT_EQ(Ids(e)[0], "private_pools");
+}
+
+TEST(ExplainTest, MemoryFractionLimit) {
+  // Free 11.6 GiB, but only 11.1 - 10.5 GiB = 624 MiB allowed beyond reserved: H = 624 MiB.
+  OomMessage m = Classic(GiB, 22 * GiB, 11 * GiB + 600 * MiB, 10 * GiB, 10 * GiB + 500 * MiB);
+  m.allowed = 11 * GiB + 100 * MiB;
+  OomExplanation e = ExplainOom(m);
+  EXPECT_EQ(e.figures->headroom, 624 * MiB);
+  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);  // 624 + 500 MiB >= 1 GiB
+  EXPECT_EQ(Find(e, "raise_memory_fraction"), nullptr);
+  // 1.5 GiB: H + U = 1124 MiB is not enough, the device's free memory would be: the limit is
+  // what stops it.
+  m.tried = 1536 * MiB;
+  e = ExplainOom(m);
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_EQ(Ids(e)[0], "raise_memory_fraction");
+}
+
+TEST(ExplainTest, EnoughFreeIsUndetermined) {
+  const OomExplanation e = ExplainOom(Newer(GiB, 16 * GiB, 2 * GiB, 10 * GiB, 0));
+  EXPECT_EQ(e.verdict, OomVerdict::kUndetermined);
+}
+
+TEST(ExplainTest, MissingFiguresAreNamed) {
+  OomMessage m;
+  m.backend = "CUDA";
+  m.wording = OomWording::kCapacityOf;
+  m.tried = 768 * MiB;
+  m.total = 79 * GiB;
+  EXPECT_EQ(MissingFigures(m),
+            (std::vector<std::string>{"free", "allocated", "reserved but unallocated"}));
+  const OomExplanation e = ExplainOom(m);
+  EXPECT_EQ(e.verdict, OomVerdict::kUndetermined);
+  EXPECT_FALSE(e.figures);
+  EXPECT_NE(e.summary.find("'free', 'allocated', 'reserved but unallocated'"), std::string::npos);
+  EXPECT_EQ(Ids(e)[0], "record_snapshot");
+  OomMessage classic;
+  classic.wording = OomWording::kClassic;
+  EXPECT_EQ(MissingFigures(classic),
+            (std::vector<std::string>{"Tried to allocate", "total capacity", "free", "allocated",
+                                      "reserved"}));
+}
+
+TEST(ExplainTest, TriedNoteForSmallAndMidSizes) {
+  auto notes_of = [](std::uint64_t tried) {
+    std::string all;
+    for (const std::string& n : ExplainOom(Newer(tried, GiB, 0, GiB / 2, GiB / 4)).notes) {
+      all += n;
+    }
+    return all;
+  };
+  EXPECT_NE(notes_of(2 * MiB).find("at most 1 MiB"), std::string::npos);
+  EXPECT_NE(notes_of(20 * MiB).find("between 1 MiB and 10 MiB"), std::string::npos);
+  EXPECT_NE(notes_of(300 * MiB).find("not necessarily the tensor's size"), std::string::npos);
+}
+
+// The trace of tests/data/explain/fragmented_oom.jsonl (README there), built in memory.
+std::vector<Event> FragmentedTrace() {
+  std::vector<Event> events;
+  auto alloc = [&](std::uint64_t id, std::uint64_t size) {
+    Event e;
+    e.action = Action::kAlloc;
+    e.addr = id;
+    e.size = size;
+    events.push_back(e);
+  };
+  auto free = [&](std::uint64_t id) {
+    Event e;
+    e.action = Action::kFreeRequested;
+    e.addr = id;
+    events.push_back(e);
+  };
+  alloc(1, 120 * MiB);
+  free(1);
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    alloc(10 + i, 20 * MiB);
+    alloc(20 + i, 20 * MiB);
+  }
+  for (std::uint64_t i = 0; i < 3; ++i) free(10 + i);
+  alloc(30, 80 * MiB);
+  return events;
+}
+
+TEST(VerifyRemediesTest, ReranksByTheReplay) {
+  OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  ASSERT_EQ(e.verdict, OomVerdict::kFragmentation);
+  VerifyOptions options;
+  options.capacity_bytes = 160 * MiB;
+  options.threads = 1;
+  Result<Verification> v = VerifyRemedies(FragmentedTrace(), options, &e);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_TRUE(v->reproduced);
+  EXPECT_EQ(v->current.peak_reserved, 120 * MiB);
+  ASSERT_TRUE(v->current.fragmentation_at_oom);
+  EXPECT_DOUBLE_EQ(*v->current.fragmentation_at_oom, 0.5);
+  EXPECT_EQ(Ids(e),
+            (std::vector<std::string>{"expandable_segments", "max_split_size_mb", "fixed_shapes",
+                                      "smaller_batch", "garbage_collection_threshold"}));
+  EXPECT_FALSE(e.remedies[0].check->oom);
+  EXPECT_EQ(e.remedies[0].check->peak_reserved, 140 * MiB);
+  EXPECT_FALSE(e.remedies[1].check->oom);
+  EXPECT_EQ(e.remedies[1].check->peak_reserved, 160 * MiB);
+  EXPECT_FALSE(e.remedies[2].check);
+  EXPECT_TRUE(e.remedies[4].check->oom);
+}
+
+TEST(VerifyRemediesTest, BadCurrentSettingsAreAnError) {
+  OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  VerifyOptions options;
+  options.capacity_bytes = 160 * MiB;
+  options.current_conf = "no_such_option:1";
+  EXPECT_FALSE(VerifyRemedies(FragmentedTrace(), options, &e).ok());
+}
+
+}  // namespace
+}  // namespace fragscope::analysis

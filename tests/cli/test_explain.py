@@ -1,0 +1,249 @@
+"""Tests of `fragscope explain` against the built binary.
+
+The message fixtures are in tests/data/oom_text (README there); the replay fixture
+tests/data/explain/fragmented_oom.jsonl is worked out in tests/data/explain/README.md: on a
+160 MiB device the defaults run out of memory on an 80 MiB request with 40 MiB free on the
+device and 60 MiB cached in three 20 MiB gaps; expandable_segments:True and max_split_size_mb:32
+both make it fit.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("FRAGSCOPE_BIN", "")
+DATA = "tests/data/oom_text/"
+TRACE = "tests/data/explain/fragmented_oom.jsonl"
+MESSAGE = "tests/data/explain/fragmented_oom.txt"
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                                reason="FRAGSCOPE_BIN is not set to the built fragscope")
+
+
+def run(*args, stdin=None):
+    return subprocess.run([BIN, "explain", *args], cwd=SOURCE_DIR, capture_output=True,
+                          timeout=300, input=stdin)
+
+
+def explain_json(*args, stdin=None):
+    r = run(*args, "--json", stdin=stdin)
+    assert r.returncode == 0, r.stderr.decode()
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "fragscope.explain"
+    assert doc["schema_version"] == 1
+    return doc
+
+
+@pytest.mark.parametrize("name,verdict", [
+    ("classic_pre110.txt", "fragmentation"),
+    ("classic_hint.txt", "fragmentation"),
+    ("capacity_of_21.txt", "fragmentation"),
+    ("capacity_of_22.txt", "fragmentation"),
+    ("private_pools.txt", "fragmentation"),
+    ("other_processes.txt", "other_processes"),
+    ("container_self.txt", "fragmentation"),
+    ("shortage.txt", "shortage"),
+    ("rocm_hip.txt", "fragmentation"),
+    ("json_log.jsonl", "fragmentation"),
+])
+def test_verdict_of_each_wording(name, verdict):
+    doc = explain_json(DATA + name)
+    assert len(doc["errors"]) == 1
+    assert doc["errors"][0]["verdict"] == verdict
+    assert doc["errors"][0]["missing"] == []
+    assert doc["verification"] is None
+
+
+def test_small_request_note_and_no_split_limit():
+    # "Tried to allocate 20.00 MiB": the large pool's smallest segment; max_split_size_mb
+    # cannot protect it (the minimum is 20 MiB).
+    doc = explain_json(DATA + "classic_pre110.txt")
+    e = doc["errors"][0]
+    assert any("between 1 MiB and 10 MiB" in n for n in e["notes"])
+    assert all(r["id"] != "max_split_size_mb" for r in e["remedies"])
+    assert e["stranded_bytes"] == round(9.88 * 1024 * MiB) - round(9.81 * 1024 * MiB)
+
+
+def test_fragmentation_text_report_names_stranded_memory_and_remedies():
+    r = run(DATA + "classic_hint.txt")
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    # 14.90 GiB reserved - 12.10 GiB allocated = 2.80 GiB stranded.
+    assert "Verdict: fragmentation" in out
+    assert "Stranded (cached but unusable for this request): 2.80 GiB" in out
+    assert "1. Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+    assert "needs PyTorch 2.1 or newer" in out  # a classic (<= 2.0) message
+    # 512 MiB request: half is 256 MiB, a power of two.
+    assert "2. Set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256" in out
+    assert "segment size the allocator asked the driver for" in out
+    assert "line 4" in out
+
+
+def test_json_figures_and_remedies():
+    doc = explain_json(DATA + "other_processes.txt")
+    e = doc["errors"][0]
+    assert e["gpu"] == 3
+    assert e["wording"] == "capacity_of"
+    assert e["figures"]["processes"] == [
+        {"pid": 70021, "bytes": 9 * 1024 * MiB, "probably_self": False},
+        {"pid": 70544, "bytes": int(6.5 * 1024 * MiB), "probably_self": False}]
+    assert e["figures"]["other_processes_bytes"] == int(15.5 * 1024 * MiB)
+    assert e["remedies"][0]["id"] == "free_other_processes"
+    assert "70021" in e["remedies"][0]["action"]
+    assert e["stranded_bytes"] == 512 * MiB
+
+
+def test_shortage_names_the_missing_amount():
+    doc = explain_json(DATA + "shortage.txt")
+    e = doc["errors"][0]
+    # 6.00 GiB - (2.31 GiB free + 330.00 MiB unallocated)
+    missing = 6 * 1024 * MiB - round(2.31 * 1024 * MiB) - 330 * MiB
+    assert e["summary"].startswith("shortage")
+    assert e["remedies"][0]["id"] == "smaller_batch"
+    assert e["shortfall_bytes"] == 6 * 1024 * MiB - round(2.31 * 1024 * MiB)
+    assert any(r["id"] == "larger_gpu" for r in e["remedies"])
+    assert round(missing / (1024 * MiB), 2) == 3.37
+    assert e["summary"].endswith("the job needs 3.37 GiB more")
+
+
+def test_multi_gpu_log_reports_each_error_with_rank():
+    doc = explain_json(DATA + "multi_gpu.log")
+    errors = doc["errors"]
+    assert [(e["rank"], e["gpu"], e["verdict"]) for e in errors] == [
+        (2, 2, "fragmentation"), (3, 3, "shortage")]
+    assert errors[0]["repeats"] == 2
+    assert errors[0]["repeat_lines"] == [16]
+    r = run(DATA + "multi_gpu.log")
+    assert "2 out-of-memory errors (GPU 2 rank 2 fragmentation; GPU 3 rank 3 shortage)" in \
+        r.stdout.decode()
+
+
+def test_reads_standard_input():
+    with open(os.path.join(SOURCE_DIR, DATA, "capacity_of_22.txt"), "rb") as f:
+        text = f.read()
+    doc = explain_json(stdin=text)
+    assert doc["input"] == "-"
+    assert doc["errors"][0]["verdict"] == "fragmentation"
+    doc = explain_json("-", stdin=text)
+    assert doc["errors"][0]["figures"]["tried_bytes"] == 8 * 1024 * MiB
+
+
+def test_garbage_exits_2_with_a_clear_message():
+    r = run(DATA + "garbage.txt")
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "no out-of-memory message in 5 lines" in err
+    assert r.stdout == b""
+
+
+def test_truncated_message_names_missing_figures():
+    r = run(DATA + "truncated.txt")
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "truncated.txt:1: found 'CUDA out of memory' but no 'free', 'allocated', " \
+        "'reserved but unallocated' figures" in err
+    assert "Verdict: the message has no" in r.stdout.decode()
+
+
+def test_cuda_runtime_error_is_explained_as_such():
+    r = run(DATA + "cuda_error.txt")
+    assert r.returncode == 2
+    assert "comes from the CUDA runtime" in r.stdout.decode()
+    assert "cuda_error.txt:4: found 'CUDA out of memory' but no 'Tried to allocate'" in \
+        r.stderr.decode()
+
+
+def test_missing_file_and_bad_flags():
+    r = run("tests/data/oom_text/nope.txt")
+    assert r.returncode == 2
+    assert "nope.txt: no such file" in r.stderr.decode()
+    r = run(DATA + "shortage.txt", "--error", "3", "--trace", TRACE)
+    assert r.returncode == 2
+    assert "--error 3: the input has 1 out-of-memory message" in r.stderr.decode()
+    r = run(DATA + "shortage.txt", "--trace", TRACE, "--snapshot", "x.pickle")
+    assert r.returncode == 2
+    r = run(DATA + "shortage.txt", "--alloc-conf", "bogus:1")
+    assert r.returncode == 2
+    assert "--alloc-conf" in r.stderr.decode()
+
+
+def test_trace_verification_reranks_by_measured_result():
+    doc = explain_json(MESSAGE, "--trace", TRACE)
+    e = doc["errors"][0]
+    assert e["verdict"] == "fragmentation"
+    assert e["stranded_bytes"] == 60 * MiB
+    v = doc["verification"]
+    assert v["capacity_bytes"] == 160 * MiB
+    assert v["used_by_others_bytes"] == 0  # 160 - 40 free - 120 reserved
+    assert v["reproduced"] is True
+    assert v["current"]["oom"] is True
+    assert v["current"]["peak_reserved_bytes"] == 120 * MiB
+    assert v["current"]["fragmentation_at_oom"] == pytest.approx(0.5)  # 60 of 120 MiB
+    by_id = {r["id"]: r for r in e["remedies"]}
+    assert by_id["expandable_segments"]["replay"]["oom"] is False
+    assert by_id["expandable_segments"]["replay"]["peak_reserved_bytes"] == 140 * MiB
+    # 80 MiB request: half is 40, down to a power of two: 32.
+    assert by_id["max_split_size_mb"]["alloc_conf"] == "max_split_size_mb:32"
+    assert by_id["max_split_size_mb"]["replay"]["oom"] is False
+    assert by_id["max_split_size_mb"]["replay"]["peak_reserved_bytes"] == 160 * MiB
+    assert by_id["garbage_collection_threshold"]["replay"]["oom"] is True
+    assert by_id["fixed_shapes"]["replay"] is None
+    # Fixes first (lowest peak first), then what a replay cannot test, then what failed.
+    assert [r["id"] for r in e["remedies"]] == [
+        "expandable_segments", "max_split_size_mb", "fixed_shapes", "smaller_batch",
+        "garbage_collection_threshold"]
+
+
+def test_trace_verification_text():
+    r = run(MESSAGE, "--trace", TRACE)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "Remedies, ranked by the replay:" in out
+    assert "replay: fits, peak reserved 140.0 MiB" in out
+    assert "current settings (defaults): replay: still OOM at request event 14 (step 2), " \
+        "50.0% of reserved unallocated there" in out
+
+
+def test_trace_verification_on_a_device_where_it_fits():
+    doc = explain_json(MESSAGE, "--trace", TRACE, "--capacity", "1GiB")
+    v = doc["verification"]
+    assert v["capacity_bytes"] == 1024 * MiB
+    assert v["reproduced"] is False
+    r = run(MESSAGE, "--trace", TRACE, "--capacity", "1GiB")
+    assert "does not reproduce this error" in r.stdout.decode()
+
+
+def test_current_settings_are_combined_with_remedies():
+    doc = explain_json(MESSAGE, "--trace", TRACE, "--alloc-conf", "max_split_size_mb:32")
+    v = doc["verification"]
+    assert v["current_alloc_conf"] == "max_split_size_mb:32"
+    assert v["current"]["oom"] is False  # the job's own setting already fits
+
+
+def test_snapshot_replay_path():
+    doc = explain_json(MESSAGE, "--snapshot", "tests/data/cli/snapshot_small.pickle",
+                       "--capacity", "8GiB")
+    v = doc["verification"]
+    assert v["source"] == "tests/data/cli/snapshot_small.pickle"
+    assert v["request_events"] > 0
+    assert v["current"]["oom"] is False
+
+
+def test_allocator_trace_is_refused_for_verification():
+    r = run(MESSAGE, "--trace", "tests/data/cli/allocator_basic.jsonl")
+    assert r.returncode == 2
+    assert "allocator trace" in r.stderr.decode()
+
+
+def test_help_teaches():
+    r = subprocess.run([BIN, "explain", "--help"], capture_output=True, timeout=60)
+    assert r.returncode == 0
+    out = r.stdout.decode()
+    assert "Examples:" in out
+    assert "--trace" in out and "--snapshot" in out
