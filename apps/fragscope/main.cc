@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "alerts_command.h"
 #include "analyze_command.h"
 #include "command.h"
 #include "convert_command.h"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddReplayCommand(app));
   commands.push_back(fragscope::cli::AddTuneCommand(app));
   commands.push_back(fragscope::cli::AddConvertCommand(app));
+  commands.push_back(fragscope::cli::AddAlertsCommand(app));
 
   try {
     app.parse(argc, argv);
