@@ -10,7 +10,7 @@ packages=(
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest
-  libtomlplusplus-dev libcpp-httplib-dev libssl-dev prometheus   # alerts: rules, webhooks, promtool
+  libtomlplusplus-dev libcpp-httplib-dev libssl-dev prometheus python3-yaml  # alerts, deploy/ checks
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
   packages+=(python3-torch libopenblas0-pthread)
