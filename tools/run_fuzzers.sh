@@ -21,6 +21,7 @@ declare -A max_len=(
   # Room for the small snapshot fixtures (2-8 KiB) and for payloads beyond small caps.
   [pickle_reader]=16384
   [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
+  [alert_config]=16384  # a TOML rules file; real ones are a few KiB
 )
 
 targets=("$@")
