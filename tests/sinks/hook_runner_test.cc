@@ -445,6 +445,19 @@ TEST(HookRunnerTest, FullQueueDropsAndCountsWithoutBlocking) {
   EXPECT_THAT(log.all(), HasSubstr("1 queue full"));
 }
 
+TEST(HookRunnerTest, RuleWithoutHooksIsOnlyLogged) {
+  LogCapture log;
+  {
+    HookRunner runner({}, {}, log.logger());
+    AlertNotification n = Notification("Quiet");
+    n.hooks.clear();
+    n.series = {{"pid", "9"}};
+    EXPECT_FALSE(runner.Submit(n));
+    EXPECT_EQ(runner.stats().submitted, 0u);
+  }
+  EXPECT_THAT(log.all(), HasSubstr("alerts: Quiet firing {pid=\"9\"} (no hooks)"));
+}
+
 TEST(HookRunnerTest, FailedHookIsLoggedWithItsOutput) {
   TempDir dir;
   LogCapture log;

@@ -304,25 +304,40 @@ bool HookRunner::Submit(const AlertNotification& n) {
     return false;
   }
   if (n.state == analysis::AlertState::kResolved && !n.send_resolved) return false;
-  if (n.hooks.empty()) return false;
+  if (n.hooks.empty()) {
+    // A rule without hooks is only logged.
+    std::string series;
+    for (const auto& [key, value] : n.series) {
+      series += fmt::format("{}{}=\"{}\"", series.empty() ? "" : ",", key, value);
+    }
+    Log(fmt::format("alerts: {} {} {{{}}} (no hooks)", n.rule, analysis::AlertStateName(n.state),
+                    series));
+    return false;
+  }
   analysis::AlertTime now = clock_();
   std::uint64_t suppressed = 0;
+  bool overflow = false;
   {
+    // The logger runs outside mu_, so a slow logger never holds up the delivery thread.
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.submitted;
     if (!Admit(n.rule, now)) return false;
-    if (queue_.size() >= options_.queue_capacity) {
+    overflow = queue_.size() >= options_.queue_capacity;
+    if (overflow) {
       ++stats_.queue_overflow;
-      Log(fmt::format("alerts: delivery queue full ({}), dropped {} {}", options_.queue_capacity,
-                      n.rule, analysis::AlertStateName(n.state)));
-      return false;
+    } else {
+      auto it = suppressed_since_log_.find(n.rule);
+      if (it != suppressed_since_log_.end()) {
+        suppressed = it->second;
+        suppressed_since_log_.erase(it);
+      }
+      queue_.push_back(n);
     }
-    auto it = suppressed_since_log_.find(n.rule);
-    if (it != suppressed_since_log_.end()) {
-      suppressed = it->second;
-      suppressed_since_log_.erase(it);
-    }
-    queue_.push_back(n);
+  }
+  if (overflow) {
+    Log(fmt::format("alerts: delivery queue full ({}), dropped {} {}", options_.queue_capacity,
+                    n.rule, analysis::AlertStateName(n.state)));
+    return false;
   }
   if (suppressed > 0) {
     Log(fmt::format("alerts: rate limit: {} notification(s) of rule {} were not delivered",

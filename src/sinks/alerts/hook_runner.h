@@ -77,8 +77,9 @@ class HookRunner {
   HookRunner& operator=(const HookRunner&) = delete;
 
   /// Queues `n` for its hooks, unless it is a pending notification (never delivered), a
-  /// resolved one of a rule with send_resolved = false, over a rate limit, or the queue is
-  /// full. Never blocks on delivery. Returns whether it was queued.
+  /// resolved one of a rule with send_resolved = false, has no hooks (then it is only
+  /// logged), is over a rate limit, or the queue is full. Never blocks on delivery. Returns
+  /// whether it was queued.
   bool Submit(const AlertNotification& n);
   /// Blocks until everything queued so far has been delivered (for the CLI and tests).
   void Flush();
