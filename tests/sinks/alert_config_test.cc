@@ -159,6 +159,34 @@ TEST(AlertConfigTest, TomlSyntaxErrorHasPosition) {
   EXPECT_THAT(ErrorOf("[[rules]]\nname = \"a\nmetric = 3\n"), HasSubstr("rules.toml:2:"));
 }
 
+// toml++ 3.3.0 has undefined behaviour on some non-ASCII code points outside strings (found
+// by the alert_config fuzzer): they are rejected before it parses; inside strings and
+// comments they are fine.
+TEST(AlertConfigTest, NonAsciiOnlyInStringsAndComments) {
+  std::string ok = std::string("# commentaire élevé\n") + kMinimal +
+                   "summary = \"Fragmentation élevée Ж ⴀ\"\n"
+                   "labels = { \"équipe\" = 'ml Ж', x = \"\"\"\nmulti é\\\n  ok é\"\"\" }\n";
+  Result<AlertConfig> config = ParseAlertConfig(ok, "rules.toml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->rules[0].summary, "Fragmentation élevée Ж ⴀ");
+  EXPECT_EQ(config->rules[0].labels.at("équipe"), "ml Ж");
+  EXPECT_EQ(config->rules[0].labels.at("x"), "multi éok é");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "labels = { é = \"x\" }\n"),
+            "rules.toml:7:12: non-ASCII character outside a string or comment");
+  EXPECT_EQ(ErrorOf("[hooks\xd2\x89]\n"),
+            "rules.toml:1:7: non-ASCII character outside a string or comment");
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "summary = \"\"\"a \\\n  é\"\"\"\n"),
+            "rules.toml:8:3: non-ASCII character right after a line-ending backslash");
+  // A quote right after a value does not start a string.
+  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "summary = 0.5\"é\"\n"),
+            "rules.toml:7:15: non-ASCII character outside a string or comment");
+  // Escaped quotes and backslashes do not end a string early.
+  Result<AlertConfig> escaped =
+      ParseAlertConfig(std::string(kMinimal) + "summary = \"a \\\" é \\\\\" # é\n", "rules.toml");
+  ASSERT_TRUE(escaped.ok()) << escaped.status().ToString();
+  EXPECT_EQ(escaped->rules[0].summary, "a \" é \\");
+}
+
 TEST(AlertConfigTest, MissingFile) {
   Result<AlertConfig> config = LoadAlertConfig("/nonexistent/fragscope.toml");
   ASSERT_FALSE(config.ok());

@@ -561,7 +561,126 @@ Status ConfigReader::Read(const toml::table& root, AlertConfig* config) {
 
 }  // namespace
 
+namespace {
+
+// toml++ 3.3.0 (Debian 12) reaches __builtin_unreachable() -- undefined behaviour -- when it
+// asks whether some non-ASCII code points are whitespace: in
+// toml::impl::is_non_ascii_horizontal_whitespace, e.g. U+0489 or U+00E9 outside a string, or
+// right after a line-ending backslash in a multi-line basic string (found by the
+// alert_config fuzzer). TOML allows non-ASCII only inside strings and comments, so this scan
+// rejects every other place before toml++ sees the text. Strings and comments are tracked
+// with the TOML 1.0 lexical rules; a scan that disagrees with the real parser only changes
+// which error is reported for an already invalid file.
+Status RejectNonAsciiOutsideStrings(std::string_view text, std::string_view path) {
+  enum class Mode { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
+  Mode mode = Mode::kCode;
+  std::size_t line = 1, column = 1;
+  bool after_continuation = false;  // multi-line basic: after a line-ending backslash
+  // A quote opens a string only where TOML allows one: at the start of a key (line start,
+  // after '[' or '.') or of a value (after '=', '[', ',' or '{'). "0.5\"é" is not a string
+  // (toml++ reads it as one bad value token, and that is where it meets the é).
+  char previous = '\n';  // the last character in code that is not a space or tab
+  auto error = [&](std::string_view what) {
+    return Status::InvalidArgument(fmt::format("{}:{}:{}: {}", path, line, column, what));
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool ascii = static_cast<unsigned char>(c) < 0x80;
+    const auto starts = [&](std::string_view s) { return text.substr(i, s.size()) == s; };
+    const auto run_of = [&](char q) {  // a closing delimiter may carry up to 2 more quotes
+      std::size_t n = 0;
+      while (i + n < text.size() && text[i + n] == q && n < 5) ++n;
+      return n;
+    };
+    std::size_t skip = 0;  // extra bytes consumed with c
+    switch (mode) {
+      case Mode::kCode:
+        if (!ascii) return error("non-ASCII character outside a string or comment");
+        if (c == ' ' || c == '\t' || c == '\r') break;
+        if (c == '#') {
+          mode = Mode::kComment;
+        } else if ((c == '"' || c == '\'') &&
+                   std::string_view("\n=[,{.").find(previous) == std::string_view::npos) {
+          previous = c;  // not where a string may start: the quote is just a bad character
+        } else if (starts("\"\"\"")) {
+          mode = Mode::kMultiBasic;
+          skip = 2;
+        } else if (starts("'''")) {
+          mode = Mode::kMultiLiteral;
+          skip = 2;
+        } else if (c == '"') {
+          mode = Mode::kBasic;
+        } else if (c == '\'') {
+          mode = Mode::kLiteral;
+        }
+        previous = c;
+        break;
+      case Mode::kComment:
+        if (c == '\n') {
+          mode = Mode::kCode;
+          previous = '\n';
+        }
+        break;
+      case Mode::kBasic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
+          skip = static_cast<unsigned char>(text[i + 1]) < 0x80 ? 1 : 0;
+        } else if (c == '"' || c == '\n') {
+          mode = Mode::kCode;  // a newline ends it too (toml++ reports that error)
+          if (c == '\n') previous = '\n';
+        }
+        break;
+      case Mode::kLiteral:
+        if (c == '\'' || c == '\n') {
+          mode = Mode::kCode;
+          if (c == '\n') previous = '\n';
+        }
+        break;
+      case Mode::kMultiBasic:
+        if (after_continuation && c != ' ' && c != '\t' && c != '\r' && c != '\n') {
+          after_continuation = false;
+          if (!ascii) return error("non-ASCII character right after a line-ending backslash");
+        }
+        if (c == '\\') {
+          std::size_t j = i + 1;
+          while (j < text.size() && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
+          if (j < text.size() && text[j] == '\n') {
+            after_continuation = true;
+          } else if (i + 1 < text.size()) {
+            if (static_cast<unsigned char>(text[i + 1]) >= 0x80) {
+              return error("non-ASCII character after a backslash");
+            }
+            skip = 1;
+          }
+        } else if (starts("\"\"\"")) {
+          skip = run_of('"') - 1;
+          mode = Mode::kCode;
+        }
+        break;
+      case Mode::kMultiLiteral:
+        if (starts("'''")) {
+          skip = run_of('\'') - 1;
+          mode = Mode::kCode;
+        }
+        break;
+    }
+    for (std::size_t k = 0; k <= skip && i + k < text.size(); ++k) {
+      const char b = text[i + k];
+      if (b == '\n') {
+        ++line;
+        column = 1;
+      } else if ((static_cast<unsigned char>(b) & 0xC0) != 0x80) {
+        ++column;  // columns count code points, as toml++'s do
+      }
+    }
+    i += skip;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<AlertConfig> ParseAlertConfig(std::string_view text, std::string_view path) {
+  FRAGSCOPE_RETURN_IF_ERROR(RejectNonAsciiOutsideStrings(text, path));
   toml::table root;
   try {
     root = toml::parse(text, path);
