@@ -160,8 +160,9 @@ TEST(AlertConfigTest, TomlSyntaxErrorHasPosition) {
 }
 
 // toml++ 3.3.0 has undefined behaviour on some non-ASCII code points outside strings (found
-// by the alert_config fuzzer): they are rejected before it parses; inside strings and
-// comments they are fine.
+// by the alert_config fuzzer; alert_config.cc compiles its lookup so that it answers "not
+// whitespace"). Non-ASCII inside strings and comments is fine; elsewhere it is an error with
+// its place. The asan-ubsan build of this test fails if the undefined behaviour is back.
 TEST(AlertConfigTest, NonAsciiOnlyInStringsAndComments) {
   std::string ok = std::string("# commentaire élevé\n") + kMinimal +
                    "summary = \"Fragmentation élevée Ж ⴀ\"\n"
@@ -171,15 +172,11 @@ TEST(AlertConfigTest, NonAsciiOnlyInStringsAndComments) {
   EXPECT_EQ(config->rules[0].summary, "Fragmentation élevée Ж ⴀ");
   EXPECT_EQ(config->rules[0].labels.at("équipe"), "ml Ж");
   EXPECT_EQ(config->rules[0].labels.at("x"), "multi éok é");
-  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "labels = { é = \"x\" }\n"),
-            "rules.toml:7:12: non-ASCII character outside a string or comment");
-  EXPECT_EQ(ErrorOf("[hooks\xd2\x89]\n"),
-            "rules.toml:1:7: non-ASCII character outside a string or comment");
-  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "summary = \"\"\"a \\\n  é\"\"\"\n"),
-            "rules.toml:8:3: non-ASCII character right after a line-ending backslash");
-  // A quote right after a value does not start a string.
-  EXPECT_EQ(ErrorOf(std::string(kMinimal) + "summary = 0.5\"é\"\n"),
-            "rules.toml:7:15: non-ASCII character outside a string or comment");
+  EXPECT_THAT(ErrorOf(std::string(kMinimal) + "labels = { é = \"x\" }\n"),
+              HasSubstr("rules.toml:7:12: "));
+  EXPECT_THAT(ErrorOf("[hooks\xd2\x89]\n"), HasSubstr("rules.toml:1:"));
+  EXPECT_THAT(ErrorOf(std::string(kMinimal) + "summary = 0.5\"é\"\n"), HasSubstr("rules.toml:7:"));
+  EXPECT_THAT(ErrorOf(std::string(kMinimal) + "summary = 0.5[\"é\"\n"), HasSubstr("rules.toml:7:"));
   // Escaped quotes and backslashes do not end a string early.
   Result<AlertConfig> escaped =
       ParseAlertConfig(std::string(kMinimal) + "summary = \"a \\\" é \\\\\" # é\n", "rules.toml");
