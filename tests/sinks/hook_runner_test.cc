@@ -293,13 +293,13 @@ TEST(PostWebhookTest, PostsJsonAndReportsStatus) {
 TEST(PostWebhookTest, SlowServerTimesOutAndClosedPortFails) {
   TestServer server;
   server.server().Post("/slow", [&](const httplib::Request&, httplib::Response& res) {
-    std::this_thread::sleep_for(milliseconds(1500));
+    std::this_thread::sleep_for(milliseconds(3000));
     res.set_content("late", "text/plain");
   });
   auto start = std::chrono::steady_clock::now();
   HookOutcome slow = PostWebhook(Webhook(server.url("/slow"), milliseconds(200)), "{}");
   EXPECT_FALSE(slow.ok);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1400));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2500));  // slack for a busy CI
   // A port nobody listens on (bound, then released).
   int port = 0;
   {
