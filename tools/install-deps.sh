@@ -13,6 +13,7 @@ packages=(
   python3 python3-pytest
   libcpp-httplib-dev               # fragscope serve's /metrics endpoint
   prometheus                       # integration test: a real Prometheus scrapes the daemon
+  libtomlplusplus-dev libssl-dev python3-yaml  # alert rules (TOML), https webhooks, deploy/ checks
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
   packages+=(python3-torch libopenblas0-pthread)

@@ -23,6 +23,7 @@ declare -A max_len=(
   [snapshot]=65536   # small snapshots: a few segments and a few hundred trace entries
   [agent_protocol]=8192  # a few frames; the target's decoder caps a frame at 4 KiB
   [oom_text]=16384   # log text: several messages, wrapped lines, lines beyond the 4 KiB cap
+  [alert_config]=16384  # a TOML rules file; real ones are a few KiB
 )
 
 targets=("$@")

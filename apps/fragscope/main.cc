@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "alerts_command.h"
 #include "analyze_command.h"
 #include "check_command.h"
 #include "command.h"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddCheckCommand(app));
   commands.push_back(fragscope::cli::AddServeCommand(app));
   commands.push_back(fragscope::cli::AddExplainCommand(app));
+  commands.push_back(fragscope::cli::AddAlertsCommand(app));
 
   try {
     app.parse(argc, argv);

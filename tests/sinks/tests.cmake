@@ -9,3 +9,17 @@ fragscope_add_test(sinks/history_store_test.cc LIBS fragscope_sinks SQLite::SQLi
 fragscope_add_test(sinks/history_kill_test.cc LIBS fragscope_sinks)
 # The Prometheus exporter (src/sinks/prometheus).
 fragscope_add_test(sinks/prometheus_exposition_test.cc LIBS fragscope_prometheus)
+# Alerts: rules config, engine, hooks (exec hooks from tests/data/alerts, webhooks to a
+# loopback server the test starts).
+fragscope_add_test(sinks/alert_config_test.cc LIBS fragscope_sinks GTest::gmock)
+fragscope_add_test(sinks/alert_engine_test.cc LIBS fragscope_sinks nlohmann_json::nlohmann_json)
+fragscope_add_test(sinks/hook_runner_test.cc
+  LIBS fragscope_sinks GTest::gmock nlohmann_json::nlohmann_json PkgConfig::CPP_HTTPLIB)
+# The alert_config fuzz target's corpus, replayed without libFuzzer.
+add_executable(alert_config_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/alert_config_fuzzer.cc
+  ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(alert_config_fuzz_replay PRIVATE fragscope_sinks)
+fragscope_set_warnings(alert_config_fuzz_replay)
+add_test(NAME alert_config_fuzz_replay
+  COMMAND alert_config_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/alert_config)

@@ -1,0 +1,186 @@
+"""Checks the files under deploy/ with the real tools where they exist.
+
+* deploy/prometheus/alerts.yml: `promtool check rules` and `promtool test rules` on
+  deploy/prometheus/alerts_test.yml (Debian's `prometheus` package provides promtool).
+* deploy/grafana/fragscope.json: the fields Grafana needs to import a dashboard, every
+  panel's datasource and targets, and every expression parses as PromQL (promtool, through a
+  throw-away rules file).
+* Every fragscope_* metric any expression uses is one the exporter documents (docs/exporter.md
+  when present, else the exporter list in docs/alerts.md).
+* deploy/fragscope.toml.example passes `fragscope alerts check` (when FRAGSCOPE_BIN is set).
+
+Run by ctest as `deploy_files`; by hand: /usr/bin/python3 -m pytest tests/deploy.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+DEPLOY = os.path.join(SOURCE_DIR, "deploy")
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (tools/install-deps.sh: prometheus)")
+
+# Metrics of other exporters the dashboard joins with, and Prometheus' own.
+EXTERNAL_METRICS = {"up", "DCGM_FI_DEV_FB_USED"}
+
+
+def documented_metrics():
+    exporter = os.path.join(SOURCE_DIR, "docs", "exporter.md")
+    path = exporter if os.path.exists(exporter) else os.path.join(SOURCE_DIR, "docs", "alerts.md")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    names = set(re.findall(r"`(fragscope_[a-z0-9_]+)", text))
+    assert names, f"no fragscope_* metric documented in {path}"
+    return path, names
+
+
+def metric_names(expr):
+    """fragscope_*/DCGM_*/up identifiers outside label matchers {...}."""
+    outside = re.sub(r"\{[^}]*\}", "{}", expr)
+    return set(re.findall(r"\b(fragscope_[a-z0-9_]+|DCGM_[A-Z0-9_]+|up)\b(?!\s*\()", outside))
+
+
+def load_rules():
+    import yaml  # python3-yaml, a dependency of many Debian packages
+    with open(os.path.join(DEPLOY, "prometheus", "alerts.yml"), encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def load_dashboard():
+    with open(os.path.join(DEPLOY, "grafana", "fragscope.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def dashboard_targets(dash):
+    for panel in dash["panels"]:
+        for target in panel.get("targets", []):
+            yield panel, target
+
+
+@needs_promtool
+def test_promtool_check_rules():
+    out = subprocess.run([PROMTOOL, "check", "rules", os.path.join(DEPLOY, "prometheus", "alerts.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+@needs_promtool
+def test_promtool_test_rules():
+    out = subprocess.run([PROMTOOL, "test", "rules", "alerts_test.yml"],
+                         cwd=os.path.join(DEPLOY, "prometheus"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_every_alert_has_severity_summary_and_a_unit_test():
+    rules = [r for g in load_rules()["groups"] for r in g["rules"]]
+    with open(os.path.join(DEPLOY, "prometheus", "alerts_test.yml"), encoding="utf-8") as f:
+        tests = f.read()
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("info", "warning", "critical"), rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+        assert f"alertname: {rule['alert']}\n" in tests, f"{rule['alert']} has no promtool test"
+
+
+def test_rule_metrics_are_documented():
+    path, documented = documented_metrics()
+    for group in load_rules()["groups"]:
+        for rule in group["rules"]:
+            names = metric_names(rule["expr"])
+            assert names, rule["alert"]
+            unknown = {n for n in names if n not in documented and n not in EXTERNAL_METRICS}
+            assert not unknown, f"{rule['alert']}: {sorted(unknown)} not in {path}"
+
+
+def test_dashboard_has_what_grafana_needs_to_import_it():
+    dash = load_dashboard()
+    assert isinstance(dash["schemaVersion"], int) and dash["schemaVersion"] >= 30
+    assert dash["title"] and dash["uid"]
+    assert dash["panels"]
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in dash["panels"]:
+        assert panel["type"] and panel["title"], panel
+        grid = panel["gridPos"]
+        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["type"] == "prometheus", panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["expr"].strip(), panel["title"]
+            assert target["refId"], panel["title"]
+    # The panels the issue asks for.
+    exprs = " ".join(t["expr"] for _, t in dashboard_targets(dash))
+    for metric in ("fragscope_reserved_bytes", "fragscope_allocated_bytes",
+                   "fragscope_largest_free_block_bytes", "fragscope_max_allocatable_bytes",
+                   "fragscope_fragmentation_ratio", "fragscope_forecast_level",
+                   "fragscope_stranded_bytes", "fragscope_free_blocks", "DCGM_FI_DEV_FB_USED"):
+        assert metric in exprs, metric
+
+
+def test_dashboard_metrics_are_documented():
+    path, documented = documented_metrics()
+    for panel, target in dashboard_targets(load_dashboard()):
+        names = metric_names(target["expr"])
+        assert names, panel["title"]
+        unknown = {n for n in names if n not in documented and n not in EXTERNAL_METRICS}
+        assert not unknown, f"panel {panel['title']!r}: {sorted(unknown)} not in {path}"
+
+
+def promql_of(expr):
+    """The expression with Grafana's variables replaced, so promtool can parse it."""
+    expr = expr.replace("$__rate_interval", "5m").replace("$__interval", "1m")
+    return re.sub(r"\$\{?[A-Za-z_]+\}?", ".*", expr)
+
+
+@needs_promtool
+def test_dashboard_expressions_parse_as_promql():
+    import yaml
+    rules = [{"record": f"fragscope_dashboard:check_{i}", "expr": promql_of(t["expr"])}
+             for i, (_, t) in enumerate(dashboard_targets(load_dashboard()))]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dashboard_rules.yml")
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)
+        out = subprocess.run([PROMTOOL, "check", "rules", path], capture_output=True, text=True,
+                             timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@needs_promtool
+def test_a_broken_expression_is_caught():
+    """The PromQL check above can fail: a broken expression does."""
+    import yaml
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "broken.yml")
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump({"groups": [{"name": "x", "rules": [
+                {"record": "x:y", "expr": promql_of('sum by (gpu (fragscope_reserved_bytes{gpu=~"$gpu"})')}]}]}, f)
+        out = subprocess.run([PROMTOOL, "check", "rules", path], capture_output=True, text=True,
+                             timeout=60)
+    assert out.returncode != 0
+
+
+def test_example_config_passes_alerts_check():
+    binary = os.environ.get("FRAGSCOPE_BIN")
+    if not binary:
+        pytest.skip("FRAGSCOPE_BIN not set")
+    out = subprocess.run([binary, "alerts", "check", os.path.join(DEPLOY, "fragscope.toml.example")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "8 rule(s):" in out.stdout
