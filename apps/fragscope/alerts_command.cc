@@ -134,6 +134,7 @@ Result<agent::AgentSample> ReadSample(const nlohmann::json& obj, const std::stri
                                                   "largest_free_block",
                                                   "max_allocatable",
                                                   "stranded_bytes",
+                                                  "largest_request_bytes",
                                                   "fragmentation_ratio",
                                                   "free_block_count",
                                                   "free_block_bytes",
@@ -167,7 +168,8 @@ Result<agent::AgentSample> ReadSample(const nlohmann::json& obj, const std::stri
       {"cached_free_bytes", &s.cached_free_bytes},
       {"largest_free_block", &s.largest_free_block},
       {"max_allocatable", &s.max_allocatable},
-      {"stranded_bytes", &s.stranded_bytes}};
+      {"stranded_bytes", &s.stranded_bytes},
+      {"largest_request_bytes", &s.largest_request_bytes}};
   for (const auto& [key, field] : kBytes) {
     FRAGSCOPE_RETURN_IF_ERROR(ReadInteger(obj, where, key, field));
   }

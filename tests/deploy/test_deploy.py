@@ -126,10 +126,12 @@ def test_dashboard_has_what_grafana_needs_to_import_it():
             assert target["refId"], panel["title"]
     # The panels the issue asks for.
     exprs = " ".join(t["expr"] for _, t in dashboard_targets(dash))
-    for metric in ("fragscope_reserved_bytes", "fragscope_allocated_bytes",
-                   "fragscope_largest_free_block_bytes", "fragscope_max_allocatable_bytes",
-                   "fragscope_fragmentation_ratio", "fragscope_forecast_level",
-                   "fragscope_stranded_bytes", "fragscope_free_blocks", "DCGM_FI_DEV_FB_USED"):
+    for metric in ("fragscope_process_reserved_bytes", "fragscope_process_allocated_bytes",
+                   "fragscope_process_largest_free_block_bytes",
+                   "fragscope_process_max_allocatable_bytes",
+                   "fragscope_process_fragmentation_ratio", "fragscope_process_forecast_level",
+                   "fragscope_process_stranded_bytes", "fragscope_process_free_blocks",
+                   "DCGM_FI_DEV_FB_USED"):
         assert metric in exprs, metric
 
 

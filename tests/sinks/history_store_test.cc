@@ -281,6 +281,7 @@ agent::AgentSample Sample(const std::string& run, std::int64_t step) {
   a.largest_free_block = 19;
   a.max_allocatable = 20;
   a.stranded_bytes = 21;
+  a.largest_request_bytes = 22;
   a.fragmentation_ratio = 0.375;
   a.free_block_count[0] = 1;
   a.free_block_bytes[0] = 1;
@@ -328,6 +329,7 @@ TEST(HistoryStoreTest, SamplesRoundTripEveryField) {
   EXPECT_EQ(a.peak_reserved_bytes, 14u);
   EXPECT_EQ(a.peak_allocated_bytes, 15u);
   EXPECT_EQ(a.num_alloc_retries, 16u);
+  EXPECT_EQ(a.largest_request_bytes, 22u);
   EXPECT_EQ(a.num_ooms, 17u);
   EXPECT_EQ(a.cached_free_bytes, 18u);
   EXPECT_EQ(a.largest_free_block, 19u);
@@ -347,6 +349,36 @@ TEST(HistoryStoreTest, SamplesRoundTripEveryField) {
   // Forgetting a run drops its samples too.
   ASSERT_TRUE(store->DeleteRun("r1").ok());
   EXPECT_EQ(*store->CountSamples(), 1u);
+}
+
+TEST(HistoryStoreTest, VersionOneDatabaseIsMigratedKeepingItsSamples) {
+  // A schema-1 database (before samples had largest_request_bytes), made from a current one.
+  const std::string path = testing::MakeTempDir() + "/h.sqlite";
+  HistoryOptions o;
+  o.retention.max_age_s = 0;
+  {
+    ASSERT_TRUE(OpenOrDie(path, o)
+                    ->AppendSamples(std::vector<agent::AgentSample>{Sample("old", 1)}, 555)
+                    .ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "ALTER TABLE samples DROP COLUMN largest_request_bytes; "
+                         "UPDATE schema_version SET version = 1",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  auto store = OpenOrDie(path, o);
+  ASSERT_TRUE(store->AppendSamples(std::vector<agent::AgentSample>{Sample("new", 1)}, 556).ok());
+  Result<std::vector<ReceivedSample>> got = store->Samples({});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].sample.run, "old");
+  EXPECT_EQ((*got)[0].sample.largest_request_bytes, 0u);  // not recorded before version 2
+  EXPECT_EQ((*got)[0].sample.stranded_bytes, 21u);
+  EXPECT_EQ((*got)[1].sample.largest_request_bytes, 22u);
 }
 
 TEST(HistoryStoreTest, RetentionByRowsIsIncremental) {

@@ -42,6 +42,8 @@ const std::vector<AlertMetricInfo>& AlertMetrics() {
       {"largest_free_block", K::kBytes, false, "largest free block in the cache"},
       {"max_allocatable", K::kBytes, false, "largest single request that would succeed"},
       {"stranded_bytes", K::kBytes, false, "free bytes in blocks too small for recent requests"},
+      {"largest_request_bytes", K::kBytes, false,
+       "largest request since the agent's previous sample (absent when not reported)"},
       {"cached_free_bytes", K::kBytes, false, "reserved - allocated"},
       {"reserved_bytes", K::kBytes, false, "reserved by the caching allocator"},
       {"allocated_bytes", K::kBytes, false, "allocated to tensors"},

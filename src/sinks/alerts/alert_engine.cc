@@ -65,6 +65,9 @@ AlertObservation ObserveSample(const agent::AgentSample& s, const gpu::NodeGpuIn
   set("largest_free_block", static_cast<double>(s.largest_free_block));
   set("max_allocatable", static_cast<double>(s.max_allocatable));
   set("stranded_bytes", static_cast<double>(s.stranded_bytes));
+  if (s.largest_request_bytes > 0) {
+    set("largest_request_bytes", static_cast<double>(s.largest_request_bytes));
+  }
   set("fragmentation_ratio", s.fragmentation_ratio);
   set("forecast_level", static_cast<double>(s.forecast_level));
   if (s.step >= 0) set("step", static_cast<double>(s.step));

@@ -93,6 +93,10 @@ CREATE TRIGGER samples_count_delete AFTER DELETE ON samples BEGIN
   UPDATE counters SET value = value - 1 WHERE name = 'samples';
 END;
 )sql",
+    // 1 -> 2: the agent protocol's largest_request_bytes (0 in samples stored before it).
+    R"sql(
+ALTER TABLE samples ADD COLUMN largest_request_bytes INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(std::size(kMigrations) == kHistorySchemaVersion);
 
@@ -723,8 +727,8 @@ Status HistoryStore::AppendSamples(std::span<const ReceivedSample> samples) {
         "device_index, step, time_us, reserved_bytes, allocated_bytes, active_bytes, "
         "requested_bytes, peak_reserved_bytes, peak_allocated_bytes, num_alloc_retries, "
         "num_ooms, cached_free_bytes, largest_free_block, max_allocatable, stranded_bytes, "
-        "fragmentation_ratio, forecast_level, steps_to_oom, free_blocks) VALUES (?, ?, ?, ?, ?, "
-        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        "fragmentation_ratio, forecast_level, steps_to_oom, free_blocks, largest_request_bytes) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     if (!p.ok()) return p.status();
     Stmt ins(*p);
     for (const ReceivedSample& rs : samples) {
@@ -760,6 +764,7 @@ Status HistoryStore::AppendSamples(std::span<const ReceivedSample> samples) {
         ins.BindNull(25);
       }
       ins.BindBlob(26, EncodeHistogram(a));
+      ins.BindU(27, a.largest_request_bytes);
       if (sqlite3_step(ins.get()) != SQLITE_DONE) return Error("appending samples");
     }
     return Status::Ok();
@@ -840,7 +845,8 @@ Result<std::vector<ReceivedSample>> HistoryStore::Samples(const SampleFilter& fi
       "time_us, reserved_bytes, allocated_bytes, active_bytes, requested_bytes, "
       "peak_reserved_bytes, peak_allocated_bytes, num_alloc_retries, num_ooms, "
       "cached_free_bytes, largest_free_block, max_allocatable, stranded_bytes, "
-      "fragmentation_ratio, forecast_level, steps_to_oom, free_blocks FROM samples "
+      "fragmentation_ratio, forecast_level, steps_to_oom, free_blocks, largest_request_bytes "
+      "FROM samples "
       "WHERE (?1 = '' OR run = ?1) AND (?2 = '' OR job = ?2) ORDER BY id LIMIT ?3");
   if (!p.ok()) return p.status();
   Stmt s(*p);
@@ -883,6 +889,7 @@ Result<std::vector<ReceivedSample>> HistoryStore::Samples(const SampleFilter& fi
     a.forecast_level = static_cast<RiskLevel>(level);
     if (!s.IsNull(24)) a.steps_to_oom = s.Int(24);
     FRAGSCOPE_RETURN_IF_ERROR(DecodeHistogram(s.Blob(25), &a).WithPrefix(path_));
+    a.largest_request_bytes = s.UInt(26);
     out.push_back(std::move(rs));
   }
   if (rc != SQLITE_DONE) return Error("reading samples");

@@ -30,7 +30,7 @@ namespace fragscope::sinks {
 /// PRAGMA application_id of a fragscope history ("FrgS").
 inline constexpr std::int32_t kHistoryApplicationId = 0x46726753;
 /// The schema version this build writes; older databases are migrated on open.
-inline constexpr int kHistorySchemaVersion = 1;
+inline constexpr int kHistorySchemaVersion = 2;
 
 /// How long agent samples are kept. Pruning runs after each AppendSamples, in its own short
 /// transaction, and deletes at most `prune_batch_rows` rows each time, so a write never waits

@@ -308,6 +308,9 @@ std::string RenderExposition(const NodeState& state) {
         {{"fragscope_process_stranded_bytes", "gauge",
           "Free bytes in gaps too small to serve any request seen (docs/metrics.md)."},
          &agent::AgentSample::stranded_bytes},
+        {{"fragscope_process_largest_request_bytes", "gauge",
+          "Largest allocation request since the agent's previous sample (0: not reported)."},
+         &agent::AgentSample::largest_request_bytes},
     };
     Family retries("fragscope_process_alloc_retries_total", "counter",
                    "Allocations that failed once and succeeded after freeing cached blocks "

@@ -183,6 +183,7 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
       {"largest_free_block", &s->largest_free_block},
       {"max_allocatable", &s->max_allocatable},
       {"stranded_bytes", &s->stranded_bytes},
+      {"largest_request_bytes", &s->largest_request_bytes},
   };
   for (const auto& [field, out] : counts) {
     FRAGSCOPE_RETURN_IF_ERROR(ReadInt(obj, field, 0, out));
@@ -333,6 +334,7 @@ std::string EncodeSampleJson(const AgentSample& s) {
       {"largest_free_block", s.largest_free_block},
       {"max_allocatable", s.max_allocatable},
       {"stranded_bytes", s.stranded_bytes},
+      {"largest_request_bytes", s.largest_request_bytes},
       {"fragmentation_ratio", s.fragmentation_ratio},
       {"free_block_count", s.free_block_count},
       {"free_block_bytes", s.free_block_bytes},

@@ -46,6 +46,10 @@ struct AgentSample {
   std::uint64_t largest_free_block = 0;
   std::uint64_t max_allocatable = 0;
   std::uint64_t stranded_bytes = 0;
+  /// The largest allocation request the process made since its previous sample (0: unknown).
+  /// Against largest_free_block and max_allocatable it tells whether the next such request
+  /// would still fit: the signal of a fragmentation OOM.
+  std::uint64_t largest_request_bytes = 0;
   double fragmentation_ratio = 0;
   std::array<std::uint64_t, kFreeBlockBuckets> free_block_count{};  // per bucket
   std::array<std::uint64_t, kFreeBlockBuckets> free_block_bytes{};  // per bucket
