@@ -18,6 +18,8 @@
 
 #include "cli_util.h"
 #include "common/units.h"
+#include "history_command.h"
+#include "serve_services.h"
 #include "sinks/prometheus/exposition.h"
 #include "sinks/prometheus/http_server.h"
 #include "sinks/prometheus/textfile.h"
@@ -44,6 +46,11 @@ struct ServeFlags {
   std::string max_message = "64KiB";
   double max_rate = 50;
   double burst = 100;
+  std::string nvml_lib;   // empty: libnvidia-ml.so.1, then libnvidia-ml.so
+  std::string proc_root;  // empty: /proc/driver/nvidia
+  std::string history;    // empty: the XDG default; "none": no history
+  std::string alerts;     // alert rules (TOML); empty: none
+  bool dry_run_hooks = false;
 };
 
 constexpr std::string_view kDescription =
@@ -61,6 +68,19 @@ A malformed, oversized or too-fast message closes that agent's connection and is
 (fragscope_agent_samples_rejected_total{reason}); other agents are not disturbed. A process
 that disconnects, or stays silent longer than --expiry, leaves the metrics. No GPU or no
 NVML is not an error: fragscope_nvml_available is 0 with the reason.
+
+GPU facts come from NVML (--nvml-lib; kept open, retried once a minute while absent) joined with
+/proc/driver/nvidia (--proc-root) by UUID (docs/gpu-sources.md).
+
+Every accepted sample is also written to the history database (--history, default
+$XDG_STATE_HOME/fragscope/history.sqlite; `--history none` turns it off), one transaction per
+--interval, with bounded retention (docs/history.md). A damaged or foreign database is refused
+at start (exit 2), never overwritten. A committed batch survives kill -9 of the daemon.
+
+With --alerts FILE the rules in FILE (TOML, docs/alerts.md; check it first with `fragscope
+alerts check FILE`) are evaluated every --interval against the latest samples and GPU facts;
+firing and resolved alerts run their hooks (an executable with the alert as JSON on stdin, or
+a webhook), rate-limited; --dry-run-hooks only logs what would be delivered.
 
 Stop with SIGINT or SIGTERM: the socket file is removed. Logs go to stderr, timestamped.
 
@@ -230,7 +250,7 @@ class Daemon {
   std::atomic<int> suppressed_logs_{0};
 };
 
-int RunServe(const ServeFlags& flags, const ServeHooks& hooks) {
+int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   std::string host;
   int port = 0;
   const bool http = flags.listen != "none";
@@ -262,6 +282,54 @@ int RunServe(const ServeFlags& flags, const ServeHooks& hooks) {
   if (!max_message.ok() || *max_message < 64 || *max_message > agent::kMaxFrameBytesCeiling) {
     return BadInput(fmt::format("--max-message-bytes {}: expected a size from 64 B to 16 MiB",
                                 flags.max_message));
+  }
+
+  // The node services, before any thread starts: a bad --alerts file or a damaged history is
+  // a usage error, reported before the socket is taken.
+  ServeHooks hooks = given_hooks;
+  std::unique_ptr<SampleRecorder> recorder;
+  if (flags.history != "none") {
+    Result<std::string> path = HistoryPath(flags.history);
+    if (!path.ok()) return BadInput("--history: " + path.status().message());
+    Result<std::unique_ptr<SampleRecorder>> opened = SampleRecorder::Open(*path, Log);
+    if (!opened.ok()) return BadInput("--history: " + opened.status().message());
+    recorder = std::move(*opened);
+  }
+  std::unique_ptr<AlertService> alerts;
+  if (!flags.alerts.empty()) {
+    Result<std::unique_ptr<AlertService>> opened =
+        AlertService::Open(flags.alerts, flags.dry_run_hooks,
+                           flags.hostname.empty() ? Hostname() : flags.hostname, Log);
+    if (!opened.ok()) return BadInput("--alerts: " + opened.status().message());
+    alerts = std::move(*opened);
+  } else if (flags.dry_run_hooks) {
+    return BadInput("--dry-run-hooks needs --alerts FILE");
+  }
+  // The GPU facts the last tick saw, for the alert rules (main thread only).
+  auto last_gpus = std::make_shared<gpu::NodeGpuInfo>();
+  std::unique_ptr<GpuSource> gpu_source;
+  if (!hooks.gpu_provider) {
+    gpu_source = std::make_unique<GpuSource>(flags.nvml_lib, flags.proc_root);
+    hooks.gpu_provider = [source = gpu_source.get()] { return source->Collect(); };
+  }
+  hooks.gpu_provider = [provider = std::move(hooks.gpu_provider), last_gpus] {
+    *last_gpus = provider();
+    return *last_gpus;
+  };
+  if (recorder) {
+    hooks.on_sample = [next = std::move(hooks.on_sample),
+                       r = recorder.get()](const agent::AgentSample& s) {
+      r->Add(s);
+      if (next) next(s);
+    };
+  }
+  if (recorder || alerts) {
+    hooks.on_tick = [next = std::move(hooks.on_tick), r = recorder.get(), a = alerts.get(),
+                     last_gpus](const agent::AgentRegistry& registry) {
+      if (r) r->Flush();
+      if (a) a->Evaluate(registry, *last_gpus);
+      if (next) next(registry);
+    };
   }
 
   // SIGINT/SIGTERM are taken synchronously by the main thread (sigtimedwait below); blocking
@@ -318,6 +386,11 @@ int RunServe(const ServeFlags& flags, const ServeHooks& hooks) {
     Log(fmt::format("textfile {}/{} every {} s", flags.textfile_dir, prom::kTextfileName,
                     flags.interval_seconds));
   }
+  if (recorder) Log(fmt::format("history {}", recorder->path()));
+  if (alerts) {
+    Log(fmt::format("alerts: {} rule(s) from {}{}", alerts->rules(), flags.alerts,
+                    flags.dry_run_hooks ? " (dry run: hooks are only logged)" : ""));
+  }
   daemon.WriteTextfile();
 
   const auto interval = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -347,6 +420,10 @@ int RunServe(const ServeFlags& flags, const ServeHooks& hooks) {
   Log(fmt::format("{} received, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM"));
   if (server) server->Stop();
   agents.Stop();
+  if (recorder) {
+    recorder->Flush();  // what arrived since the last tick
+    Log(fmt::format("history: {} samples written to {}", recorder->written(), recorder->path()));
+  }
   // A textfile left behind would keep telling node_exporter the daemon is up; remove it
   // (node_exporter then stops publishing the series, as Prometheus does for a dead target).
   if (!flags.textfile_dir.empty()) {
@@ -401,6 +478,20 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
       ->check(CLI::Range(1.0, 1e6));
   sub->add_option("--hostname", flags->hostname,
                   "Hostname label value (default: this machine's hostname)");
+  sub->add_option("--nvml-lib", flags->nvml_lib,
+                  "NVML library to load (default: libnvidia-ml.so.1, then libnvidia-ml.so)")
+      ->type_name("PATH");
+  sub->add_option("--proc-root", flags->proc_root,
+                  "Where the NVIDIA driver's proc files are (default: /proc/driver/nvidia)")
+      ->type_name("DIR");
+  sub->add_option("--history", flags->history,
+                  "History database for agent samples (default: "
+                  "$XDG_STATE_HOME/fragscope/history.sqlite), or none")
+      ->type_name("PATH");
+  sub->add_option("--alerts", flags->alerts, "Alert rules and hooks (TOML, docs/alerts.md)")
+      ->type_name("FILE");
+  sub->add_flag("--dry-run-hooks", flags->dry_run_hooks,
+                "Log the alerts' deliveries instead of running hooks and webhooks");
   return {sub, [flags, hooks = std::move(hooks)] { return RunServe(*flags, hooks); }};
 }
 

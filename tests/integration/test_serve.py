@@ -34,7 +34,7 @@ UUID = "GPU-6c1d2b3a-0000-4000-8000-00000000beef"
 class Daemon:
     """A `fragscope serve` process on a temporary socket and a free loopback port."""
 
-    def __init__(self, workdir, *extra):
+    def __init__(self, workdir, *extra, env=None):
         self.workdir = workdir
         self.sock = os.path.join(workdir, "run", "agent.sock")
         self.log_path = os.path.join(workdir, "serve.log")
@@ -43,7 +43,12 @@ class Daemon:
                 *extra]
         if "--listen" not in extra:
             args += ["--listen", "127.0.0.1:0"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log)
+        # Never the real ~/.local/state: each daemon gets its own history file.
+        self.history = os.path.join(workdir, "history.sqlite")
+        if "--history" not in extra:
+            args += ["--history", self.history]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log,
+                                     env=env or os.environ)
         self.port = None
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -62,6 +67,9 @@ class Daemon:
             raise AssertionError("serve did not start:\n" + self.read_log())
 
     def read_log(self):
+        if self.log.closed:  # after stop()
+            with open(self.log_path) as f:
+                return f.read()
         self.log.seek(0)
         return self.log.read()
 
@@ -164,7 +172,8 @@ def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
                      **labels) == 6 << 20
         assert value(m, "fragscope_process_free_blocks", size_bucket="1GiB-2GiB", **labels) == 1
         assert value(m, "fragscope_process_free_blocks", size_bucket="4KiB-8KiB", **labels) == 1
-        assert value(m, "fragscope_nvml_available", reason="NVML collector not built yet") == 0
+        # No GPU here: NVML is absent, which the daemon reports and survives.
+        assert value(m, "fragscope_nvml_available") == 0
         assert value(m, "fragscope_agent_series") == 1
         if shutil.which("promtool"):
             lint = subprocess.run(["promtool", "check", "metrics"], input=text,
@@ -178,7 +187,7 @@ def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
     # The agent disconnected: its series leave.
     daemon.wait_metric("fragscope_agent_series", 0)
     assert value(daemon.metrics(), "fragscope_process_reserved_bytes") is None
-    assert "NVML unavailable (NVML collector not built yet)" in daemon.read_log()
+    assert "NVML unavailable (" in daemon.read_log()
 
 
 def test_unknown_path_is_404(daemon):
@@ -426,3 +435,111 @@ def test_sigterm_right_after_start_never_hangs(workdir):
         # Before the handler is in place the default action ends it (-15); after, exit 0.
         assert rc in (0, -signal.SIGTERM), rc
         assert not os.path.exists(sock) or rc != 0
+
+
+FAKE_NVML = os.environ.get("FRAGSCOPE_FAKE_NVML", "")
+NODE2_GPU0 = "GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
+
+
+@pytest.mark.skipif(not FAKE_NVML, reason="FRAGSCOPE_FAKE_NVML (the stand-in libnvidia-ml) not set")
+def test_gpu_facts_from_nvml_and_procfs_join_the_agent_series(workdir):
+    """The daemon loads NVML through the same dlopen path as production (here the tests'
+    stand-in library answering from a fixture), joins /proc/driver/nvidia by UUID, and labels
+    the agent's series with the GPU's index, bus id and model."""
+    env = dict(os.environ,
+               FRAGSCOPE_FAKE_NVML_FIXTURE=os.path.join(SOURCE_DIR, "tests/data/nvml/node2.txt"))
+    d = Daemon(workdir, "--nvml-lib", FAKE_NVML, "--proc-root",
+               os.path.join(SOURCE_DIR, "tests/data/procfs/node2"), env=env)
+    try:
+        d.wait_metric("fragscope_nvml_available", 1)
+        m = d.metrics()
+        assert value(m, "fragscope_gpu_memory_total_bytes", UUID=NODE2_GPU0) == 85899345920
+        assert value(m, "fragscope_gpu_memory_used_bytes", UUID=NODE2_GPU0) == 21474836480
+        with fragscope_agent.AgentClient(d.sock, pid=4242) as agent:
+            assert agent.send_sample(full_sample(device_uuid=NODE2_GPU0))
+            d.wait_metric("fragscope_agent_samples_received_total", 1)
+            m = d.metrics()
+            assert value(m, "fragscope_process_reserved_bytes", UUID=NODE2_GPU0, gpu="0",
+                         pci_bus_id="00000000:3B:00.0",
+                         modelName="NVIDIA A100-SXM4-80GB") == 8 << 30
+        assert "NVML available: 2 GPU(s), driver 535.104.05" in d.read_log()
+    finally:
+        assert d.stop() == 0, d.read_log()
+
+
+def test_samples_are_recorded_in_the_history(workdir):
+    import sqlite3
+    d = Daemon(workdir)
+    with fragscope_agent.AgentClient(d.sock, pid=77, run="nightly-3", job="j") as agent:
+        for step in range(3):
+            assert agent.send_sample(full_sample(step=step, largest_request_bytes=5 << 20))
+        d.wait_metric("fragscope_agent_samples_received_total", 3)
+    assert d.stop() == 0, d.read_log()  # the last batch is flushed at shutdown
+    assert "history: 3 samples written" in d.read_log()
+    db = sqlite3.connect(d.history)
+    try:
+        rows = db.execute("SELECT run, pid, step, reserved_bytes, largest_request_bytes "
+                          "FROM samples ORDER BY step").fetchall()
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        db.close()
+    assert rows == [("nightly-3", 77, s, 8 << 30, 5 << 20) for s in range(3)]
+    # A damaged history is refused at start, and left as it was.
+    bad = os.path.join(workdir, "bad.sqlite")
+    with open(bad, "wb") as f:
+        f.write(b"not a database\n" * 64)
+    out = subprocess.run([BIN, "serve", "--socket", os.path.join(workdir, "b.sock"),
+                          "--listen", "127.0.0.1:0", "--history", bad],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and bad in out.stderr, out.stderr
+    with open(bad, "rb") as f:
+        assert f.read() == b"not a database\n" * 64
+
+
+RECORD_HOOK = os.path.join(SOURCE_DIR, "tests", "data", "alerts", "record_hook.sh")
+
+
+def test_a_fired_alert_reaches_its_hook(workdir):
+    out = os.path.join(workdir, "fired")
+    config = os.path.join(workdir, "rules.toml")
+    with open(config, "w") as f:
+        f.write(f"""
+[hooks.record]
+type = "exec"
+command = [{json.dumps(RECORD_HOOK)}, {json.dumps(out)}]
+timeout = "10s"
+
+[[rules]]
+name = "ForecastWarning"
+metric = "forecast_level"
+op = ">="
+value = "warning"
+for = "0s"
+severity = "warning"
+hooks = ["record"]
+""")
+    d = Daemon(workdir, "--alerts", config)
+    try:
+        with fragscope_agent.AgentClient(d.sock, pid=31, rank=1, job="train; rm -rf /") as agent:
+            assert agent.send_sample(full_sample(step=9))  # forecast_level "warning"
+            deadline = time.time() + 20
+            while not os.path.exists(out + ".env") and time.time() < deadline:
+                time.sleep(0.1)
+        assert os.path.exists(out + ".json"), d.read_log()
+        with open(out + ".json") as f:
+            alert = json.load(f)
+        assert alert["alert"] == "ForecastWarning" and alert["state"] == "firing"
+        with open(out + ".env", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        assert env[b"FRAGSCOPE_ALERT_NAME"] == b"ForecastWarning"
+        assert env[b"FRAGSCOPE_ALERT_JOB"] == b"train; rm -rf /"  # literal, never a shell
+        assert "alert ForecastWarning firing" in d.read_log()
+    finally:
+        assert d.stop() == 0, d.read_log()
+    # A broken rules file is a usage error before the daemon starts.
+    with open(config, "w") as f:
+        f.write('[[rules]]\nname = "x"\nmetric = "nope"\n')
+    r = subprocess.run([BIN, "serve", "--socket", os.path.join(workdir, "c.sock"),
+                        "--listen", "127.0.0.1:0", "--history", "none", "--alerts", config],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--alerts" in r.stderr, r.stderr

@@ -7,3 +7,6 @@ set_tests_properties(serve_integration PROPERTIES
   ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
   LABELS integration
   TIMEOUT 400)
+# The daemon loads the tests' stand-in libnvidia-ml through its --nvml-lib path.
+set_property(TEST serve_integration APPEND PROPERTY ENVIRONMENT
+  "FRAGSCOPE_FAKE_NVML=$<TARGET_FILE:fake_nvml_full>")

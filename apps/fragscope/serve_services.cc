@@ -1,0 +1,133 @@
+#include "serve_services.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "analysis/alerts/alert_evaluator.h"
+
+namespace fragscope::cli {
+namespace {
+
+// Samples waiting for the next flush beyond this are dropped (and counted): a history that
+// cannot keep up must not grow the daemon without bound.
+constexpr std::size_t kMaxQueuedSamples = 100'000;
+constexpr auto kNvmlRetry = std::chrono::minutes(1);
+
+std::int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+GpuSource::GpuSource(const std::string& nvml_lib, const std::string& proc_root) {
+  if (!nvml_lib.empty()) nvml_options_.library_paths = {nvml_lib};
+  if (!proc_root.empty()) procfs_options_.root = proc_root;
+}
+
+GpuSource::~GpuSource() = default;
+
+gpu::NodeGpuInfo GpuSource::Collect() {
+  gpu::NodeGpuInfo nvml;
+  const auto now = std::chrono::steady_clock::now();
+  if (!nvml_ && now >= next_open_) {
+    Result<std::unique_ptr<gpu::NvmlCollector>> opened = gpu::NvmlCollector::Open(nvml_options_);
+    if (opened.ok()) {
+      nvml_ = std::move(*opened);
+    } else {
+      nvml_reason_ = opened.status().message();
+      next_open_ = now + kNvmlRetry;
+    }
+  }
+  if (nvml_) {
+    Result<gpu::NodeGpuInfo> collected = nvml_->Collect();
+    if (collected.ok()) {
+      nvml = std::move(collected).value();
+    } else {
+      nvml.nvml_library = nvml_->library();
+      nvml.nvml_unavailable_reason = collected.status().message();
+    }
+  } else {
+    nvml.nvml_unavailable_reason = nvml_reason_;
+  }
+  gpu::NodeGpuInfo procfs;
+  Result<gpu::NodeGpuInfo> read = gpu::ReadNvidiaProcfs(procfs_options_);
+  if (read.ok()) {
+    procfs = std::move(read).value();
+  } else {
+    procfs.procfs_unavailable_reason = read.status().message();
+  }
+  return gpu::JoinGpuInfo(std::move(nvml), std::move(procfs));
+}
+
+Result<std::unique_ptr<SampleRecorder>> SampleRecorder::Open(const std::string& path, LogFn log) {
+  sinks::HistoryOptions options;
+  // NORMAL: a committed batch survives kill -9 of the daemon (the WAL is in the OS's hands);
+  // only a power loss may take the last batches. One fsync per batch would cost more than a
+  // tick on slow disks.
+  options.sync_full = false;
+  Result<std::unique_ptr<sinks::HistoryStore>> store = sinks::HistoryStore::Open(path, options);
+  if (!store.ok()) return store.status();
+  return std::unique_ptr<SampleRecorder>(new SampleRecorder(std::move(*store), std::move(log)));
+}
+
+void SampleRecorder::Add(const agent::AgentSample& sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.size() >= kMaxQueuedSamples) {
+    ++dropped_;
+    return;
+  }
+  queue_.push_back(sinks::ReceivedSample{sample, NowUs()});
+}
+
+void SampleRecorder::Flush() {
+  std::vector<sinks::ReceivedSample> batch;
+  std::uint64_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(queue_);
+    std::swap(dropped, dropped_);
+  }
+  if (dropped > 0) {
+    log_(fmt::format("history: {} samples dropped (the queue of {} was full)", dropped,
+                     kMaxQueuedSamples));
+  }
+  if (batch.empty()) return;
+  if (Status s = store_->AppendSamples(batch); !s.ok()) {
+    log_(fmt::format("history: {} samples not written: {}", batch.size(), s.message()));
+    return;
+  }
+  written_ += batch.size();
+}
+
+Result<std::unique_ptr<AlertService>> AlertService::Open(const std::string& config_path,
+                                                         bool dry_run, std::string hostname,
+                                                         LogFn log) {
+  Result<sinks::AlertConfig> config = sinks::LoadAlertConfig(config_path);
+  if (!config.ok()) return config.status();
+  config->delivery.dry_run = config->delivery.dry_run || dry_run;
+  return std::unique_ptr<AlertService>(
+      new AlertService(std::move(*config), std::move(hostname), std::move(log)));
+}
+
+AlertService::AlertService(sinks::AlertConfig config, std::string hostname, LogFn log)
+    : rules_(config.rules.size()),
+      log_(log),
+      engine_(std::move(config.rules), std::move(hostname)),
+      runner_(std::move(config.hooks), config.delivery, std::move(log)) {}
+
+void AlertService::Evaluate(const agent::AgentRegistry& registry, const gpu::NodeGpuInfo& gpus) {
+  std::vector<agent::AgentSample> latest;
+  for (agent::AgentEntry& e : registry.Entries()) latest.push_back(std::move(e.sample));
+  for (const sinks::AlertNotification& n :
+       engine_.Evaluate(analysis::AlertClock::now(), latest, gpus)) {
+    if (n.state != analysis::AlertState::kPending) {
+      log_(fmt::format("alert {} {}: {}", n.rule, analysis::AlertStateName(n.state), n.summary));
+    }
+    runner_.Submit(n);
+  }
+}
+
+}  // namespace fragscope::cli

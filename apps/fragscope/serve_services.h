@@ -1,0 +1,89 @@
+// The parts `fragscope serve` plugs into its ServeHooks (serve_command.h): the node's GPU facts
+// (NVML kept open, joined with /proc/driver/nvidia), the history of agent samples (SQLite,
+// batched per interval), and the alert rules with their hooks. Wiring only: each part is a
+// thin owner of a library object from sources/ or sinks/.
+#ifndef FRAGSCOPE_APPS_FRAGSCOPE_SERVE_SERVICES_H_
+#define FRAGSCOPE_APPS_FRAGSCOPE_SERVE_SERVICES_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fragscope/status.h"
+#include "sinks/alerts/alert_config.h"
+#include "sinks/alerts/alert_engine.h"
+#include "sinks/alerts/hook_runner.h"
+#include "sinks/history/history_store.h"
+#include "sources/agent/agent_registry.h"
+#include "sources/agent/agent_sample.h"
+#include "sources/gpu/gpu_info.h"
+#include "sources/gpu/nvidia_procfs.h"
+#include "sources/gpu/nvml_collector.h"
+
+namespace fragscope::cli {
+
+using LogFn = std::function<void(std::string_view)>;
+
+/// NVML (opened once, reopened at most once a minute while it is unavailable) joined with
+/// /proc/driver/nvidia. Main thread only.
+class GpuSource {
+ public:
+  /// Empty `nvml_lib`/`proc_root`: the defaults (libnvidia-ml.so.1, /proc/driver/nvidia).
+  GpuSource(const std::string& nvml_lib, const std::string& proc_root);
+  ~GpuSource();
+  gpu::NodeGpuInfo Collect();
+
+ private:
+  gpu::NvmlOptions nvml_options_;
+  gpu::ProcfsOptions procfs_options_;
+  std::unique_ptr<gpu::NvmlCollector> nvml_;
+  std::string nvml_reason_;
+  std::chrono::steady_clock::time_point next_open_{};
+};
+
+/// Agent samples into the history: Add() from the agent server's thread queues a sample;
+/// Flush() (the daemon's tick, and at shutdown) writes the queue in one transaction.
+class SampleRecorder {
+ public:
+  static Result<std::unique_ptr<SampleRecorder>> Open(const std::string& path, LogFn log);
+  void Add(const agent::AgentSample& sample);
+  void Flush();
+  const std::string& path() const { return store_->path(); }
+  std::uint64_t written() const { return written_; }
+
+ private:
+  SampleRecorder(std::unique_ptr<sinks::HistoryStore> store, LogFn log)
+      : store_(std::move(store)), log_(std::move(log)) {}
+  std::unique_ptr<sinks::HistoryStore> store_;
+  LogFn log_;
+  std::mutex mu_;
+  std::vector<sinks::ReceivedSample> queue_;  // guarded by mu_
+  std::uint64_t written_ = 0;
+  std::uint64_t dropped_ = 0;
+};
+
+/// The alert rules of a config file, evaluated every tick against the latest samples and GPU
+/// facts; firing and resolved alerts go to the hooks (a delivery thread, never blocking).
+class AlertService {
+ public:
+  static Result<std::unique_ptr<AlertService>> Open(const std::string& config_path, bool dry_run,
+                                                    std::string hostname, LogFn log);
+  void Evaluate(const agent::AgentRegistry& registry, const gpu::NodeGpuInfo& gpus);
+  std::size_t rules() const { return rules_; }
+
+ private:
+  AlertService(sinks::AlertConfig config, std::string hostname, LogFn log);
+  std::size_t rules_;
+  LogFn log_;
+  sinks::AlertEngine engine_;
+  sinks::HookRunner runner_;
+};
+
+}  // namespace fragscope::cli
+
+#endif  // FRAGSCOPE_APPS_FRAGSCOPE_SERVE_SERVICES_H_
