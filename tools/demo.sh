@@ -2,8 +2,9 @@
 # The demo behind `make demo`: the bundled request trace of a real PyTorch training run
 # (tools/capture_trace.py), analyzed, then replayed through the caching-allocator simulator on
 # virtual GPUs: one that fits, one on which PyTorch's default settings run out of memory, and
-# `tune` finding the PYTORCH_CUDA_ALLOC_CONF that avoids it; then a PyTorch memory snapshot
-# (a synthetic fixture of ours) analyzed and converted for Perfetto.
+# `tune` finding the PYTORCH_CUDA_ALLOC_CONF that avoids it, `check` gating the run as CI
+# would; then a PyTorch memory snapshot (a synthetic fixture of ours) analyzed and converted
+# for Perfetto, and a pasted CUDA OOM message explained and its remedies verified by replay.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${FRAGSCOPE_BIN:-build/release/apps/fragscope/fragscope}
@@ -27,6 +28,10 @@ banner "fragscope tune $sample --capacity $tight   (which allocator setting avoi
 "$bin" tune "$sample" --capacity "$tight" --rows 10
 rc=$?; [[ $rc -le 1 ]] || exit 1
 
+banner "fragscope check $sample --capacity $tight --max-fragmentation 0.9   (a CI gate: exit 1)"
+"$bin" check "$sample" --capacity "$tight" --max-fragmentation 0.9
+rc=$?; [[ $rc -le 1 ]] || exit 1
+
 snapshot=${SNAPSHOT:-tests/data/snapshots/g2_oom.pickle}
 banner "fragscope analyze $snapshot --no-map   (a PyTorch memory snapshot that ended in an OOM)"
 "$bin" analyze "$snapshot" --no-map || exit 1
@@ -35,3 +40,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 banner "fragscope convert $snapshot -o memory.perfetto.json   (a timeline for ui.perfetto.dev)"
 "$bin" convert "$snapshot" -o "$out/memory.perfetto.json" || exit 1
+
+oom_log=tests/data/explain/fragmented_oom.txt
+banner "fragscope explain $oom_log --trace ${oom_log%.txt}.jsonl   (why the OOM, and which fix works)"
+"$bin" explain "$oom_log" --trace "${oom_log%.txt}.jsonl" || exit 1
