@@ -242,11 +242,12 @@ struct CachingAllocatorSim::Impl {
   bool WouldMatch(const AllocatorConfig& other) const;
 
   // Stats.
-  void Inc(StatArray& a, std::uint8_t pool, std::uint64_t n) {
+  // Inlined: called four to six times per malloc and free, each a few adds.
+  [[gnu::always_inline]] void Inc(StatArray& a, std::uint8_t pool, std::uint64_t n) {
     a[0].Increase(static_cast<std::int64_t>(n));
     a[1 + pool].Increase(static_cast<std::int64_t>(n));
   }
-  void Dec(StatArray& a, std::uint8_t pool, std::uint64_t n) {
+  [[gnu::always_inline]] void Dec(StatArray& a, std::uint8_t pool, std::uint64_t n) {
     a[0].Decrease(static_cast<std::int64_t>(n));
     a[1 + pool].Decrease(static_cast<std::int64_t>(n));
   }

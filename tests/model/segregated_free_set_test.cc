@@ -74,10 +74,12 @@ TEST(SegregatedFreeSetTest, OrdersClassesThenOverflowByAddressWithinASize) {
 }
 
 // Random inserts, erases (by key and by iterator), best-fit queries and walks in both
-// directions, with sizes clustered around class and overflow boundaries and many ties.
-TEST(SegregatedFreeSetTest, MatchesAnOrderedSetOnRandomOperations) {
+// directions, with sizes clustered around class and overflow boundaries and many ties (classes
+// outgrow their inline slots and move to trees, and back). With `irregular`, some sizes are
+// not multiples of 512, which moves every key to the overflow tree at the first such insert.
+void RunRandomOperations(bool irregular) {
   for (const std::uint32_t classes : {64u, 4096u}) {
-    std::mt19937_64 rng(classes);
+    std::mt19937_64 rng(classes + (irregular ? 1 : 0));
     Set set(classes);
     Ref ref;
     const std::uint64_t limit = std::uint64_t{classes} * 512;
@@ -92,7 +94,8 @@ TEST(SegregatedFreeSetTest, MatchesAnOrderedSetOnRandomOperations) {
         case 3:
           return 512 * (1 + rng() % (2 * classes));
         case 4:
-          return 1 + rng() % (2 * limit);  // not a multiple of 512: ordered by full key
+          if (irregular && rng() % 1000 == 0) return 1 + rng() % (2 * limit);
+          return 512 * (1 + rng() % (2 * classes));
         default:
           return 512 * (1 + rng() % 8);
       }
@@ -156,6 +159,26 @@ TEST(SegregatedFreeSetTest, MatchesAnOrderedSetOnRandomOperations) {
     EXPECT_TRUE(set.empty());
     EXPECT_EQ(set.begin(), set.end());
   }
+}
+
+TEST(SegregatedFreeSetTest, MatchesAnOrderedSetOnRandomOperations) { RunRandomOperations(false); }
+
+TEST(SegregatedFreeSetTest, KeepsTheOrderAfterASizeThatIsNotAMultipleOf512) {
+  RunRandomOperations(true);
+}
+
+TEST(SegregatedFreeSetTest, ManyBlocksOfOneSizeStayInAddressOrder) {
+  Set set(4096);
+  for (std::uint32_t i = 0; i < 100; ++i) set.insert({4096, (i * 37 % 100) * 4096}, i * 37 % 100);
+  EXPECT_EQ(set.lower_bound({4096, 0}).value(), 0u);
+  EXPECT_EQ(set.lower_bound({4096, 50 * 4096}).value(), 50u);
+  for (std::uint32_t i = 0; i < 100; i += 2) EXPECT_TRUE(set.erase(Set::Key{4096, i * 4096}));
+  std::uint32_t expect = 1;
+  for (auto it = set.begin(); it != set.end(); ++it, expect += 2) EXPECT_EQ(it.value(), expect);
+  for (std::uint32_t i = 1; i < 100; i += 2) EXPECT_TRUE(set.erase(Set::Key{4096, i * 4096}));
+  EXPECT_TRUE(set.empty());
+  set.insert({4096, 7}, 7);  // the class starts over inline
+  EXPECT_EQ(set.begin().value(), 7u);
 }
 
 }  // namespace
