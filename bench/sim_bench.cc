@@ -5,6 +5,10 @@
 //   BM_ReplaySynthetic   a synthetic 10 M-event request trace, 100 k live tensors, same path
 //   BM_SimOnly           the same synthetic trace through the simulator alone
 //   BM_Tune              the default 72-setting grid on the first 1 M events, all threads
+// FRAGSCOPE_SIM_BENCH_EVENTS=N makes the synthetic trace N events long instead of 10 M (for
+// instruction counts under valgrind, which would take too long on the full trace).
+#include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,7 +28,8 @@ constexpr std::uint64_t kCapacity = std::uint64_t{1} << 40;  // large enough nev
 // Frees hit mostly recent tensors (activations die young), as in bench/replay_bench.cc.
 const std::vector<Event>& SyntheticRequests() {
   static const std::vector<Event> events = [] {
-    constexpr std::size_t kEvents = 10'000'000;
+    const char* env = std::getenv("FRAGSCOPE_SIM_BENCH_EVENTS");
+    const std::size_t kEvents = env != nullptr ? std::strtoull(env, nullptr, 10) : 10'000'000;
     constexpr std::size_t kLive = 100'000;
     std::vector<Event> out;
     out.reserve(kEvents);
@@ -125,7 +130,9 @@ BENCHMARK(BM_SimOnly)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 void BM_Tune(benchmark::State& state) {
   const auto& all = SyntheticRequests();
-  static const std::vector<Event> events(all.begin(), all.begin() + 1'000'000);
+  static const std::vector<Event> events(
+      all.begin(),
+      all.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(all.size(), 1'000'000)));
   analysis::TuneOptions options;
   options.capacity_bytes = kCapacity;
   for (auto _ : state) {

@@ -1,8 +1,9 @@
 // BTreeMap: an ordered map from small trivially copyable keys to small values, stored in a B+tree
 // whose leaves hold up to kLeafCap keys side by side (values in a parallel array, so searches
-// read keys only). CachingAllocatorSim keeps the free blocks of each (pool, stream) in one, keyed
-// by (size, address) as PyTorch's std::set orders them; the search, insert and erase on every
-// malloc/free then touch a few contiguous cache lines instead of a chain of tree nodes.
+// read keys only). CachingAllocatorSim's free sets (segregated_free_set.h) use it, keyed by
+// (size, address) as PyTorch's std::set orders them, for blocks above the exact size classes
+// and for a size class that outgrows its inline slots; a search, insert or erase then touches a
+// few contiguous cache lines instead of a chain of tree nodes.
 //
 // Deletion is lazy: a leaf is only removed when it becomes empty (inner separators stay valid
 // bounds), so erase never rebalances. Every leaf holds at least one key, so the height stays

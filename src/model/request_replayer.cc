@@ -12,17 +12,15 @@ RequestReplayer::RequestReplayer(std::function<SimOptions(std::int32_t)> sim_for
 
 RequestReplayer::~RequestReplayer() = default;
 
-RequestReplayer::Device& RequestReplayer::DeviceFor(std::int32_t device) {
+RequestReplayer::Device& RequestReplayer::NewDevice(std::int32_t device) {
   const auto index = static_cast<std::size_t>(device);
   if (index >= devices_.size()) devices_.resize(index + 1);
-  if (!devices_[index]) {
-    auto d = std::make_unique<Device>();
-    SimOptions options = sim_for_device_(device);
-    options.device = device;
-    d->sim = std::make_unique<CachingAllocatorSim>(options);
-    if (sink_) d->sim->SetEventSink([this](const Event& e) { sink_(e); });
-    devices_[index] = std::move(d);
-  }
+  auto d = std::make_unique<Device>();
+  SimOptions options = sim_for_device_(device);
+  options.device = device;
+  d->sim = std::make_unique<CachingAllocatorSim>(options);
+  if (sink_) d->sim->SetEventSink([this](const Event& e) { sink_(e); });
+  devices_[index] = std::move(d);
   return *devices_[index];
 }
 

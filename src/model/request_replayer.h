@@ -71,7 +71,13 @@ class RequestReplayer {
     AddressIndex block_of_id;  // live id -> the simulator's block handle
     U64Map failed_ids;         // ids whose alloc hit an OOM (kContinue)
   };
-  Device& DeviceFor(std::int32_t device);
+  Device& DeviceFor(std::int32_t device) {
+    const auto index = static_cast<std::size_t>(device);
+    if (index < devices_.size() && devices_[index] != nullptr) [[likely]]
+      return *devices_[index];
+    return NewDevice(device);
+  }
+  Device& NewDevice(std::int32_t device);  // DeviceFor's first call for `device`
 
   std::function<SimOptions(std::int32_t)> sim_for_device_;
   OomPolicy policy_;
