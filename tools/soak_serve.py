@@ -40,7 +40,7 @@ def start_daemon(binary, workdir, extra=()):
     log = open(os.path.join(workdir, "serve.log"), "w+")
     proc = subprocess.Popen(
         [binary, "serve", "--socket", sock, "--listen", "127.0.0.1:0", "--hostname", "soak",
-         "--interval", "1", *extra],
+         "--interval", "1", "--history", os.path.join(workdir, "history.sqlite"), *extra],
         stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.time() + 10
     port = None
@@ -328,6 +328,19 @@ def main():
             if os.path.exists(sock):
                 problems.append("socket left behind")
             log.close()
+        # Every accepted sample is also in the history once the daemon has stopped (the last
+        # batch is written at shutdown).
+        import sqlite3
+        db = sqlite3.connect(os.path.join(workdir, "history.sqlite"))
+        try:
+            stored = db.execute("SELECT count(*) FROM samples").fetchone()[0]
+        finally:
+            db.close()
+        summary["history_samples"] = stored
+        if summary.get("samples_received_total") is not None and \
+                stored != summary["samples_received_total"]:
+            problems.append(f"history holds {stored} samples, the daemon received "
+                            f"{summary['samples_received_total']}")
     summary["problems"] = problems
     print(json.dumps(summary, indent=2))
     return 1 if problems else 0
