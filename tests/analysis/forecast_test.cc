@@ -316,6 +316,18 @@ TEST(ForecastTest, ValidatesOptions) {
   o = {};
   o.fragmentation_allowance = 0.5;
   EXPECT_FALSE(ValidateForecastOptions(o).ok());
+  o = {};
+  o.block_steps = 0;
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+}
+
+TEST(ForecastTest, SampleCoveringManyBlocksIsOneBlock) {
+  // Sampling every 100 steps with 50-step blocks: each sample closes its own block, and a
+  // steady leak is still warned before it reaches the limit.
+  const auto timeline = RisingFragmentation(kRisingOomStep);
+  const DeviceForecast f = ForecastTimeline(timeline, Every(100), 10 * kGiB);
+  ASSERT_TRUE(f.first_warning_step.has_value()) << f.changes.back().reason;
+  EXPECT_LE(*f.first_warning_step, kRisingOomStep - 20);
 }
 
 // The analyzer runs the forecaster online: a request trace whose live bytes leak 2 MiB per
