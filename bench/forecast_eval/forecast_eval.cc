@@ -336,8 +336,8 @@ int main(int argc, char** argv) {
   // The first step at which the demand trend can exist: warm-up plus the history a trend needs,
   // and at least three closed demand blocks. An OOM needs this plus the required lead to be
   // warned in time by the trend or the spread.
-  const auto history_step = static_cast<std::int64_t>(std::max(
-      defaults.warmup_steps + defaults.trend_min_steps, 3 * defaults.block_steps - 1));
+  const auto history_step = static_cast<std::int64_t>(
+      std::max(defaults.warmup_steps + defaults.trend_min_steps, 3 * defaults.block_steps - 1));
   // Totals by set ("captured": trace files, "synthetic": synthetic.cc, "all") and period.
   std::map<std::pair<std::string, std::uint64_t>, Totals> totals;
   fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", "workload",
@@ -429,10 +429,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  fmt::print("\nRequired lead: min(20, 10% of the run's steps), at least 1. \"possible\": OOM step "
-             ">= the required lead; \"after history\": OOM step >= {} (first step a trend can "
-             "exist) + the required lead.\n",
-             history_step);
+  fmt::print(
+      "\nRequired lead: min(20, 10% of the run's steps), at least 1. \"possible\": OOM step "
+      ">= the required lead; \"after history\": OOM step >= {} (first step a trend can "
+      "exist) + the required lead.\n",
+      history_step);
   const auto pct = [](std::uint64_t a, std::uint64_t b) {
     return b == 0 ? std::string("n/a")
                   : fmt::format("{:.0f}%", 100.0 * static_cast<double>(a) / static_cast<double>(b));
