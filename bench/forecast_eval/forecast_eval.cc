@@ -33,14 +33,17 @@ using namespace fragscope;
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
-// Capacities tested, as fractions of the smallest capacity that fits.
-constexpr double kBelow[] = {0.90, 0.95, 0.98};
+// Capacities tested, as fractions of the smallest capacity that fits; below it, also the
+// largest capacity the bisection saw fail (within 1 MiB of the fit), where the growing
+// workloads run longest before their OOM.
+constexpr double kBelow[] = {0.90, 0.95, 0.98, 0.99, 0.995};
 constexpr double kAbove[] = {1.02, 1.10, 1.25};
 
 struct Workload {
   std::string name;
   std::vector<Event> events;
   std::int64_t steps = 0;
+  bool synthetic = false;
 };
 
 std::int64_t CountSteps(const std::vector<Event>& events) {
@@ -123,8 +126,9 @@ Result<std::uint64_t> PeakReserved(const Workload& w) {
   return peak;
 }
 
-// The smallest capacity (to 1 MiB) at which the trace fits, by bisection.
-Result<std::uint64_t> MinimalFit(const Workload& w) {
+// The smallest capacity (to 1 MiB) at which the trace fits, by bisection; `*fails` gets the
+// largest capacity seen to fail (within 1 MiB below it).
+Result<std::uint64_t> MinimalFit(const Workload& w, std::uint64_t* fails) {
   auto peak = PeakReserved(w);
   if (!peak.ok()) return peak.status();
   std::uint64_t hi = std::max<std::uint64_t>(*peak, kMiB);
@@ -142,6 +146,7 @@ Result<std::uint64_t> MinimalFit(const Workload& w) {
     if (!f.ok()) return f.status();
     (*f ? hi : lo) = mid;
   }
+  *fails = lo;
   return hi;
 }
 
@@ -219,14 +224,17 @@ std::optional<std::int64_t> FirstWarningBefore(const analysis::DeviceForecast& f
   return std::nullopt;
 }
 
-// Target: a lead of >= 20 steps or >= 10% of the run up to the OOM (at least one step).
-bool InTime(std::int64_t lead, std::int64_t oom_step) {
-  return lead >= 1 &&
-         (lead >= 20 || static_cast<double>(lead) >= 0.1 * static_cast<double>(oom_step));
+// Target: a warning >= 20 steps or >= 10% of the run before the OOM. The lead required of a
+// run of `run_steps` steps: the smaller of the two (at least 1 step). A lead of r steps is
+// possible at all only for an OOM at step >= r.
+std::int64_t RequiredLead(std::int64_t run_steps) {
+  const auto tenth = static_cast<std::int64_t>(std::ceil(0.1 * static_cast<double>(run_steps)));
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(20, tenth));
 }
 
 struct Totals {
   std::uint64_t frag_ooms = 0, frag_in_time = 0, frag_warned = 0;
+  std::uint64_t possible_frag_ooms = 0, possible_frag_in_time = 0;  // OOM step >= required lead
   std::uint64_t late_frag_ooms = 0, late_frag_in_time = 0;  // OOM after the forecaster's history
   std::uint64_t short_ooms = 0, short_in_time = 0, short_warned = 0;
   std::uint64_t clean_runs = 0, clean_steps = 0, clean_episodes = 0;
@@ -314,7 +322,7 @@ int main(int argc, char** argv) {
   }
   if (synthetic) {
     for (bench::SyntheticWorkload& s : bench::MakeSyntheticWorkloads(steps, seed)) {
-      Workload w{s.name, std::move(s.events), 0};
+      Workload w{s.name, std::move(s.events), 0, true};
       w.steps = CountSteps(w.events);
       workloads.push_back(std::move(w));
     }
@@ -325,16 +333,19 @@ int main(int argc, char** argv) {
   }
 
   const analysis::ForecastOptions defaults;
-  // An OOM before this step comes before the forecaster could have a trend and still warn 20
-  // steps ahead: warm-up + the history a trend needs + 20.
-  const auto late_step =
-      static_cast<std::int64_t>(defaults.warmup_steps + defaults.trend_min_steps + 20);
-  std::map<std::uint64_t, Totals> totals;
+  // The first step at which the demand trend can exist: warm-up plus the history a trend needs,
+  // and at least three closed demand blocks. An OOM needs this plus the required lead to be
+  // warned in time by the trend or the spread.
+  const auto history_step = static_cast<std::int64_t>(
+      std::max(defaults.warmup_steps + defaults.trend_min_steps, 3 * defaults.block_steps - 1));
+  // Totals by set ("captured": trace files, "synthetic": synthetic.cc, "all") and period.
+  std::map<std::pair<std::string, std::uint64_t>, Totals> totals;
   fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", "workload",
              "steps", "capacity", "x fit", "OOM step", "every", "kind", "first warn", "lead",
              "false/1k");
   for (const Workload& w : workloads) {
-    auto fit = MinimalFit(w);
+    std::uint64_t fails = 0;
+    auto fit = MinimalFit(w, &fails);
     if (!fit.ok()) {
       std::fprintf(stderr, "forecast_eval: %s: %s\n", w.name.c_str(),
                    fit.status().message().c_str());
@@ -342,9 +353,13 @@ int main(int argc, char** argv) {
     }
     std::vector<double> factors(std::begin(kBelow), std::end(kBelow));
     factors.insert(factors.end(), std::begin(kAbove), std::end(kAbove));
+    if (fails > 0) factors.insert(factors.begin() + std::size(kBelow), -1.0);
+    const std::int64_t required = RequiredLead(w.steps);
     for (double factor : factors) {
       const auto capacity =
-          static_cast<std::uint64_t>(std::llround(static_cast<double>(*fit) * factor));
+          factor < 0 ? fails
+                     : static_cast<std::uint64_t>(std::llround(static_cast<double>(*fit) * factor));
+      if (factor < 0) factor = static_cast<double>(fails) / static_cast<double>(*fit);
       auto run = ReplayAt(w, capacity, periods, defaults);
       if (!run.ok()) {
         std::fprintf(stderr, "forecast_eval: %s at %s: %s\n", w.name.c_str(),
@@ -353,7 +368,8 @@ int main(int argc, char** argv) {
       }
       for (std::uint64_t every : periods) {
         const analysis::DeviceForecast& f = run->forecasts[every];
-        Totals& t = totals[every];
+        Totals tally;
+        Totals& t = tally;
         std::string oom = "none", first = "-", lead = "-", rate = "-";
         if (run->oom_step) {
           const std::int64_t at = *run->oom_step;
@@ -361,14 +377,17 @@ int main(int argc, char** argv) {
           const auto warn = FirstWarningBefore(f, at);
           const bool frag = run->kind == "fragmentation";
           (frag ? t.frag_ooms : t.short_ooms) += 1;
-          const bool late = at >= late_step;
+          const bool possible = at >= required;
+          const bool late = at >= history_step + required;
+          if (frag && possible) ++t.possible_frag_ooms;
           if (frag && late) ++t.late_frag_ooms;
           if (warn) {
             first = fmt::format("{}", *warn);
             lead = fmt::format("{}", at - *warn);
             (frag ? t.frag_warned : t.short_warned) += 1;
-            if (InTime(at - *warn, at)) {
+            if (at - *warn >= required) {
               (frag ? t.frag_in_time : t.short_in_time) += 1;
+              if (frag && possible) ++t.possible_frag_in_time;
               if (frag && late) ++t.late_frag_in_time;
             }
           }
@@ -382,7 +401,23 @@ int main(int argc, char** argv) {
           t.clean_steps += covered;
           t.clean_episodes += episodes;
         }
-        fmt::print("{:<28} {:>6} {:>10} {:>9.2f} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", w.name,
+        for (const std::string set : {w.synthetic ? "synthetic" : "captured", "all"}) {
+          Totals& sum = totals[{set, every}];
+          sum.frag_ooms += t.frag_ooms;
+          sum.frag_in_time += t.frag_in_time;
+          sum.frag_warned += t.frag_warned;
+          sum.possible_frag_ooms += t.possible_frag_ooms;
+          sum.possible_frag_in_time += t.possible_frag_in_time;
+          sum.late_frag_ooms += t.late_frag_ooms;
+          sum.late_frag_in_time += t.late_frag_in_time;
+          sum.short_ooms += t.short_ooms;
+          sum.short_in_time += t.short_in_time;
+          sum.short_warned += t.short_warned;
+          sum.clean_runs += t.clean_runs;
+          sum.clean_steps += t.clean_steps;
+          sum.clean_episodes += t.clean_episodes;
+        }
+        fmt::print("{:<28} {:>6} {:>10} {:>9.4f} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", w.name,
                    w.steps, FormatBytes(capacity), factor, oom, every, run->kind, first, lead,
                    rate);
         if (verbose) {
@@ -394,22 +429,27 @@ int main(int argc, char** argv) {
       }
     }
   }
-  fmt::print("\n");
-  for (const auto& [every, t] : totals) {
-    const auto pct = [](std::uint64_t a, std::uint64_t b) {
-      return b == 0
-                 ? std::string("n/a")
-                 : fmt::format("{:.0f}%", 100.0 * static_cast<double>(a) / static_cast<double>(b));
-    };
+  fmt::print(
+      "\nRequired lead: min(20, 10% of the run's steps), at least 1. \"possible\": OOM step "
+      ">= the required lead; \"after history\": OOM step >= {} (first step a trend can "
+      "exist) + the required lead.\n",
+      history_step);
+  const auto pct = [](std::uint64_t a, std::uint64_t b) {
+    return b == 0 ? std::string("n/a")
+                  : fmt::format("{:.0f}%", 100.0 * static_cast<double>(a) / static_cast<double>(b));
+  };
+  for (const auto& [key, t] : totals) {
+    const auto& [set, every] = key;
     fmt::print(
-        "every {:>3}: fragmentation OOMs warned in time {}/{} ({}; target >= 90%), warned at all "
-        "{}/{}; of those at step >= {}: {}/{} ({}); shortage OOMs warned in time {}/{} ({}); "
-        "runs that never fail: {} runs, {} steps, {} warning episodes = {:.2f} per 1000 steps "
-        "(target <= 1)\n",
-        every, t.frag_in_time, t.frag_ooms, pct(t.frag_in_time, t.frag_ooms), t.frag_warned,
-        t.frag_ooms, late_step, t.late_frag_in_time, t.late_frag_ooms,
-        pct(t.late_frag_in_time, t.late_frag_ooms), t.short_in_time, t.short_ooms,
-        pct(t.short_in_time, t.short_ooms), t.clean_runs, t.clean_steps, t.clean_episodes,
+        "{:<9} every {:>3}: fragmentation OOMs warned in time {}/{} ({}; target >= 90%), warned "
+        "at all {}/{}; where a lead is possible {}/{} ({}); after history {}/{} ({}); shortage "
+        "OOMs warned in time {}/{}; runs that never fail: {} runs, {} steps, {} warning episodes "
+        "= {:.2f} per 1000 steps (target <= 1)\n",
+        set, every, t.frag_in_time, t.frag_ooms, pct(t.frag_in_time, t.frag_ooms), t.frag_warned,
+        t.frag_ooms, t.possible_frag_in_time, t.possible_frag_ooms,
+        pct(t.possible_frag_in_time, t.possible_frag_ooms), t.late_frag_in_time, t.late_frag_ooms,
+        pct(t.late_frag_in_time, t.late_frag_ooms), t.short_in_time, t.short_ooms, t.clean_runs,
+        t.clean_steps, t.clean_episodes,
         t.clean_steps == 0
             ? 0.0
             : 1000.0 * static_cast<double>(t.clean_episodes) / static_cast<double>(t.clean_steps));

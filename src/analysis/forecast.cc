@@ -33,6 +33,9 @@ std::size_t Index(RiskLevel level) { return static_cast<std::size_t>(level); }
 
 Status ValidateForecastOptions(const ForecastOptions& o) {
   if (o.every == 0) return Status::InvalidArgument("forecast sampling period must be >= 1 step");
+  if (o.block_steps == 0 || o.block_steps > (std::uint64_t{1} << 40)) {
+    return Status::InvalidArgument("forecast demand block must be >= 1 step");
+  }
   if (!(o.fragmentation_threshold >= 0 && o.fragmentation_threshold <= 1)) {
     return Status::InvalidArgument(
         fmt::format("fragmentation threshold {} is outside [0, 1]", o.fragmentation_threshold));
@@ -155,22 +158,34 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
   const double ratio = allocated_peak > 0 ? std::max(1.0, pressure / allocated_peak) : 1.0;
   const double x = static_cast<double>(step);
   const bool warm = steps_seen_ > o.warmup_steps;
+  // Demand blocks: the peak demand of each block of block_steps steps (numbered by step, so
+  // every = 1 and every = block_steps close the same blocks) feeds the trend and the spread. A
+  // block is closed by its last step, by a sample of a later block, or by a sample covering a
+  // whole block or more (that sample is the block).
+  const auto close_block = [&]() {
+    if (block_id_ && block_covered_ > 0) {
+      demand_.Add(static_cast<double>(block_last_), block_max_);
+      block_len_ = static_cast<double>(block_covered_);
+    }
+    block_id_.reset();
+    block_max_ = 0;
+    block_covered_ = 0;
+  };
+  const auto block = static_cast<std::uint64_t>(std::max<std::int64_t>(step, 0)) / o.block_steps;
+  if (block_id_ && *block_id_ != static_cast<std::int64_t>(block)) close_block();
   if (warm) {
     pressure_.Add(x, pressure);
     steps_after_warmup_ += steps;
     if (allocator && allocated_peak > 0) ratio_.Add(x, ratio);
     if (demand > 0) {
-      demand_.Add(x, demand);
       demand_survived_ = std::max(demand_survived_, demand);
-      if (static_cast<double>(step - block_start_) > 4 * o.half_life_steps) {
-        previous_max_ = recent_max_;
-        previous_samples_ = recent_samples_;
-        recent_max_ = 0;
-        recent_samples_ = 0;
-        block_start_ = step;
+      block_id_ = static_cast<std::int64_t>(block);
+      block_max_ = std::max(block_max_, demand);
+      block_last_ = step;
+      block_covered_ += steps;
+      if (steps >= o.block_steps || (static_cast<std::uint64_t>(step) + 1) % o.block_steps == 0) {
+        close_block();
       }
-      recent_max_ = std::max(recent_max_, demand);
-      ++recent_samples_;
     }
     if (s.largest_request > 0) largest_.Add(x, static_cast<double>(s.largest_request));
     ++samples_after_warmup_;
@@ -199,12 +214,14 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     const double usable = std::max(cap / o.fragmentation_allowance,
                                    demand_survived_ + std::max(cap - demand_survived_, 0.0) / 2);
     const bool trend_ready = steps_after_warmup_ >= o.trend_min_steps;
-    // 1. Trend: the per-step peak demand grows toward what the device can hold.
+    // 1. Trend: the per-block peak demand grows toward what the device can hold.
     if (trend_ready && demand_.count() >= 3) {
       const double slope = demand_.slope();
       const double se = demand_.slope_stderr();
       if (slope > 0 && slope > o.trend_sigmas * se) {
-        const double now = std::max(demand, demand_.level());
+        // The fitted level at the last closed block, carried forward to this step.
+        const double now =
+            std::max(demand, demand_.level() + slope * std::max(x - demand_.last_x(), 0.0));
         const double t = std::max(usable - now, 0.0) / slope;
         consider_steps(t, fmt::format("peak {} grows {}/step, now {}; the device holds about {} "
                                       "({} / {:.2f} allowance)",
@@ -212,32 +229,28 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
                                       Bytes(usable), Bytes(cap), o.fragmentation_allowance));
       }
     }
-    // 2. Spread: a step whose peak demand exceeds what the device can hold. Expected steps
-    // until one: 1 / (per-step probability), from a normal fit to the recent per-sample peaks
-    // (each the max over `steps` steps).
-    if (trend_ready && demand_.count() >= 5 && demand > 0) {
-      const double mu = demand_.mean();
-      const double sigma = demand_.stddev();
-      if (sigma > 1e-4 * mu) {
-        const double z = (usable - mu) / sigma;
-        double p_sample = 0.5 * std::erfc(z / std::sqrt(2.0));
-        // A normal tail overstates bounded demand (batch sizes, lengths have a maximum). Beyond
-        // the largest recent peak, a new record comes at most once per (samples seen + 1), and
-        // one exceeding it by k sigma exp(-k) times as often.
-        const double max_recent = std::max(recent_max_, previous_max_);
-        if (usable >= max_recent) {
-          const auto seen = static_cast<double>(recent_samples_ + previous_samples_ + 1);
-          p_sample = std::min(p_sample, std::exp(-(usable - max_recent) / sigma) / seen);
-        }
-        if (p_sample > 0) {
-          const double p_step =
-              p_sample >= 1 ? 1.0 : -std::expm1(std::log1p(-p_sample) / static_cast<double>(steps));
+    // 2. Spread: a step whose peak demand exceeds what the device can hold. The block maxima
+    // follow an extreme-value (Gumbel) law whose location and scale come from their weighted
+    // mean and deviation; P(a block's peak > usable) per block, turned into a per-step
+    // probability, gives the expected steps until one: 1 / p.
+    if (trend_ready && demand_.count() >= 5 && demand > 0 && block_len_ > 0) {
+      const double m = demand_.mean();
+      const double sd = demand_.stddev();
+      if (sd > 1e-4 * m) {
+        constexpr double kEulerGamma = 0.5772156649015329;
+        constexpr double kPi = 3.141592653589793;
+        const double beta = sd * std::sqrt(6.0) / kPi;
+        const double mu = m - kEulerGamma * beta;
+        const double z = (usable - mu) / beta;
+        const double p_block = -std::expm1(-std::exp(-z));
+        if (p_block > 0) {
+          const double p_step = p_block >= 1 ? 1.0 : -std::expm1(std::log1p(-p_block) / block_len_);
           if (p_step > 0) {
             consider_steps(1.0 / p_step,
-                           fmt::format("peak {} {} ± {} per {}: a step needing more than the "
-                                       "{} the device holds is {:.1f} sigma away",
-                                       allocator ? "allocated" : "live", Bytes(mu), Bytes(sigma),
-                                       steps == 1 ? "step" : "sample", Bytes(usable), z));
+                           fmt::format("peak {} per {} steps {} ± {}: a block needing more than "
+                                       "the {} the device holds has probability {:.2g}",
+                                       allocator ? "allocated" : "live", block_len_, Bytes(m),
+                                       Bytes(sd), Bytes(usable), p_block));
           }
         }
       }

@@ -56,6 +56,11 @@ struct ForecastOptions {
   double fragmentation_allowance = 1.10;
   /// A level is held this many steps after its cause was last seen (no flapping).
   double hold_steps = 100;
+  /// The demand signals (trend and spread) see the peak demand per block of this many steps
+  /// (aligned on step numbers; a sample covering more steps is one block): every = 1 and
+  /// every = block_steps then feed them the same numbers, and the spread is a distribution of
+  /// block maxima (Gumbel), not of single steps.
+  std::uint64_t block_steps = 50;
 };
 
 /// Checks ranges (fractions in [0, 1], positive step counts, ordered thresholds).
@@ -72,6 +77,7 @@ class DecayingRegression {
   double slope() const;
   double slope_stderr() const;
   double level() const;  // fitted value at the latest x
+  double last_x() const { return x_last_; }
   double mean() const { return s0_ > 0 ? sy_ / s0_ : 0; }
   double stddev() const;  // weighted spread of y around its mean
 
@@ -100,12 +106,14 @@ class Forecaster {
   std::uint64_t steps_seen_ = 0;
   std::uint64_t samples_after_warmup_ = 0;
   DecayingRegression pressure_;  // peak reserved (allocator) or peak live requested per sample
-  DecayingRegression demand_;    // peak allocated (or live requested) per sample
+  DecayingRegression demand_;    // peak demand per block of block_steps steps
   double demand_survived_ = 0;   // largest peak demand of a sample that did not fail
-  // Largest peak demand over the recent past: two blocks of 4 half-lives each (O(1) memory).
-  double recent_max_ = 0, previous_max_ = 0;
-  std::uint64_t recent_samples_ = 0, previous_samples_ = 0;
-  std::int64_t block_start_ = 0;
+  // The open demand block: its number (step / block length), peak demand, last step, steps.
+  std::optional<std::int64_t> block_id_;
+  double block_max_ = 0;
+  std::int64_t block_last_ = 0;
+  std::uint64_t block_covered_ = 0;
+  double block_len_ = 0;  // steps covered by the last closed block
   std::uint64_t steps_after_warmup_ = 0;
   DecayingRegression ratio_;    // peak reserved / peak allocated per sample
   DecayingRegression largest_;  // largest request per sample

@@ -147,6 +147,95 @@ TEST(ForecastTest, StepsNotSamplesSetTheClock) {
   EXPECT_LE(std::abs(*full.first_warning_step - *skipping.first_warning_step), 30);
 }
 
+// A request-trace timeline (live requested bytes only), shaped like the captured inference
+// server: the caches fill over the first 100 steps (3 -> 12 GiB), demand then stays at 12 GiB
+// with noise, and from step `growth_from` it grows 20 MiB/step.
+std::vector<TimelineSample> RampPlateauGrowth(std::int64_t steps, std::int64_t growth_from) {
+  std::vector<TimelineSample> out;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> noise(-0.5, 0.5);
+  for (std::int64_t i = 0; i < steps; ++i) {
+    double gib = 3.0 + 9.0 * std::min<double>(static_cast<double>(i), 100.0) / 100.0;
+    if (i >= growth_from) gib += 20.0 / 1024.0 * static_cast<double>(i - growth_from);
+    gib += noise(rng);
+    TimelineSample s;
+    s.step_first = s.step_last = i;
+    s.peak_live_requested_bytes = static_cast<std::uint64_t>(gib * static_cast<double>(kGiB));
+    s.allocs = 100;
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(ForecastTest, RampThenPlateauThenGrowthAgreesAcrossSampling) {
+  // 18 GiB / 1.10 = 16.4 GiB: reached ~225 steps after the growth starts at step 300.
+  const auto timeline = RampPlateauGrowth(540, 300);
+  const DeviceForecast fine = ForecastTimeline(timeline, Every(1), 18 * kGiB);
+  const DeviceForecast coarse = ForecastTimeline(timeline, Every(50), 18 * kGiB);
+  ASSERT_TRUE(fine.first_warning_step && coarse.first_warning_step);
+  // Within one sampling period of each other: the 50-step samples carry the same block peaks
+  // as the per-step timeline (the first version warned at step 119 at every = 1, from the
+  // fill-up ramp, and ~300 steps later at every = 50).
+  EXPECT_LE(std::abs(*fine.first_warning_step - *coarse.first_warning_step), 50)
+      << *fine.first_warning_step << " vs " << *coarse.first_warning_step;
+  for (const DeviceForecast* f : {&fine, &coarse}) {
+    EXPECT_LE(*f->first_warning_step, 525 - 20);
+  }
+}
+
+TEST(ForecastTest, PlateauAfterFillUpDoesNotWarnAtAnySampling) {
+  // The same fill-up, then a plateau that never grows: a device of 18 GiB holds it.
+  const auto timeline = RampPlateauGrowth(600, 1 << 30);
+  for (std::uint64_t every : {1u, 50u}) {
+    SCOPED_TRACE(every);
+    const DeviceForecast f = ForecastTimeline(timeline, Every(every), 18 * kGiB);
+    EXPECT_FALSE(f.first_warning_step.has_value()) << *f.first_warning_step;
+  }
+}
+
+// Per-step demand from `draw` (GiB), as a request trace.
+template <typename Draw>
+std::vector<TimelineSample> RandomDemand(std::int64_t steps, Draw draw) {
+  std::vector<TimelineSample> out;
+  std::mt19937_64 rng(3);
+  for (std::int64_t i = 0; i < steps; ++i) {
+    TimelineSample s;
+    s.step_first = s.step_last = i;
+    s.peak_live_requested_bytes = static_cast<std::uint64_t>(draw(rng) * static_cast<double>(kGiB));
+    s.allocs = 100;
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(ForecastTest, BoundedRandomDemandBelowTheLimitDoesNotWarn) {
+  // Uniform 2..10 GiB per step (random batch or length with a maximum) on 11.5 GiB: every
+  // 50-step block peaks near 10 GiB, well below what the device holds. A normal fit to single
+  // steps (mean 6, sd 2.3) would put the limit 2 sigma away and warn.
+  std::uniform_real_distribution<double> uniform(2.0, 10.0);
+  const auto timeline = RandomDemand(1000, [&](std::mt19937_64& rng) { return uniform(rng); });
+  for (std::uint64_t every : {1u, 50u}) {
+    SCOPED_TRACE(every);
+    const DeviceForecast f = ForecastTimeline(timeline, Every(every), 11.5 * kGiB);
+    EXPECT_FALSE(f.first_warning_step.has_value()) << f.changes.back().reason;
+  }
+}
+
+TEST(ForecastTest, LongTailedDemandWarnsFromTheSpreadOfBlockPeaks) {
+  // 3 GiB plus an exponential tail (mean 0.5 GiB): 50-step peaks average ~5.2 GiB with a
+  // deviation of ~0.64 GiB. On 6.5 GiB a block beyond the limit is likely within a few hundred
+  // steps, and both sampling periods say so through the spread.
+  std::exponential_distribution<double> tail(2.0);
+  const auto timeline = RandomDemand(600, [&](std::mt19937_64& rng) { return 3.0 + tail(rng); });
+  for (std::uint64_t every : {1u, 50u}) {
+    SCOPED_TRACE(every);
+    const DeviceForecast f = ForecastTimeline(timeline, Every(every), 6.5 * kGiB);
+    ASSERT_TRUE(f.first_warning_step.has_value()) << f.changes.back().reason;
+    EXPECT_LE(*f.first_warning_step, 300);
+    EXPECT_NE(f.last.reason.find("a block needing more"), std::string::npos) << f.last.reason;
+  }
+}
+
 TEST(ForecastTest, EmptyAndSingleStepTimelinesSayNotEnoughData) {
   for (std::size_t n : {0u, 1u}) {
     SCOPED_TRACE(n);
@@ -227,6 +316,18 @@ TEST(ForecastTest, ValidatesOptions) {
   o = {};
   o.fragmentation_allowance = 0.5;
   EXPECT_FALSE(ValidateForecastOptions(o).ok());
+  o = {};
+  o.block_steps = 0;
+  EXPECT_FALSE(ValidateForecastOptions(o).ok());
+}
+
+TEST(ForecastTest, SampleCoveringManyBlocksIsOneBlock) {
+  // Sampling every 100 steps with 50-step blocks: each sample closes its own block, and a
+  // steady leak is still warned before it reaches the limit.
+  const auto timeline = RisingFragmentation(kRisingOomStep);
+  const DeviceForecast f = ForecastTimeline(timeline, Every(100), 10 * kGiB);
+  ASSERT_TRUE(f.first_warning_step.has_value()) << f.changes.back().reason;
+  EXPECT_LE(*f.first_warning_step, kRisingOomStep - 20);
 }
 
 // The analyzer runs the forecaster online: a request trace whose live bytes leak 2 MiB per
