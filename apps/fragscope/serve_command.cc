@@ -195,6 +195,7 @@ class Daemon {
     state.daemon.start_time_seconds = start_time_;
     state.daemon.textfile_writes = textfile_writes_.load();
     state.daemon.textfile_write_errors = textfile_errors_.load();
+    state.daemon.history_samples_dropped = history_ ? history_->dropped_total() : 0;
     state.daemon.collect_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     return prom::RenderExposition(state);
@@ -234,6 +235,8 @@ class Daemon {
   }
 
   const ServeHooks& hooks() const { return hooks_; }
+  // REQUIRES: called before any thread that may call Render() starts; `recorder` outlives it.
+  void set_history(const SampleRecorder* recorder) { history_ = recorder; }
 
  private:
   const ServeFlags& flags_;
@@ -246,6 +249,7 @@ class Daemon {
   std::string last_nvml_reason_ = "(not yet asked)";
   std::atomic<std::uint64_t> textfile_writes_{0};
   std::atomic<std::uint64_t> textfile_errors_{0};
+  const SampleRecorder* history_ = nullptr;  // null: no --history
   std::atomic<int> log_budget_{kLogBudgetPerInterval};
   std::atomic<int> suppressed_logs_{0};
 };
@@ -342,6 +346,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   signal(SIGPIPE, SIG_IGN);
 
   Daemon daemon(flags, hooks);
+  daemon.set_history(recorder.get());
   Log(fmt::format("fragscope {} starting on host {}", FRAGSCOPE_VERSION,
                   flags.hostname.empty() ? Hostname() : flags.hostname));
   daemon.RefreshGpus();

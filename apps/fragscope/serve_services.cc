@@ -77,6 +77,7 @@ void SampleRecorder::Add(const agent::AgentSample& sample) {
   std::lock_guard<std::mutex> lock(mu_);
   if (queue_.size() >= kMaxQueuedSamples) {
     ++dropped_;
+    ++dropped_total_;
     return;
   }
   queue_.push_back(sinks::ReceivedSample{sample, NowUs()});

@@ -5,6 +5,7 @@
 #ifndef FRAGSCOPE_APPS_FRAGSCOPE_SERVE_SERVICES_H_
 #define FRAGSCOPE_APPS_FRAGSCOPE_SERVE_SERVICES_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -55,6 +56,8 @@ class SampleRecorder {
   void Flush();
   const std::string& path() const { return store_->path(); }
   std::uint64_t written() const { return written_; }
+  /// Samples Add() turned away since Open() because the queue was full (any thread).
+  std::uint64_t dropped_total() const { return dropped_total_.load(); }
 
  private:
   SampleRecorder(std::unique_ptr<sinks::HistoryStore> store, LogFn log)
@@ -64,7 +67,8 @@ class SampleRecorder {
   std::mutex mu_;
   std::vector<sinks::ReceivedSample> queue_;  // guarded by mu_
   std::uint64_t written_ = 0;
-  std::uint64_t dropped_ = 0;
+  std::uint64_t dropped_ = 0;  // since the last Flush(), for its log line; guarded by mu_
+  std::atomic<std::uint64_t> dropped_total_{0};
 };
 
 /// The alert rules of a config file, evaluated every tick against the latest samples and GPU

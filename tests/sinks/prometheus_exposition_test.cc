@@ -58,6 +58,7 @@ NodeState TestState() {
   state.daemon.version = "9.9";
   state.daemon.agents.samples_received = 77;
   state.daemon.agents.rejected[static_cast<std::size_t>(agent::RejectReason::kRateLimited)] = 3;
+  state.daemon.history_samples_dropped = 12;
   return state;
 }
 
@@ -153,6 +154,7 @@ TEST(ExpositionTest, GpuAndDaemonSeries) {
           R"(fragscope_agent_samples_rejected_total{reason="rate_limited",Hostname="node-7"} 3)"));
   EXPECT_TRUE(Has(text, R"(fragscope_agent_series{Hostname="node-7"} 2)"));
   EXPECT_TRUE(Has(text, R"(fragscope_build_info{version="9.9",Hostname="node-7"} 1)"));
+  EXPECT_TRUE(Has(text, R"(fragscope_history_samples_dropped_total{Hostname="node-7"} 12)"));
 }
 
 TEST(ExpositionTest, NoGpusIsAStateNotAnError) {
@@ -164,6 +166,8 @@ TEST(ExpositionTest, NoGpusIsAStateNotAnError) {
       text,
       R"(fragscope_nvml_available{reason="libnvidia-ml.so.1: cannot open shared object file",Hostname="h"} 0)"));
   EXPECT_TRUE(Has(text, R"(fragscope_gpus{Hostname="h"} 0)"));
+  // Daemon counters are present at 0, not missing, before anything happened.
+  EXPECT_TRUE(Has(text, R"(fragscope_history_samples_dropped_total{Hostname="h"} 0)"));
 }
 
 TEST(ExpositionTest, SizeBucketLabels) {

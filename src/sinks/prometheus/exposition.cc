@@ -206,6 +206,10 @@ std::string RenderExposition(const NodeState& state) {
                         "Textfile-collector writes that failed.");
     write_errors.Add({{"Hostname", host}}, state.daemon.textfile_write_errors);
     write_errors.Emit(&out);
+    Family history_dropped("fragscope_history_samples_dropped_total", "counter",
+                           "Agent samples not written to the history: its queue was full.");
+    history_dropped.Add({{"Hostname", host}}, state.daemon.history_samples_dropped);
+    history_dropped.Emit(&out);
   }
 
   // Node and GPUs.

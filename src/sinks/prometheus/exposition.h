@@ -26,6 +26,8 @@ struct DaemonStats {
   double collect_seconds = 0;  // how long this scrape's collection took (GPU facts + registry)
   std::uint64_t textfile_writes = 0;
   std::uint64_t textfile_write_errors = 0;
+  // Agent samples the history queue had no room for (never written to the database).
+  std::uint64_t history_samples_dropped = 0;
 };
 
 /// Everything one scrape shows.
