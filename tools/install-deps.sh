@@ -12,7 +12,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest
   libcpp-httplib-dev               # fragscope serve's /metrics endpoint
-  prometheus                       # integration test: a real Prometheus scrapes the daemon
+  prometheus                       # integration test: a real Prometheus scrapes the daemon; promtool
+  systemd                          # systemd-analyze verify deploy/systemd/fragscope.service
   libtomlplusplus-dev libssl-dev python3-yaml  # alert rules (TOML), https webhooks, deploy/ checks
 )
 if [[ "${1:-}" == "--with-torch" ]]; then

@@ -9,6 +9,9 @@
   when present, else the exporter list in docs/alerts.md).
 * deploy/fragscope.toml.example passes `fragscope alerts check` (when FRAGSCOPE_BIN is set).
 
+A test that needs promtool skips without it, except under FRAGSCOPE_REQUIRE_TOOLS=1 (ctest
+sets it), where it fails.
+
 Run by ctest as `deploy_files`; by hand: /usr/bin/python3 -m pytest tests/deploy.
 """
 import json
@@ -24,9 +27,20 @@ SOURCE_DIR = os.environ.get(
     "FRAGSCOPE_SOURCE_DIR",
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None, reason="promtool not installed (tools/install-deps.sh: prometheus)")
+REQUIRE_TOOLS = os.environ.get("FRAGSCOPE_REQUIRE_TOOLS") == "1"
+
+
+@pytest.fixture
+def promtool():
+    """promtool's path. Missing: the test skips, or fails under FRAGSCOPE_REQUIRE_TOOLS=1 (set
+    by ctest: tools/install-deps.sh installs Debian's prometheus, which provides it)."""
+    path = shutil.which("promtool")
+    if path:
+        return path
+    message = "promtool not installed (Debian package prometheus; tools/install-deps.sh)"
+    if REQUIRE_TOOLS:
+        pytest.fail(message + " and FRAGSCOPE_REQUIRE_TOOLS=1", pytrace=False)
+    pytest.skip(message)
 
 # Metrics of other exporters the dashboard joins with, and Prometheus' own.
 EXTERNAL_METRICS = {"up", "DCGM_FI_DEV_FB_USED"}
@@ -65,17 +79,15 @@ def dashboard_targets(dash):
             yield panel, target
 
 
-@needs_promtool
-def test_promtool_check_rules():
-    out = subprocess.run([PROMTOOL, "check", "rules", os.path.join(DEPLOY, "prometheus", "alerts.yml")],
+def test_promtool_check_rules(promtool):
+    out = subprocess.run([promtool, "check", "rules", os.path.join(DEPLOY, "prometheus", "alerts.yml")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
 
 
-@needs_promtool
-def test_promtool_test_rules():
-    out = subprocess.run([PROMTOOL, "test", "rules", "alerts_test.yml"],
+def test_promtool_test_rules(promtool):
+    out = subprocess.run([promtool, "test", "rules", "alerts_test.yml"],
                          cwd=os.path.join(DEPLOY, "prometheus"),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -150,8 +162,7 @@ def promql_of(expr):
     return re.sub(r"\$\{?[A-Za-z_]+\}?", ".*", expr)
 
 
-@needs_promtool
-def test_dashboard_expressions_parse_as_promql():
+def test_dashboard_expressions_parse_as_promql(promtool):
     import yaml
     rules = [{"record": f"fragscope_dashboard:check_{i}", "expr": promql_of(t["expr"])}
              for i, (_, t) in enumerate(dashboard_targets(load_dashboard()))]
@@ -159,13 +170,12 @@ def test_dashboard_expressions_parse_as_promql():
         path = os.path.join(tmp, "dashboard_rules.yml")
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, f)
-        out = subprocess.run([PROMTOOL, "check", "rules", path], capture_output=True, text=True,
+        out = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True,
                              timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@needs_promtool
-def test_a_broken_expression_is_caught():
+def test_a_broken_expression_is_caught(promtool):
     """The PromQL check above can fail: a broken expression does."""
     import yaml
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,7 +183,7 @@ def test_a_broken_expression_is_caught():
         with open(path, "w", encoding="utf-8") as f:
             yaml.safe_dump({"groups": [{"name": "x", "rules": [
                 {"record": "x:y", "expr": promql_of('sum by (gpu (fragscope_reserved_bytes{gpu=~"$gpu"})')}]}]}, f)
-        out = subprocess.run([PROMTOOL, "check", "rules", path], capture_output=True, text=True,
+        out = subprocess.run([promtool, "check", "rules", path], capture_output=True, text=True,
                              timeout=60)
     assert out.returncode != 0
 

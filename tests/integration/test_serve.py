@@ -3,6 +3,9 @@ Python agent client (python/fragscope_agent.py), HTTP scrapes, Debian's promtool
 prometheus server, and the load/fault tool (tools/soak_serve.py, short run).
 
 Run by ctest (serve_integration); FRAGSCOPE_BIN and FRAGSCOPE_SOURCE_DIR come from there.
+A test that needs an outside tool (promtool, prometheus, systemd-analyze, the stand-in NVML)
+skips when it is missing, except under FRAGSCOPE_REQUIRE_TOOLS=1 (set by ctest, because
+tools/install-deps.sh installs them all), where a missing tool fails the test.
 """
 
 import json
@@ -29,6 +32,18 @@ import fragscope_agent  # noqa: E402
 from soak_serve import parse_metrics, value  # noqa: E402
 
 UUID = "GPU-6c1d2b3a-0000-4000-8000-00000000beef"
+REQUIRE_TOOLS = os.environ.get("FRAGSCOPE_REQUIRE_TOOLS") == "1"
+
+
+def require_tool(name, package):
+    """The tool's path; when it is missing, skip, or fail under FRAGSCOPE_REQUIRE_TOOLS=1."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} not installed (Debian package {package}; tools/install-deps.sh)"
+    if REQUIRE_TOOLS:
+        pytest.fail(message + " and FRAGSCOPE_REQUIRE_TOOLS=1", pytrace=False)
+    pytest.skip(message)
 
 
 class Daemon:
@@ -175,19 +190,19 @@ def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
         # No GPU here: NVML is absent, which the daemon reports and survives.
         assert value(m, "fragscope_nvml_available") == 0
         assert value(m, "fragscope_agent_series") == 1
-        if shutil.which("promtool"):
-            lint = subprocess.run(["promtool", "check", "metrics"], input=text,
-                                  capture_output=True, text=True, timeout=30)
-            # promtool parses the exposition (exit 1 on a format error) and lints it (exit 3).
-            # The only lint allowed is DCGM's camelCase label names (UUID, modelName,
-            # Hostname), kept on purpose so the series join with dcgm-exporter's.
-            problems = [l for l in (lint.stdout + lint.stderr).splitlines()
-                        if l and "should be written in 'snake_case' not 'camelCase'" not in l]
-            assert lint.returncode in (0, 3) and not problems, lint.stdout + lint.stderr
     # The agent disconnected: its series leave.
     daemon.wait_metric("fragscope_agent_series", 0)
     assert value(daemon.metrics(), "fragscope_process_reserved_bytes") is None
     assert "NVML unavailable (" in daemon.read_log()
+    promtool = require_tool("promtool", "prometheus")
+    lint = subprocess.run([promtool, "check", "metrics"], input=text,
+                          capture_output=True, text=True, timeout=30)
+    # promtool parses the exposition (exit 1 on a format error) and lints it (exit 3).
+    # The only lint allowed is DCGM's camelCase label names (UUID, modelName,
+    # Hostname), kept on purpose so the series join with dcgm-exporter's.
+    problems = [l for l in (lint.stdout + lint.stderr).splitlines()
+                if l and "should be written in 'snake_case' not 'camelCase'" not in l]
+    assert lint.returncode in (0, 3) and not problems, lint.stdout + lint.stderr
 
 
 def test_unknown_path_is_404(daemon):
@@ -305,9 +320,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/bin/prometheus"),
-                    reason="/usr/bin/prometheus missing (Debian package prometheus)")
 def test_prometheus_scrapes_the_daemon(daemon, workdir):
+    prometheus = require_tool("prometheus", "prometheus")
     agents = [fragscope_agent.AgentClient(daemon.sock, job="itest-job", rank=r, pid=5000 + r)
               for r in range(2)]
     for r, agent in enumerate(agents):
@@ -325,7 +339,7 @@ scrape_configs:
 """)
     log = open(os.path.join(workdir, "prometheus.log"), "w+")
     prom = subprocess.Popen(
-        ["/usr/bin/prometheus", f"--config.file={config}",
+        [prometheus, f"--config.file={config}",
          f"--storage.tsdb.path={os.path.join(workdir, 'tsdb')}",
          f"--web.listen-address=127.0.0.1:{prom_port}"],
         stdout=log, stderr=subprocess.STDOUT)
@@ -384,15 +398,15 @@ def test_short_soak_loses_no_sample():
     assert all(n > 0 for n in summary["faults_injected"].values())
 
 
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze missing")
 def test_systemd_unit_verifies(workdir):
+    systemd_analyze = require_tool("systemd-analyze", "systemd")
     unit = open(os.path.join(SOURCE_DIR, "deploy", "systemd", "fragscope.service")).read()
     assert "ExecStart=/usr/local/bin/fragscope serve" in unit
     # The unit names the installed path; verify it against the built binary instead.
     path = os.path.join(workdir, "fragscope.service")
     with open(path, "w") as f:
         f.write(unit.replace("/usr/local/bin/fragscope", os.path.abspath(BIN)))
-    out = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True,
+    out = subprocess.run([systemd_analyze, "verify", path], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stderr.strip() == "", out.stderr
 
@@ -441,11 +455,21 @@ FAKE_NVML = os.environ.get("FRAGSCOPE_FAKE_NVML", "")
 NODE2_GPU0 = "GPU-0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 
 
-@pytest.mark.skipif(not FAKE_NVML, reason="FRAGSCOPE_FAKE_NVML (the stand-in libnvidia-ml) not set")
+def require_fake_nvml():
+    """The stand-in libnvidia-ml (tests/testing/fake_nvml) that ctest passes in."""
+    if FAKE_NVML and os.path.exists(FAKE_NVML):
+        return FAKE_NVML
+    message = f"FRAGSCOPE_FAKE_NVML (the stand-in libnvidia-ml) not set or missing: {FAKE_NVML!r}"
+    if REQUIRE_TOOLS:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def test_gpu_facts_from_nvml_and_procfs_join_the_agent_series(workdir):
     """The daemon loads NVML through the same dlopen path as production (here the tests'
     stand-in library answering from a fixture), joins /proc/driver/nvidia by UUID, and labels
     the agent's series with the GPU's index, bus id and model."""
+    require_fake_nvml()
     env = dict(os.environ,
                FRAGSCOPE_FAKE_NVML_FIXTURE=os.path.join(SOURCE_DIR, "tests/data/nvml/node2.txt"))
     d = Daemon(workdir, "--nvml-lib", FAKE_NVML, "--proc-root",

@@ -1,10 +1,12 @@
 # `fragscope serve` with real components (tests/integration/test_serve.py): the built binary,
 # the Python agent client, promtool and Debian's prometheus server, and a short soak run.
+# FRAGSCOPE_REQUIRE_TOOLS=1: a missing promtool, prometheus, systemd-analyze or stand-in NVML
+# fails the test instead of skipping it (tools/install-deps.sh installs the tools).
 add_test(NAME serve_integration
   COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
           ${PROJECT_SOURCE_DIR}/tests/integration/test_serve.py)
 set_tests_properties(serve_integration PROPERTIES
-  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;FRAGSCOPE_REQUIRE_TOOLS=1"
   LABELS integration
   TIMEOUT 400)
 # The daemon loads the tests' stand-in libnvidia-ml through its --nvml-lib path.
