@@ -33,6 +33,9 @@ from soak_serve import parse_metrics, value  # noqa: E402
 
 UUID = "GPU-6c1d2b3a-0000-4000-8000-00000000beef"
 REQUIRE_TOOLS = os.environ.get("FRAGSCOPE_REQUIRE_TOOLS") == "1"
+# The daemon loads this instead of the host's libnvidia-ml unless a test says otherwise, so the
+# NVML-absent state is the same on a GPU host as on CI.
+NO_NVML = "/nonexistent/libnvidia-ml.so.1"
 
 
 def require_tool(name, package):
@@ -62,6 +65,8 @@ class Daemon:
         self.history = os.path.join(workdir, "history.sqlite")
         if "--history" not in extra:
             args += ["--history", self.history]
+        if "--nvml-lib" not in extra:
+            args += ["--nvml-lib", NO_NVML, "--proc-root", os.path.join(workdir, "no-proc")]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.log,
                                      env=env or os.environ)
         self.port = None
@@ -187,13 +192,17 @@ def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
                      **labels) == 6 << 20
         assert value(m, "fragscope_process_free_blocks", size_bucket="1GiB-2GiB", **labels) == 1
         assert value(m, "fragscope_process_free_blocks", size_bucket="4KiB-8KiB", **labels) == 1
-        # No GPU here: NVML is absent, which the daemon reports and survives.
-        assert value(m, "fragscope_nvml_available") == 0
+        # The daemon was given a library that does not exist (NO_NVML): NVML is absent, which
+        # it reports, with the reason, and survives.
+        nvml = [(dict(ls), v) for (n, ls), v in m.items() if n == "fragscope_nvml_available"]
+        assert len(nvml) == 1 and nvml[0][1] == 0, nvml
+        assert NO_NVML in nvml[0][0]["reason"], nvml
+        assert value(m, "fragscope_gpus") == 0
         assert value(m, "fragscope_agent_series") == 1
     # The agent disconnected: its series leave.
     daemon.wait_metric("fragscope_agent_series", 0)
     assert value(daemon.metrics(), "fragscope_process_reserved_bytes") is None
-    assert "NVML unavailable (" in daemon.read_log()
+    assert f"NVML unavailable ({NO_NVML}" in daemon.read_log()
     promtool = require_tool("promtool", "prometheus")
     lint = subprocess.run([promtool, "check", "metrics"], input=text,
                           capture_output=True, text=True, timeout=30)
