@@ -147,13 +147,51 @@ def test_dashboard_has_what_grafana_needs_to_import_it():
         assert metric in exprs, metric
 
 
+def variable_queries(dash):
+    """(name, PromQL) of the dashboard's query variables: templating.list[].query, a string or
+    Grafana's {"query": ...} object."""
+    for var in dash.get("templating", {}).get("list", []):
+        if var.get("type") != "query":
+            continue
+        query = var.get("query")
+        if isinstance(query, dict):
+            query = query.get("query")
+        assert isinstance(query, str) and query.strip(), f"variable {var['name']!r}: no query"
+        yield var["name"], query
+
+
+def label_values_selector(query):
+    """The series selector of Grafana's label_values(selector, label), else the query itself."""
+    m = re.fullmatch(r"\s*label_values\((.*),\s*[A-Za-z_][A-Za-z0-9_]*\s*\)\s*", query, re.S)
+    return m.group(1) if m else query
+
+
 def test_dashboard_metrics_are_documented():
     path, documented = documented_metrics()
-    for panel, target in dashboard_targets(load_dashboard()):
+    dash = load_dashboard()
+    for panel, target in dashboard_targets(dash):
         names = metric_names(target["expr"])
         assert names, panel["title"]
         unknown = {n for n in names if n not in documented and n not in EXTERNAL_METRICS}
         assert not unknown, f"panel {panel['title']!r}: {sorted(unknown)} not in {path}"
+    variables = list(variable_queries(dash))
+    assert variables, "the dashboard has no query variable"
+    for name, query in variables:
+        names = metric_names(label_values_selector(query))
+        assert names, f"variable {name!r}: no metric in {query!r}"
+        unknown = {n for n in names if n not in documented and n not in EXTERNAL_METRICS}
+        assert not unknown, f"variable {name!r}: {sorted(unknown)} not in {path}"
+
+
+def test_an_undocumented_variable_metric_is_caught():
+    """The variable check above can fail: a made-up metric in a variable's query does."""
+    _, documented = documented_metrics()
+    dash = {"templating": {"list": [{"name": "x", "type": "query", "query": {
+        "query": 'label_values(fragscope_no_such_metric{Hostname=~"$Hostname"}, gpu)'}}]}}
+    (_, query), = variable_queries(dash)
+    assert label_values_selector(query) == 'fragscope_no_such_metric{Hostname=~"$Hostname"}'
+    assert metric_names(label_values_selector(query)) == {"fragscope_no_such_metric"}
+    assert "fragscope_no_such_metric" not in documented
 
 
 def promql_of(expr):
@@ -164,8 +202,11 @@ def promql_of(expr):
 
 def test_dashboard_expressions_parse_as_promql(promtool):
     import yaml
-    rules = [{"record": f"fragscope_dashboard:check_{i}", "expr": promql_of(t["expr"])}
-             for i, (_, t) in enumerate(dashboard_targets(load_dashboard()))]
+    dash = load_dashboard()
+    exprs = [t["expr"] for _, t in dashboard_targets(dash)]
+    exprs += [label_values_selector(q) for _, q in variable_queries(dash)]
+    rules = [{"record": f"fragscope_dashboard:check_{i}", "expr": promql_of(e)}
+             for i, e in enumerate(exprs)]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "dashboard_rules.yml")
         with open(path, "w", encoding="utf-8") as f:

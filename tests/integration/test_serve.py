@@ -576,3 +576,76 @@ hooks = ["record"]
                         "--listen", "127.0.0.1:0", "--history", "none", "--alerts", config],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "--alerts" in r.stderr, r.stderr
+
+
+# --- docs/exporter.md against what the daemon really exports ---------------------------------
+
+EXPORTER_DOC = os.path.join(SOURCE_DIR, "docs", "exporter.md")
+# Documented metrics that none of the states set up in test_exporter_doc_lists_every_family
+# gives a sample (their family is still there, HELP and TYPE only), each with why. Empty today:
+# the fake NVML's node2 fixture and one full agent sample produce every series.
+CONDITIONAL = {}
+
+
+def documented_families():
+    """{name: type} from the metric tables of docs/exporter.md (rows "| `name` | type | ...")."""
+    with open(EXPORTER_DOC, encoding="utf-8") as f:
+        text = f.read()
+    rows = re.findall(r"^\| `(fragscope_[a-z0-9_]+)` \| ([a-z]+) \|", text, re.MULTILINE)
+    names = [n for n, _ in rows]
+    assert len(names) == len(set(names)), "a metric listed twice in docs/exporter.md"
+    # Any other `fragscope_...` in the prose names a listed metric (or is a prefix: `..._*`).
+    mentioned = set(re.findall(r"`(fragscope_[a-z0-9_]*[a-z0-9])`", text))
+    assert mentioned <= set(names), f"docs/exporter.md mentions unlisted {mentioned - set(names)}"
+    return dict(rows), text
+
+
+def exposed_families(text):
+    """({name: type} from the # TYPE lines, {names with at least one sample})."""
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+    with_samples = {n for (n, _) in parse_metrics(text)}
+    return types, with_samples
+
+
+def test_exporter_doc_lists_every_family(workdir):
+    """Both ways: every family the daemon exports is documented with its type, and every
+    documented metric is exported, with samples in one of the states below."""
+    fake_nvml = require_fake_nvml()
+    documented, _ = documented_families()
+    # State 1: two GPUs through the stand-in NVML and /proc, one agent with every field.
+    env = dict(os.environ,
+               FRAGSCOPE_FAKE_NVML_FIXTURE=os.path.join(SOURCE_DIR, "tests/data/nvml/node2.txt"))
+    os.mkdir(os.path.join(workdir, "gpus"))
+    d = Daemon(os.path.join(workdir, "gpus"), "--nvml-lib", fake_nvml, "--proc-root",
+               os.path.join(SOURCE_DIR, "tests/data/procfs/node2"), env=env)
+    try:
+        d.wait_metric("fragscope_nvml_available", 1)
+        with fragscope_agent.AgentClient(d.sock, pid=4242, rank=0, job="doc") as agent:
+            assert agent.send_sample(full_sample(device_uuid=NODE2_GPU0,
+                                                 largest_request_bytes=5 << 20))
+            d.wait_metric("fragscope_agent_series", 1)
+            full_types, full_samples = exposed_families(d.get("/metrics")[2])
+    finally:
+        assert d.stop() == 0, d.read_log()
+    # State 2: no NVML, no /proc, no agent.
+    os.mkdir(os.path.join(workdir, "bare"))
+    d = Daemon(os.path.join(workdir, "bare"))
+    try:
+        bare_types, bare_samples = exposed_families(d.get("/metrics")[2])
+    finally:
+        assert d.stop() == 0, d.read_log()
+
+    undocumented = sorted(set(full_types) - set(documented))
+    assert not undocumented, f"exported but not in docs/exporter.md: {undocumented}"
+    not_exported = sorted(set(documented) - set(full_types))
+    assert not not_exported, f"in docs/exporter.md but not exported: {not_exported}"
+    wrong_type = {n: (documented[n], full_types[n]) for n in documented
+                  if documented[n] != full_types[n]}
+    assert not wrong_type, f"(documented, exported) types differ: {wrong_type}"
+    # "Every family is always present with its HELP and TYPE lines" (docs/exporter.md).
+    assert bare_types == full_types
+    assert "fragscope_process_reserved_bytes" not in bare_samples  # state 2 really is bare
+    no_samples = sorted(set(documented) - full_samples - bare_samples - set(CONDITIONAL))
+    assert not no_samples, f"documented, but no state here gives a sample: {no_samples}"
+    stale = {n for n in CONDITIONAL if n not in documented or n in full_samples | bare_samples}
+    assert not stale, f"CONDITIONAL lists {stale}, which are undocumented or have samples now"
