@@ -649,3 +649,86 @@ def test_exporter_doc_lists_every_family(workdir):
     assert not no_samples, f"documented, but no state here gives a sample: {no_samples}"
     stale = {n for n in CONDITIONAL if n not in documented or n in full_samples | bare_samples}
     assert not stale, f"CONDITIONAL lists {stale}, which are undocumented or have samples now"
+
+
+# --- kill -9 of the daemon and its history ----------------------------------------------------
+
+
+def committed_rows(path):
+    """(pid, step) of the samples another connection sees as committed. Read-only: this
+    reader never writes to the database, nor checkpoints its WAL."""
+    import sqlite3
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    try:
+        return set(db.execute("SELECT pid, step FROM samples"))
+    finally:
+        db.close()
+
+
+def test_kill_9_keeps_every_committed_sample(workdir):
+    """SIGKILL the daemon three times at random moments of a sample stream, on one history
+    file: after each kill the database passes integrity_check and holds every sample a
+    reader saw committed before the kill, and the next daemon opens it."""
+    import random
+    import sqlite3
+    import threading
+    seed = int(os.environ.get("FRAGSCOPE_TEST_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    history = os.path.join(workdir, "history.sqlite")
+    attempted = set()  # (pid, step) of every sample sent, accepted or not
+    kept = set()  # rows after the previous kill
+    for kill in range(3):
+        # The same history each round: the daemon reopens what the killed one left.
+        d = Daemon(workdir, "--max-rate", "5000", "--burst", "5000")
+        stop = threading.Event()
+
+        def stream(pid):
+            with fragscope_agent.AgentClient(d.sock, pid=pid, run=f"kill-{kill}") as agent:
+                step = 0
+                while not stop.is_set():
+                    attempted.add((pid, step))
+                    agent.send_sample(full_sample(step=step))
+                    step += 1
+                    time.sleep(0.001)
+
+        pids = (9000 + 10 * kill, 9001 + 10 * kill)
+        threads = [threading.Thread(target=stream, args=(p,)) for p in pids]
+        for t in threads:
+            t.start()
+        try:
+            deadline = time.time() + 5
+            while not any(p in pids for p, _ in committed_rows(history)):
+                assert time.time() < deadline, "no sample committed:\n" + d.read_log()
+                time.sleep(0.02)
+            # Anywhere in the 0.2 s flush cycle: between batches, mid-insert, mid-commit.
+            time.sleep(rng.uniform(0, 0.6))
+            seen = committed_rows(history)
+            d.proc.send_signal(signal.SIGKILL)  # right after the reader's look
+            d.proc.wait(timeout=10)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+            if d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait()
+            d.log.close()
+        assert d.proc.returncode == -signal.SIGKILL
+        db = sqlite3.connect(history)
+        try:
+            assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            after = set(db.execute("SELECT pid, step FROM samples"))
+        finally:
+            db.close()
+        context = f"(kill {kill}, FRAGSCOPE_TEST_SEED={seed})"
+        this_round = {r for r in seen if r[0] in pids}
+        assert len(this_round) > 0, context
+        lost = seen - after
+        assert not lost, f"{len(lost)} committed samples lost {context}: {sorted(lost)[:5]}"
+        assert kept <= after, f"rows of an earlier round lost {context}"
+        assert after <= attempted, f"rows nobody sent {context}: {sorted(after - attempted)[:5]}"
+        kept = after
+    # A clean start and stop on the thrice-killed file.
+    d = Daemon(workdir)
+    assert d.stop() == 0, d.read_log()
+    assert committed_rows(history) == kept
