@@ -555,8 +555,10 @@ hooks = ["record"]
     try:
         with fragscope_agent.AgentClient(d.sock, pid=31, rank=1, job="train; rm -rf /") as agent:
             assert agent.send_sample(full_sample(step=9))  # forecast_level "warning"
+            # The daemon logs the delivery after the hook exits; the hook's files exist (empty)
+            # before it has written them, so waiting for them alone races.
             deadline = time.time() + 20
-            while not os.path.exists(out + ".env") and time.time() < deadline:
+            while "-> hook record" not in d.read_log() and time.time() < deadline:
                 time.sleep(0.1)
         assert os.path.exists(out + ".json"), d.read_log()
         with open(out + ".json") as f:
