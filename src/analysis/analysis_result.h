@@ -59,9 +59,12 @@ struct TimelineSample {
   // empty_cache calls, a release near the device limit is the allocator's release-and-retry
   // path. Summed by MergeSamples.
   std::uint64_t segment_frees = 0;
-  // Allocation retries in the window (num_alloc_retries deltas), when the source reports them
-  // (live agents); 0 for traces, which do not record them.
+  // Allocation retries in the window (num_alloc_retries deltas), when the source reports them:
+  // replays through the simulator read its memory_stats() (TraceAnalyzer::SetAllocRetrySource).
+  // Traces and snapshots do not record them: alloc_retries_known is false and the count 0.
+  // Summed (and known if either is) by MergeSamples.
   std::uint64_t alloc_retries = 0;
+  bool alloc_retries_known = false;
 };
 
 struct LayoutBlock {

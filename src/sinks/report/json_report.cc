@@ -148,6 +148,7 @@ Json SampleJson(const TimelineSample& s, bool allocator) {
   j["peak_live_requested_bytes"] = s.peak_live_requested_bytes;
   j["allocs"] = s.allocs;
   j["largest_request_bytes"] = s.largest_request;
+  j["alloc_retries"] = s.alloc_retries_known ? Json(s.alloc_retries) : Json(nullptr);
   return j;
 }
 
