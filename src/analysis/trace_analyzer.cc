@@ -433,6 +433,10 @@ struct TraceAnalyzer::Impl {
       }
       result.devices.push_back(std::move(r));
     }
+    if (options.forecast && result.devices.empty()) {
+      result.notes.push_back(
+          "not enough data for a forecast: no device had an event (it needs at least 2 steps)");
+    }
     if (result.steps_per_sample > 1) {
       result.notes.push_back(
           fmt::format("long run: each timeline row covers {} {} (at most {} rows are kept)",

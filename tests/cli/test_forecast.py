@@ -138,6 +138,15 @@ def test_empty_trace_does_not_crash(tmp_path):
     write_leak_trace(tmp_path / "empty.jsonl", steps=0)
     result = run("analyze", "empty.jsonl", "--forecast", cwd=tmp_path)
     assert result.returncode == 0, result.stderr.decode()
+    assert b"note: not enough data for a forecast: no device had an event" in result.stdout
+    result = run("analyze", "empty.jsonl", "--forecast", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(result.stdout)
+    assert report["devices"] == []
+    assert any(n.startswith("not enough data for a forecast") for n in report["notes"])
+    # Without --forecast nothing is said about one.
+    result = run("analyze", "empty.jsonl", "--json", cwd=tmp_path)
+    assert not any("forecast" in n for n in json.loads(result.stdout)["notes"])
 
 
 def write_retry_trace(path, steps=30, capacity=GIB):
