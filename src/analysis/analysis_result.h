@@ -3,6 +3,7 @@
 #ifndef FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_
 #define FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -102,6 +103,17 @@ struct ForecastPoint {
   std::string reason;
 };
 
+/// How the run compares with the earlier runs of its architecture in the history, shown with
+/// the forecast (`analyze --forecast --baseline`): what analysis::CompareWithBaseline gives,
+/// as `check --baseline` and `history compare` print it.
+struct ForecastBaseline {
+  std::string architecture;
+  std::size_t runs = 0;  // baseline runs compared with (0: no baseline)
+  bool has_baseline = false;
+  std::optional<double> growth_ratio;  // fragmentation growth: current / baseline
+  std::string sentence;  // "fragmenting 2.3× faster than the last 5 runs of gpt-1.3b", ...
+};
+
 /// The forecast of one device: its level changes and the first warning and critical steps.
 struct DeviceForecast {
   /// "step", or "window" when the trace has no step markers (one window = `every_events`
@@ -116,8 +128,9 @@ struct DeviceForecast {
   std::optional<std::int64_t> first_warning_step;   // first sample at warning or worse
   std::optional<std::int64_t> first_critical_step;  // first sample at critical
   RiskLevel worst = RiskLevel::kUnknown;
-  ForecastPoint last;              // the verdict of the last sample
-  std::vector<std::string> notes;  // not enough data, fallbacks, missing capacity
+  ForecastPoint last;                        // the verdict of the last sample
+  std::vector<std::string> notes;            // not enough data, fallbacks, missing capacity
+  std::optional<ForecastBaseline> baseline;  // set by the caller (analyze --baseline)
 };
 inline constexpr std::size_t kMaxForecastChanges = 1000;
 
