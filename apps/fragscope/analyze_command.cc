@@ -14,6 +14,7 @@
 #include "cli_util.h"
 #include "common/units.h"
 #include "fragscope/trace.h"
+#include "history_command.h"
 #include "sinks/report/json_report.h"
 #include "sinks/report/text_report.h"
 
@@ -31,7 +32,12 @@ struct AnalyzeFlags {
   std::string max_line_bytes;  // a size; empty: the reader's default
   bool forecast = false;
   analysis::ForecastOptions forecast_options;
+  std::string baseline;  // architecture label; empty: no baseline comparison
+  std::string history;   // history database; empty: the default path
 };
+
+// Earlier runs of the architecture a run is compared with (as `check --last`'s default).
+constexpr std::size_t kBaselineRuns = 5;
 
 constexpr std::string_view kDescription =
     "Report peaks, fragmentation, a timeline and a memory map of a trace or snapshot";
@@ -78,6 +84,7 @@ Examples:
   fragscope analyze trace.jsonl --device 1 --stranded-threshold 2MiB
   fragscope analyze trace.jsonl.gz --forecast --no-map
   fragscope analyze trace.jsonl.gz --forecast --forecast-every 1 --json | jq .devices[0].forecast
+  fragscope analyze trace.jsonl.gz --forecast --baseline gpt-1.3b --history ci-history.sqlite
 
 --forecast runs the OOM forecaster over each device's per-step timeline, as a live agent
 sampling every --forecast-every steps would see it, and prints the risk timeline (level
@@ -86,6 +93,12 @@ first warning and critical steps. It needs the device capacity (the trace header
 capacity_bytes; `fragscope replay --capacity` writes it) for steps-to-OOM; without step
 markers it counts timeline windows as steps and says so. docs/forecast.md explains every
 signal and threshold.
+
+--baseline ARCH (with --forecast) adds to each device's forecast how the run compares with the
+last 5 runs of that architecture in the history (--history PATH, default as for `fragscope
+history`), as `check --baseline` does: "fragmenting 2.3× faster than the last 5 runs of ARCH".
+The trace's "run" label keeps a recorded run out of its own baseline. It needs an allocator
+trace or snapshot with step markers (docs/history.md); a damaged history is refused.
 
 Exit status: 0 on success; 2 for bad input (the message names file:line, or the snapshot's
 byte offset or field) or bad usage.
@@ -181,6 +194,20 @@ int RunAnalyze(const AnalyzeFlags& flags) {
     return BadInput(
         fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
   }
+  if (!flags.baseline.empty()) {
+    std::string run_name;
+    for (const auto& [key, value] : result.labels) {
+      if (key == "run") run_name = value;
+    }
+    for (analysis::DeviceReport& d : result.devices) {
+      if (!d.forecast) continue;
+      Result<analysis::BaselineComparison> c = CompareWithHistory(
+          result, d.device, run_name, flags.baseline, flags.history, kBaselineRuns);
+      if (!c.ok()) return BadInput("--baseline: " + c.status().message());
+      d.forecast->baseline = analysis::ForecastBaseline{c->architecture, c->runs, c->has_baseline,
+                                                        c->growth_ratio, c->sentence};
+    }
+  }
   std::string out;
   if (flags.report.json) {
     sinks::JsonOptions json;
@@ -269,10 +296,18 @@ Command AddAnalyzeCommand(CLI::App& app) {
       ->type_name("X")
       ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
+  sub->add_option("--baseline", flags->baseline,
+                  "Compare with the last 5 runs of this architecture label in the history")
+      ->type_name("ARCH");
+  sub->add_option("--history", flags->history,
+                  "History database for --baseline (default: "
+                  "$XDG_STATE_HOME/fragscope/history.sqlite)")
+      ->type_name("PATH")
+      ->needs("--baseline");
   for (const char* name :
        {"--forecast-every", "--forecast-fragmentation", "--forecast-warning-steps",
         "--forecast-critical-steps", "--forecast-watch-steps", "--forecast-half-life",
-        "--forecast-allowance"}) {
+        "--forecast-allowance", "--baseline"}) {
     sub->get_option(name)->needs("--forecast");
   }
   return Command{sub, [flags] { return RunAnalyze(*flags); }};

@@ -233,6 +233,12 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
                                       ? model::OomPolicy::kContinue
                                       : model::OomPolicy::kStop;
   model::RequestReplayer replayer(sim_options, policy, sink);
+  // The timeline's allocation retries come from the simulator's own counter.
+  analyzer.SetAllocRetrySource([&replayer](std::int32_t device) -> std::optional<std::uint64_t> {
+    const model::CachingAllocatorSim* sim = replayer.sim(device);
+    if (sim == nullptr) return std::nullopt;
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(sim->stats().num_alloc_retries, 0));
+  });
 
   auto consume_request = [&](const Event& e) {
     Status s = replayer.Consume(e);

@@ -3,6 +3,7 @@
 #ifndef FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_
 #define FRAGSCOPE_ANALYSIS_ANALYSIS_RESULT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -59,9 +60,12 @@ struct TimelineSample {
   // empty_cache calls, a release near the device limit is the allocator's release-and-retry
   // path. Summed by MergeSamples.
   std::uint64_t segment_frees = 0;
-  // Allocation retries in the window (num_alloc_retries deltas), when the source reports them
-  // (live agents); 0 for traces, which do not record them.
+  // Allocation retries in the window (num_alloc_retries deltas), when the source reports them:
+  // replays through the simulator read its memory_stats() (TraceAnalyzer::SetAllocRetrySource).
+  // Traces and snapshots do not record them: alloc_retries_known is false and the count 0.
+  // Summed (and known if either is) by MergeSamples.
   std::uint64_t alloc_retries = 0;
+  bool alloc_retries_known = false;
 };
 
 struct LayoutBlock {
@@ -99,6 +103,17 @@ struct ForecastPoint {
   std::string reason;
 };
 
+/// How the run compares with the earlier runs of its architecture in the history, shown with
+/// the forecast (`analyze --forecast --baseline`): what analysis::CompareWithBaseline gives,
+/// as `check --baseline` and `history compare` print it.
+struct ForecastBaseline {
+  std::string architecture;
+  std::size_t runs = 0;  // baseline runs compared with (0: no baseline)
+  bool has_baseline = false;
+  std::optional<double> growth_ratio;  // fragmentation growth: current / baseline
+  std::string sentence;  // "fragmenting 2.3× faster than the last 5 runs of gpt-1.3b", ...
+};
+
 /// The forecast of one device: its level changes and the first warning and critical steps.
 struct DeviceForecast {
   /// "step", or "window" when the trace has no step markers (one window = `every_events`
@@ -113,8 +128,9 @@ struct DeviceForecast {
   std::optional<std::int64_t> first_warning_step;   // first sample at warning or worse
   std::optional<std::int64_t> first_critical_step;  // first sample at critical
   RiskLevel worst = RiskLevel::kUnknown;
-  ForecastPoint last;              // the verdict of the last sample
-  std::vector<std::string> notes;  // not enough data, fallbacks, missing capacity
+  ForecastPoint last;                        // the verdict of the last sample
+  std::vector<std::string> notes;            // not enough data, fallbacks, missing capacity
+  std::optional<ForecastBaseline> baseline;  // set by the caller (analyze --baseline)
 };
 inline constexpr std::size_t kMaxForecastChanges = 1000;
 

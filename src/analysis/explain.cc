@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -54,6 +55,12 @@ void AddSmallerBatch(OomExplanation* e, std::uint64_t at_least) {
        std::nullopt});
 }
 
+// The environment variable the job's PyTorch reads its allocator settings from: ROCm builds
+// (a "HIP out of memory" message) read PYTORCH_HIP_ALLOC_CONF first (docs/explain.md).
+std::string_view ConfVariable(const OomExplanation& e) {
+  return e.message.backend == "HIP" ? "PYTORCH_HIP_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+}
+
 void AddExpandable(OomExplanation* e, const OomFigures& f) {
   std::string why = fmt::format(
       "{} was cached by PyTorch but free only in pieces; expandable segments grow one segment "
@@ -63,7 +70,7 @@ void AddExpandable(OomExplanation* e, const OomFigures& f) {
     why += "; needs PyTorch 2.1 or newer (this message's wording is from 2.0 or older)";
   }
   e->remedies.push_back({"expandable_segments", "expandable_segments:True",
-                         "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", why,
+                         fmt::format("Set {}=expandable_segments:True", ConfVariable(*e)), why,
                          std::nullopt});
 }
 
@@ -78,7 +85,7 @@ void AddSplitLimit(OomExplanation* e, const OomFigures& f) {
   }
   e->remedies.push_back(
       {"max_split_size_mb", fmt::format("max_split_size_mb:{}", *mib),
-       fmt::format("Set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:{}", *mib),
+       fmt::format("Set {}=max_split_size_mb:{}", ConfVariable(*e), *mib),
        fmt::format("blocks of {} MiB or more are then never split, so smaller tensors cannot "
                    "carve up the blocks {} requests need ({} MiB = half the request, down to a "
                    "power of two, at least 20)",
@@ -90,9 +97,10 @@ void AddGarbageCollection(OomExplanation* e) {
   e->remedies.push_back(
       {"garbage_collection_threshold",
        "garbage_collection_threshold:0.6,per_process_memory_fraction:0.99",
-       "Set PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6 with a memory fraction "
-       "below 1 (per_process_memory_fraction:0.99 in 2.9+, else "
-       "torch.cuda.set_per_process_memory_fraction(0.99))",
+       fmt::format("Set {}=garbage_collection_threshold:0.6 with a memory fraction below 1 "
+                   "(per_process_memory_fraction:0.99 in 2.9+, else "
+                   "torch.cuda.set_per_process_memory_fraction(0.99))",
+                   ConfVariable(*e)),
        "returns unused cached blocks to the driver before reserved memory reaches 60% of the "
        "allowed memory, so fewer idle segments pin the address space; it acts only under a "
        "memory fraction",

@@ -190,10 +190,16 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     if (s.largest_request > 0) largest_.Add(x, static_cast<double>(s.largest_request));
     ++samples_after_warmup_;
   }
-  if (s.alloc_retries > 0 ||
-      (allocator && s.segment_frees > 0 && capacity_ &&
-       static_cast<double>(s.peak_reserved_bytes) >= o.wall_fraction * *capacity_)) {
+  // Release-and-retry: counted retries (sources with memory_stats: replays), or, for every
+  // allocator source, segments released while peak reserved was at the device limit (the
+  // stand-in for traces and snapshots, which do not record retries).
+  if (s.alloc_retries > 0) {
     last_release_step_ = step;
+    last_release_retries_ = s.alloc_retries;
+  } else if (allocator && s.segment_frees > 0 && capacity_ &&
+             static_cast<double>(s.peak_reserved_bytes) >= o.wall_fraction * *capacity_) {
+    last_release_step_ = step;
+    last_release_retries_ = 0;
   }
 
   std::vector<Finding> findings;
@@ -304,9 +310,15 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
   // 4. Release-and-retry: the allocator hit the device limit and freed its cache to go on.
   if (last_release_step_ && static_cast<double>(step - *last_release_step_) <= o.hold_steps) {
     findings.push_back(
-        {RiskLevel::kWatch, fmt::format("the allocator hit the device limit and released cached "
-                                        "segments to retry (step {})",
-                                        *last_release_step_)});
+        {RiskLevel::kWatch,
+         last_release_retries_ > 0
+             ? fmt::format("{} allocation {}: the allocator hit the device limit, released "
+                           "cached segments and retried (step {})",
+                           last_release_retries_, last_release_retries_ == 1 ? "retry" : "retries",
+                           *last_release_step_)
+             : fmt::format("the allocator hit the device limit and released cached "
+                           "segments to retry (step {})",
+                           *last_release_step_)});
   }
   // 5. Reserved/allocated at the peak keeps rising: fragmentation accumulates.
   if (steps_after_warmup_ >= o.trend_min_steps && ratio_.count() >= 3) {

@@ -118,6 +118,7 @@ class Forecaster {
   DecayingRegression ratio_;    // peak reserved / peak allocated per sample
   DecayingRegression largest_;  // largest request per sample
   std::optional<std::int64_t> last_release_step_;
+  std::uint64_t last_release_retries_ = 0;  // counted retries then; 0: the stand-in
   std::array<std::optional<std::int64_t>, 5> last_raw_at_level_{};  // by RiskLevel
 };
 

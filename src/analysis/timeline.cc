@@ -15,6 +15,7 @@ TimelineSample MergeSamples(const TimelineSample& a, const TimelineSample& b) {
   m.largest_request = std::max(a.largest_request, b.largest_request);
   m.segment_frees = a.segment_frees + b.segment_frees;
   m.alloc_retries = a.alloc_retries + b.alloc_retries;
+  m.alloc_retries_known = a.alloc_retries_known || b.alloc_retries_known;
   return m;
 }
 

@@ -53,6 +53,7 @@ struct DeviceState {
   Timeline timeline;
   std::optional<ForecastTrack> forecast;
   DeviceReport report;
+  std::uint64_t retries_at_close = 0;  // the retry source's count when the last window closed
 };
 
 void Raise(Extreme& e, std::uint64_t value, const When& when) {
@@ -77,6 +78,7 @@ struct TraceAnalyzer::Impl {
   std::int64_t last_time_us = -1;
   bool step_mode = false;  // the timeline follows step markers
   std::uint64_t every = 0;
+  std::function<std::optional<std::uint64_t>(std::int32_t)> retry_source;
 
   explicit Impl(model::AllocatorRules r) : rules(r), model(r) {}
 
@@ -153,6 +155,13 @@ struct TraceAnalyzer::Impl {
     s.allocs = d.window.allocs;
     s.largest_request = d.window.largest_request;
     s.segment_frees = d.window.segment_frees;
+    if (retry_source) {
+      if (const std::optional<std::uint64_t> retries = retry_source(d.device)) {
+        s.alloc_retries = *retries >= d.retries_at_close ? *retries - d.retries_at_close : 0;
+        s.alloc_retries_known = true;
+        d.retries_at_close = *retries;
+      }
+    }
     if (d.memory != nullptr) {
       const DeviceMetrics m = ComputeMetrics(*d.memory, Inputs(d));
       s.reserved_bytes = m.all.reserved_bytes;
@@ -424,6 +433,10 @@ struct TraceAnalyzer::Impl {
       }
       result.devices.push_back(std::move(r));
     }
+    if (options.forecast && result.devices.empty()) {
+      result.notes.push_back(
+          "not enough data for a forecast: no device had an event (it needs at least 2 steps)");
+    }
     if (result.steps_per_sample > 1) {
       result.notes.push_back(
           fmt::format("long run: each timeline row covers {} {} (at most {} rows are kept)",
@@ -462,6 +475,10 @@ void TraceAnalyzer::Prefetch(const Event& event) const {
   if (const model::DeviceMemory* d = impl_->model.FindDevice(event.device)) d->Prefetch(event.addr);
 }
 std::uint64_t TraceAnalyzer::events() const { return impl_->events; }
+void TraceAnalyzer::SetAllocRetrySource(
+    std::function<std::optional<std::uint64_t>(std::int32_t)> cumulative) {
+  impl_->retry_source = std::move(cumulative);
+}
 AnalysisResult TraceAnalyzer::Finish(const std::string& source) { return impl_->Finish(source); }
 
 }  // namespace fragscope::analysis

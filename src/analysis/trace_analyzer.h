@@ -6,6 +6,8 @@
 #ifndef FRAGSCOPE_ANALYSIS_TRACE_ANALYZER_H_
 #define FRAGSCOPE_ANALYSIS_TRACE_ANALYZER_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -48,6 +50,13 @@ class TraceAnalyzer {
 
   /// Events consumed so far (for progress).
   std::uint64_t events() const;
+
+  /// For a source that counts allocation retries (a replay: the simulator's memory_stats()
+  /// num_alloc_retries): `cumulative(device)` gives the device's count so far, or nullopt when
+  /// unknown. It is read whenever a timeline window closes, and the window's sample gets the
+  /// increase since the last one (TimelineSample::alloc_retries, alloc_retries_known). Without
+  /// it, samples say the retries are unknown. Set before the first event.
+  void SetAllocRetrySource(std::function<std::optional<std::uint64_t>(std::int32_t)> cumulative);
 
   /// Closes the last timeline window and builds the result. `source` names the input.
   AnalysisResult Finish(const std::string& source);

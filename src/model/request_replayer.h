@@ -63,6 +63,12 @@ class RequestReplayer {
   const std::vector<ReplayOom>& ooms() const { return ooms_; }
   /// Devices seen so far, in index order, with their simulators.
   std::vector<std::pair<std::int32_t, const CachingAllocatorSim*>> devices() const;
+  /// The simulator of `device`, or nullptr before its first event.
+  const CachingAllocatorSim* sim(std::int32_t device) const {
+    const auto index = static_cast<std::size_t>(device);
+    return device >= 0 && index < devices_.size() && devices_[index] ? devices_[index]->sim.get()
+                                                                     : nullptr;
+  }
   std::uint64_t events() const { return events_; }
 
  private:

@@ -71,6 +71,34 @@ TEST(ExplainTest, FragmentationWhenFreePlusCachedCoversTheRequest) {
   EXPECT_TRUE(e.missing.empty());
 }
 
+// PyTorch on ROCm reads PYTORCH_HIP_ALLOC_CONF: a "HIP out of memory" message gets remedies
+// that name it, in either wording; a CUDA message keeps PYTORCH_CUDA_ALLOC_CONF.
+TEST(ExplainTest, RemediesNameTheBackendsVariable) {
+  OomMessage newer = Newer(2 * GiB, 16 * GiB, GiB, 13 * GiB, 1536 * MiB);
+  OomMessage classic = Classic(512 * MiB, 16 * GiB, 300 * MiB, 12 * GiB, 15 * GiB);
+  for (OomMessage* m : {&newer, &classic}) {
+    SCOPED_TRACE(OomWordingName(m->wording));
+    for (const char* backend : {"CUDA", "HIP"}) {
+      SCOPED_TRACE(backend);
+      m->backend = backend;
+      const OomExplanation e = ExplainOom(*m);
+      ASSERT_EQ(e.verdict, OomVerdict::kFragmentation);
+      const std::string var = std::string("PYTORCH_") + backend + "_ALLOC_CONF=";
+      const std::string other = std::string("PYTORCH_") +
+                                (std::string(backend) == "HIP" ? "CUDA" : "HIP") + "_ALLOC_CONF";
+      std::size_t settings = 0;
+      for (const Remedy& r : e.remedies) {
+        EXPECT_EQ(r.action.find(other), std::string::npos) << r.action;
+        if (r.alloc_conf.empty()) continue;
+        ++settings;
+        EXPECT_EQ(r.action.find("Set " + var + r.alloc_conf.substr(0, r.alloc_conf.find(','))), 0u)
+            << r.action;
+      }
+      EXPECT_GE(settings, 3u);  // expandable_segments, max_split_size_mb, garbage collection
+    }
+  }
+}
+
 TEST(ExplainTest, BoundaryRequestEqualToFreePlusCachedIsFragmentation) {
   const OomExplanation e = ExplainOom(Newer(100 * MiB, GiB, 40 * MiB, 500 * MiB, 60 * MiB));
   EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);

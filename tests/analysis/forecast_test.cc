@@ -299,6 +299,69 @@ TEST(ForecastTest, LargestBlockBelowTypicalRequestIsCritical) {
   EXPECT_EQ(f.first_critical_step, 99);
 }
 
+// 4. Release-and-retry from counted retries (a replay's memory_stats): a healthy run whose
+// allocator retried at step 60 is at least "watch", for hold_steps, and says so.
+TEST(ForecastTest, AllocationRetriesRaiseWatch) {
+  std::vector<TimelineSample> timeline = FlatHealthy(100);
+  for (TimelineSample& s : timeline) s.alloc_retries_known = true;  // counted, and 0
+  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).worst, RiskLevel::kOk);
+  timeline[60].alloc_retries = 3;
+  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(f.worst, RiskLevel::kWatch);
+  ASSERT_FALSE(f.changes.empty());
+  const ForecastPoint& raised = f.changes.back();
+  EXPECT_EQ(raised.step, 60);
+  EXPECT_EQ(raised.level, RiskLevel::kWatch);
+  EXPECT_NE(raised.reason.find("3 allocation retries"), std::string::npos) << raised.reason;
+  EXPECT_EQ(f.last.level, RiskLevel::kWatch);  // held: 39 steps later < hold_steps
+  EXPECT_NE(f.last.reason.find("allocation retries"), std::string::npos) << f.last.reason;
+  // Sampled every 50 steps, the retries of step 60 are in the sample ending at step 99.
+  const DeviceForecast sampled = ForecastTimeline(timeline, Every(50), 16 * kGiB);
+  EXPECT_EQ(sampled.last.level, RiskLevel::kWatch);
+  EXPECT_NE(sampled.last.reason.find("3 allocation retries"), std::string::npos)
+      << sampled.last.reason;
+  EXPECT_NE(sampled.last.reason.find("(step 99)"), std::string::npos) << sampled.last.reason;
+}
+
+// 5. Reserved/allocated at the step's peak keeps rising: reserved stays at 7 GiB while the
+// peak allocated falls from 6.5 to 5 GiB (nothing else moves toward the limit).
+TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatch) {
+  std::vector<TimelineSample> timeline = FlatHealthy(300);
+  for (std::size_t i = 0; i < timeline.size(); ++i) {
+    TimelineSample& s = timeline[i];
+    s.peak_allocated_bytes = 6656 * kMiB - i * 5 * kMiB;  // 6.5 GiB down to 5.04 GiB
+    s.allocated_bytes = 5 * kGiB;  // at the step's end: fragmentation ratio 2/7 < 0.30
+    s.cached_free_bytes = 2 * kGiB;
+    s.fragmentation_ratio = 2.0 / 7.0;
+  }
+  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(f.worst, RiskLevel::kWatch);
+  EXPECT_EQ(f.last.level, RiskLevel::kWatch);
+  EXPECT_EQ(f.last.reason.find("reserved/allocated at the peak rises"), 0u) << f.last.reason;
+  // Reserved falling with the peak allocated (a constant ratio of 1.1) is no signal.
+  for (TimelineSample& s : timeline) {
+    s.peak_reserved_bytes = s.reserved_bytes = s.peak_allocated_bytes / 10 * 11;
+    s.cached_free_bytes = s.reserved_bytes - s.allocated_bytes;
+  }
+  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).worst, RiskLevel::kOk);
+}
+
+// 7. Enough bytes free in the cache, but in blocks below the job's typical large request.
+TEST(ForecastTest, LargestFreeBlockBelowTypicalRequestRaisesWatch) {
+  std::vector<TimelineSample> timeline = FlatHealthy(100);
+  timeline.back().largest_free_block = 128 * kMiB;  // 1 GiB cached free; requests of 256 MiB
+  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(f.last.level, RiskLevel::kWatch);
+  EXPECT_EQ(f.first_warning_step, std::nullopt);  // max_allocatable (4 GiB) is still enough
+  EXPECT_NE(f.last.reason.find("the largest free block, 128.0 MiB, is below the typical "
+                               "largest request, 256.0 MiB"),
+            std::string::npos)
+      << f.last.reason;
+  // Little free in the cache at all: a full cache, not a scattered one; no signal.
+  timeline.back().cached_free_bytes = 200 * kMiB;
+  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).last.level, RiskLevel::kOk);
+}
+
 TEST(ForecastTest, ValidatesOptions) {
   EXPECT_TRUE(ValidateForecastOptions(ForecastOptions{}).ok());
   ForecastOptions o;
@@ -368,6 +431,52 @@ TEST(ForecastTest, AnalyzerForecastsALeakOnline) {
   EXPECT_GE(*f.first_warning_step, 70);
   EXPECT_LE(*f.first_warning_step, 200);
   EXPECT_TRUE(r.devices[0].timeline.size() <= 16u);
+}
+
+// A replay's retry counter reaches the timeline: each window gets the increase since the last
+// one, and without a source the retries are unknown.
+TEST(ForecastTest, AnalyzerTakesRetriesFromTheSource) {
+  TraceHeader header;
+  header.kind = TraceKind::kRequest;
+  header.devices.push_back(DeviceInfo{0, "gpu0", 1 * kGiB, std::nullopt});
+  for (const bool with_source : {true, false}) {
+    SCOPED_TRACE(with_source);
+    AnalysisOptions options;
+    options.forecast = Every(1);
+    auto analyzer = TraceAnalyzer::Create(header, options);
+    ASSERT_TRUE(analyzer.ok());
+    std::uint64_t counter = 0;
+    if (with_source) {
+      (*analyzer)->SetAllocRetrySource([&counter](std::int32_t device) {
+        return device == 0 ? std::optional<std::uint64_t>(counter) : std::nullopt;
+      });
+    }
+    const std::uint64_t retries_in_step[] = {0, 2, 0, 5, 1};
+    for (std::int64_t step = 0; step < 5; ++step) {
+      Event marker;
+      marker.action = Action::kStep;
+      marker.step = step;
+      ASSERT_TRUE((*analyzer)->Consume(marker).ok());
+      Event alloc;
+      alloc.action = Action::kAlloc;
+      alloc.addr = static_cast<std::uint64_t>(step) + 1;
+      alloc.size = kMiB;
+      ASSERT_TRUE((*analyzer)->Consume(alloc).ok());
+      counter += retries_in_step[step];
+    }
+    const AnalysisResult r = (*analyzer)->Finish("retries");
+    ASSERT_EQ(r.devices.size(), 1u);
+    const std::vector<TimelineSample>& t = r.devices[0].timeline;
+    ASSERT_EQ(t.size(), 5u);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      EXPECT_EQ(t[i].alloc_retries_known, with_source) << i;
+      EXPECT_EQ(t[i].alloc_retries, with_source ? retries_in_step[i] : 0) << i;
+    }
+    ASSERT_TRUE(r.devices[0].forecast.has_value());
+    const bool named =
+        r.devices[0].forecast->last.reason.find("allocation retr") != std::string::npos;
+    EXPECT_EQ(named, with_source) << r.devices[0].forecast->last.reason;
+  }
 }
 
 TEST(ForecastTest, AnalyzerRejectsBadForecastOptions) {

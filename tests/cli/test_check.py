@@ -8,9 +8,11 @@ in temporary directories.
 
 import hashlib
 import json
+import re
 
 import pytest
 
+from test_forecast import write_leak_trace
 from test_history import BIN, SEGMENT, run, write_trace  # noqa: F401  (BIN: skip marker)
 
 pytestmark = pytest.mark.skipif(not BIN, reason="FRAGSCOPE_BIN is not set")
@@ -102,6 +104,37 @@ def test_snapshot_with_an_oom_fails(tmp_path):
     assert report["mode"] == "analyzed"
     assert c["oom"]["outcome"] == "fail"
     assert c["oom"]["detail"].startswith("real shortage")
+
+
+def test_predicted_oom_fails_the_check(tmp_path):
+    # The leak of test_forecast.py: 2 MiB per step on a 1 GiB device, 300 steps. The replay
+    # never runs out of memory, but the forecaster warns long before it would.
+    write_leak_trace(tmp_path / "leak.jsonl")
+    leak = tmp_path / "leak.jsonl"
+    r = check(tmp_path, leak, "--fail-at", "warning", "--json")
+    assert r.returncode == 1, r.stderr.decode()
+    report, c = checks_by_name(r.stdout)
+    assert report["verdict"] == "fail" and report["failed"] == 1
+    assert c["oom"]["outcome"] == "pass"
+    forecast = c["forecast"]
+    assert forecast["outcome"] == "fail"
+    assert forecast["limit"] == "below warning"
+    assert re.match(r"warning at step \d+ \(~\d+ steps to OOM\)$", forecast["measured"])
+    assert "steps to OOM" in forecast["detail"]
+
+    r = check(tmp_path, leak, "--fail-at", "warning")
+    assert r.returncode == 1, r.stderr.decode()
+    out = r.stdout.decode()
+    assert out.startswith("fragscope check: FAIL")
+    assert re.search(r"^ *FAIL +forecast ", out, re.M), out
+    assert forecast["detail"] in out
+    # "Output fits one screen" (docs/check.md): 24 lines at most for one device.
+    assert len(out.splitlines()) <= 24, out
+
+    # The default limit (critical) is not reached: the same run passes.
+    r = check(tmp_path, leak)
+    assert r.returncode == 0, r.stdout.decode()
+    assert re.search(r"^ *pass +forecast ", r.stdout.decode(), re.M)
 
 
 def test_baseline_regression(tmp_path):

@@ -50,6 +50,7 @@ def explain_json(*args, stdin=None):
     ("container_self.txt", "fragmentation"),
     ("shortage.txt", "shortage"),
     ("rocm_hip.txt", "fragmentation"),
+    ("rocm_hip_classic.txt", "fragmentation"),
     ("json_log.jsonl", "fragmentation"),
 ])
 def test_verdict_of_each_wording(name, verdict):
@@ -83,6 +84,23 @@ def test_fragmentation_text_report_names_stranded_memory_and_remedies():
     assert "2. Set PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:256" in out
     assert "segment size the allocator asked the driver for" in out
     assert "line 4" in out
+
+
+@pytest.mark.parametrize("name", ["rocm_hip.txt", "rocm_hip_classic.txt"])
+def test_hip_messages_name_the_hip_variable(name):
+    r = run(DATA + name)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "1. Set PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in out
+    assert "Set PYTORCH_CUDA_ALLOC_CONF" not in out
+    doc = explain_json(DATA + name)
+    e = doc["errors"][0]
+    assert e["backend"] == "HIP"
+    assert e["truncated"] is False
+    settings = [r for r in e["remedies"] if r["alloc_conf"]]
+    assert settings
+    for remedy in settings:
+        assert remedy["action"].startswith("Set PYTORCH_HIP_ALLOC_CONF="), remedy["action"]
 
 
 def test_json_figures_and_remedies():

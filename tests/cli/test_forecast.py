@@ -138,6 +138,66 @@ def test_empty_trace_does_not_crash(tmp_path):
     write_leak_trace(tmp_path / "empty.jsonl", steps=0)
     result = run("analyze", "empty.jsonl", "--forecast", cwd=tmp_path)
     assert result.returncode == 0, result.stderr.decode()
+    assert b"note: not enough data for a forecast: no device had an event" in result.stdout
+    result = run("analyze", "empty.jsonl", "--forecast", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    report = json.loads(result.stdout)
+    assert report["devices"] == []
+    assert any(n.startswith("not enough data for a forecast") for n in report["notes"])
+    # Without --forecast nothing is said about one.
+    result = run("analyze", "empty.jsonl", "--json", cwd=tmp_path)
+    assert not any("forecast" in n for n in json.loads(result.stdout)["notes"])
+
+
+def write_retry_trace(path, steps=30, capacity=GIB):
+    """A request trace that makes the allocator release its cache and retry at every step:
+    step i allocates and frees one block of 600 + 10 i MiB. The block cached from step i - 1
+    is too small for it, and cudaMalloc of the new size fails while that block is held
+    (600 + 610 MiB > 1 GiB), so the allocator frees its cached segments and tries again."""
+    header = {"format": "fragscope-trace", "version": 1, "kind": "request",
+              "producer": "tests/cli/test_forecast.py",
+              "devices": [{"device": 0, "name": "virtual", "capacity_bytes": capacity}]}
+    lines = [json.dumps(header)]
+    for step in range(steps):
+        lines.append(json.dumps({"action": "step", "step": step}))
+        lines.append(json.dumps({"action": "alloc", "addr": step + 1,
+                                 "size": (600 + 10 * step) * MIB}))
+        lines.append(json.dumps({"action": "free_requested", "addr": step + 1}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_replay_timeline_counts_the_simulators_retries(tmp_path):
+    write_retry_trace(tmp_path / "retry.jsonl")
+    result = run("replay", "retry.jsonl", "--json", "--no-map", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    j = json.loads(result.stdout)
+    retries = j["devices"][0]["memory_stats"]["num_alloc_retries"]
+    assert retries > 0
+    timeline = j["analysis"]["devices"][0]["timeline"]
+    assert all(s["alloc_retries"] is not None for s in timeline)
+    # Every retry the simulator counted is in exactly one timeline row.
+    assert sum(s["alloc_retries"] for s in timeline) == retries
+    # The allocator trace the replay writes does not record retries: unknown, not 0.
+    result = run("replay", "retry.jsonl", "--emit", "retry_sim.jsonl", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    result = run("analyze", "retry_sim.jsonl", "--json", "--no-map", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr.decode()
+    timeline = json.loads(result.stdout)["devices"][0]["timeline"]
+    assert all(s["alloc_retries"] is None for s in timeline)
+
+
+def test_replayed_retries_reach_the_forecast(tmp_path):
+    write_retry_trace(tmp_path / "retry.jsonl")
+    result = run("check", "retry.jsonl", "--fail-at", "watch", "--forecast-every", "1",
+                 "--json", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr.decode()
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["oom"]["outcome"] == "pass"
+    forecast = checks["forecast"]
+    assert forecast["outcome"] == "fail"
+    assert forecast["measured"].startswith("watch at step ")
+    assert "allocation retr" in forecast["detail"], forecast["detail"]
+    assert "released cached segments and retried" in forecast["detail"]
 
 
 def test_without_step_markers_falls_back_to_windows(tmp_path):

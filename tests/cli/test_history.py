@@ -5,6 +5,7 @@ chosen rate per step, so that the baseline comparison has a known answer. Every 
 own temporary HOME and history file; none touches the real ~/.local/state.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -296,3 +297,86 @@ def test_help_teaches():
     assert b"--replace" in r.stdout and b"Examples:" in r.stdout
     r = run("history", home="/nonexistent")
     assert r.returncode == 2
+
+
+def record_baseline(tmp_path, home, db, rate=0.001, runs=3, arch="toy-net"):
+    for i in range(runs):
+        trace = write_trace(tmp_path / f"base{i}.jsonl", rate)
+        r = run("history", "record", trace, "--run", f"base{i}", "--arch", arch,
+                "--history", db, home=home)
+        assert r.returncode == 0, r.stderr.decode()
+
+
+def test_analyze_forecast_compares_with_the_baseline(tmp_path, env):
+    home, db = env
+    record_baseline(tmp_path, home, db)
+    fast = write_trace(tmp_path / "fast.jsonl", 0.004)
+    # The same comparison as check --baseline and history compare.
+    r = run("check", fast, "--baseline", "toy-net", "--history", db, "--json", home=home)
+    expected = {c["name"]: c for c in json.loads(r.stdout)["checks"]}["baseline"]["detail"]
+    assert re.match(r"fragmenting 4\.\d× faster than the last 3 runs of toy-net", expected)
+    r = run("history", "compare", fast, "--arch", "toy-net", "--history", db, home=home)
+    assert r.stdout.decode().splitlines()[0] == expected
+
+    r = run("analyze", fast, "--forecast", "--baseline", "toy-net", "--history", db,
+            "--no-map", home=home)
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    section = out[out.index("Forecast (one verdict every"):]
+    assert f"  baseline: {expected}\n" in section
+
+    r = run("analyze", fast, "--forecast", "--baseline", "toy-net", "--history", db,
+            "--json", "--no-map", home=home)
+    assert r.returncode == 0, r.stderr.decode()
+    b = json.loads(r.stdout)["devices"][0]["forecast"]["baseline"]
+    assert b["sentence"] == expected
+    assert b["architecture"] == "toy-net"
+    assert b["baseline_runs"] == 3 and b["has_baseline"] is True
+    assert b["growth_ratio"] == pytest.approx(4.0, rel=0.05)  # rates 0.004 vs 0.001
+
+    # A run as fast as its baseline says so; analyze records nothing.
+    same = write_trace(tmp_path / "same.jsonl", 0.001)
+    r = run("analyze", same, "--forecast", "--baseline", "toy-net", "--history", db,
+            "--json", "--no-map", home=home)
+    b = json.loads(r.stdout)["devices"][0]["forecast"]["baseline"]
+    assert b["sentence"].startswith("fragmenting at the same rate as the last 3 runs of toy-net")
+    assert b["growth_ratio"] == pytest.approx(1.0)
+    listed = json.loads(run("history", "list", "--json", "--history", db, home=home).stdout)
+    assert sorted(x["run"] for x in listed) == ["base0", "base1", "base2"]
+
+    # Without --baseline the key is null.
+    r = run("analyze", fast, "--forecast", "--json", "--no-map", home=home)
+    assert json.loads(r.stdout)["devices"][0]["forecast"]["baseline"] is None
+
+
+def test_analyze_baseline_without_history_and_with_a_damaged_one(tmp_path, env):
+    home, db = env
+    trace = write_trace(tmp_path / "a.jsonl", 0.001)
+    r = run("analyze", trace, "--forecast", "--baseline", "toy-net", "--history", db,
+            "--no-map", home=home)
+    assert r.returncode == 0, r.stderr.decode()
+    assert "  baseline: no baseline for toy-net" in r.stdout.decode()
+    assert not db.exists()
+
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"not a database at all\n" * 100)
+    digest = hashlib.sha256(bad.read_bytes()).hexdigest()
+    for extra in ([], ["--json"]):
+        r = run("analyze", trace, "--forecast", "--baseline", "toy-net", "--history", bad,
+                *extra, home=home)
+        assert r.returncode == 2
+        assert r.stdout == b""
+        assert str(bad) in r.stderr.decode()
+    assert hashlib.sha256(bad.read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--baseline", "toy-net"], b"--baseline requires --forecast"),
+    (["--forecast", "--history", "h.sqlite"], b"--history requires --baseline"),
+])
+def test_analyze_baseline_usage(tmp_path, env, args, message):
+    home, _ = env
+    trace = write_trace(tmp_path / "a.jsonl", 0.001, steps=20)
+    r = run("analyze", trace, *args, home=home)
+    assert r.returncode == 2
+    assert message in r.stderr, r.stderr.decode()

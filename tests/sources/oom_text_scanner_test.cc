@@ -159,6 +159,44 @@ TEST(OomTextScannerTest, RocmHip) {
   EXPECT_FALSE(m.text_truncated);
 }
 
+// ROCm builds of 1.10-2.0: the classic wording, "HIP out of memory", and a hint that ends in
+// PYTORCH_HIP_ALLOC_CONF. The message ends there: the log line after it is not part of it.
+TEST(OomTextScannerTest, RocmHipClassicWrappedOverLines) {
+  const OomTextScan scan = ScanFixture("rocm_hip_classic.txt");
+  ASSERT_EQ(scan.messages.size(), 1u);
+  const OomMessage& m = scan.messages[0];
+  EXPECT_EQ(m.backend, "HIP");
+  EXPECT_EQ(m.wording, OomWording::kClassic);
+  EXPECT_EQ(m.line, 5u);
+  EXPECT_EQ(m.last_line, 8u);
+  EXPECT_EQ(m.exception, "torch.cuda.OutOfMemoryError");
+  EXPECT_EQ(m.gpu, 1);
+  EXPECT_EQ(m.tried, GiB(1.50));
+  EXPECT_EQ(m.total, GiB(63.98));
+  EXPECT_EQ(m.allocated, GiB(55.20));
+  EXPECT_EQ(m.free, GiB(1.02));
+  EXPECT_EQ(m.reserved, GiB(61.75));
+  EXPECT_TRUE(m.hint_max_split);
+  EXPECT_FALSE(m.text_truncated);
+  const std::string tail = "Memory Management and PYTORCH_HIP_ALLOC_CONF";
+  ASSERT_GE(m.text.size(), tail.size());
+  EXPECT_EQ(m.text.substr(m.text.size() - tail.size()), tail);
+
+  // On one line of a JSON log the message ends at PYTORCH_HIP_ALLOC_CONF, not with the line.
+  const OomTextScan json = ScanOomText(
+      "{\"level\": \"error\", \"msg\": \"HIP out of memory. Tried to allocate 1.50 GiB (GPU 1; "
+      "63.98 GiB total capacity; 55.20 GiB already allocated; 1.02 GiB free; 61.75 GiB reserved "
+      "in total by PyTorch) If reserved memory is >> allocated memory try setting "
+      "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and "
+      "PYTORCH_HIP_ALLOC_CONF\", \"rank\": 1}\n");
+  ASSERT_EQ(json.messages.size(), 1u);
+  EXPECT_EQ(json.messages[0].backend, "HIP");
+  EXPECT_EQ(json.messages[0].reserved, GiB(61.75));
+  const std::string& text = json.messages[0].text;
+  ASSERT_GE(text.size(), tail.size());
+  EXPECT_EQ(text.substr(text.size() - tail.size()), tail) << text;
+}
+
 TEST(OomTextScannerTest, AllowedLimit) {
   const OomTextScan scan = ScanFixture("limit_allowed.txt");
   ASSERT_EQ(scan.messages.size(), 1u);

@@ -148,6 +148,7 @@ Json SampleJson(const TimelineSample& s, bool allocator) {
   j["peak_live_requested_bytes"] = s.peak_live_requested_bytes;
   j["allocs"] = s.allocs;
   j["largest_request_bytes"] = s.largest_request;
+  j["alloc_retries"] = s.alloc_retries_known ? Json(s.alloc_retries) : Json(nullptr);
   return j;
 }
 
@@ -231,6 +232,18 @@ Json ForecastJson(const analysis::DeviceForecast& f) {
   j["changes"] = std::move(changes);
   j["changes_dropped"] = f.changes_dropped;
   j["notes"] = f.notes;
+  if (f.baseline) {
+    const analysis::ForecastBaseline& b = *f.baseline;
+    Json base = Json::object();
+    base["architecture"] = b.architecture;
+    base["baseline_runs"] = b.runs;
+    base["has_baseline"] = b.has_baseline;
+    base["growth_ratio"] = b.growth_ratio ? Json(*b.growth_ratio) : Json(nullptr);
+    base["sentence"] = b.sentence;
+    j["baseline"] = std::move(base);
+  } else {
+    j["baseline"] = nullptr;
+  }
   return j;
 }
 

@@ -611,6 +611,7 @@ void RenderForecast(const DeviceReport& d, const Styler& style, std::string* out
                                            f.every, f.every == 1 ? unit : std::string(unit) + "s"));
   *out += '\n';
   for (const std::string& note : f.notes) *out += fmt::format("  note: {}\n", note);
+  if (f.baseline) *out += fmt::format("  baseline: {}\n", f.baseline->sentence);
   if (!f.enough_data) return;
   auto at = [&](const std::optional<std::int64_t>& step) {
     return step ? fmt::format("{} {}", unit, *step) : std::string("none");

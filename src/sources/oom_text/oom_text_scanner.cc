@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -389,14 +390,18 @@ void OomTextScanner::Append(std::string_view text) {
     raw += c;
   }
   // The end of the message: the newest wording's documentation link, the classic and 2.1
-  // wordings' "PYTORCH_CUDA_ALLOC_CONF", XPU's empty_cache advice. Anything after it on the
-  // line is not part of the message.
+  // wordings' "PYTORCH_CUDA_ALLOC_CONF" (ROCm builds: "PYTORCH_HIP_ALLOC_CONF"), XPU's
+  // empty_cache advice. Anything after it on the line is not part of the message.
+  constexpr std::string_view kCudaConfEnd = "Management and PYTORCH_CUDA_ALLOC_CONF";
+  constexpr std::string_view kHipConfEnd = "Management and PYTORCH_HIP_ALLOC_CONF";
   if (const std::size_t link = raw.find("#environment-variables)"); link != std::string::npos) {
     raw.resize(link + 23);
     open_->complete = true;
-  } else if (const std::size_t conf = raw.find("Management and PYTORCH_CUDA_ALLOC_CONF");
-             conf != std::string::npos) {
-    raw.resize(conf + 38);
+  } else if (const std::size_t conf = raw.find(kCudaConfEnd); conf != std::string::npos) {
+    raw.resize(conf + kCudaConfEnd.size());
+    open_->complete = true;
+  } else if (const std::size_t hip = raw.find(kHipConfEnd); hip != std::string::npos) {
+    raw.resize(hip + kHipConfEnd.size());
     open_->complete = true;
   } else if (const std::size_t xpu = raw.find("unoccupied cached memory.");
              xpu != std::string::npos) {
