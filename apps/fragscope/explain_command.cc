@@ -46,7 +46,7 @@ prefixes, tracebacks around it), and for each one says:
   * the remedies, best first: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, a
     max_split_size_mb computed from the figures, fixed shapes, a smaller batch, freeing other
     processes' memory, garbage_collection_threshold, ... (for a HIP message the settings name
-    PYTORCH_HIP_ALLOC_CONF, which PyTorch on ROCm reads)
+    PYTORCH_HIP_ALLOC_CONF, as the message's own hint does)
 
 Repeated copies of one message (same text and rank) are reported once.
 

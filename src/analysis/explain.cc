@@ -55,8 +55,9 @@ void AddSmallerBatch(OomExplanation* e, std::uint64_t at_least) {
        std::nullopt});
 }
 
-// The environment variable the job's PyTorch reads its allocator settings from: ROCm builds
-// (a "HIP out of memory" message) read PYTORCH_HIP_ALLOC_CONF first (docs/explain.md).
+// The environment variable a remedy names: the one the message's own hint names
+// (PYTORCH_HIP_ALLOC_CONF for a "HIP out of memory" message; ROCm builds read it when
+// PYTORCH_CUDA_ALLOC_CONF is unset, docs/explain.md).
 std::string_view ConfVariable(const OomExplanation& e) {
   return e.message.backend == "HIP" ? "PYTORCH_HIP_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
 }
