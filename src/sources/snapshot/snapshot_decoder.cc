@@ -165,9 +165,9 @@ class Decoder {
     // of a known stack (PyTorch makes many) is found by its items' address, in one lookup.
     const RunKey run{items.data(), items.size()};
     if (!items.empty()) {
-      if (auto it = stack_by_run_.find(run); it != stack_by_run_.end()) {
-        if (memo != nullptr) *memo = it->second;
-        return it->second;
+      if (const std::int32_t* found = stack_by_run_.Find(run)) {
+        if (memo != nullptr) *memo = *found;
+        return *found;
       }
     }
     std::int32_t result = -1;
@@ -183,7 +183,7 @@ class Decoder {
         out_.stacks.push_back(std::move(stack));
       }
     }
-    if (!items.empty()) stack_by_run_.emplace(run, result);
+    if (!items.empty()) stack_by_run_.Insert(run, result);
     if (memo != nullptr) *memo = result;  // Frame() resizes only frame_of_object_
     return result;
   }
@@ -555,14 +555,56 @@ class Decoder {
     std::size_t size;
     bool operator==(const RunKey&) const = default;
   };
-  struct RunHash {
-    std::size_t operator()(const RunKey& k) const {
-      return std::hash<const void*>()(k.data) ^ (k.size * 0x9e3779b97f4a7c15ULL);
+  // Stack by item run: an open-addressing table with linear probing. It is looked up once per
+  // trace entry (millions), holds one key per distinct stack (thousands), and never erases; a
+  // node-based map cost a division and a pointer chase per lookup.
+  class RunTable {
+   public:
+    RunTable() : slots_(64) {}
+    const std::int32_t* Find(const RunKey& key) const {
+      for (std::size_t i = Slot(key);; i = (i + 1) & (slots_.size() - 1)) {
+        const Entry& e = slots_[i];
+        if (e.key.data == nullptr) return nullptr;
+        if (e.key == key) return &e.value;
+      }
     }
+    /// REQUIRES: key.data != nullptr and key is not present.
+    void Insert(const RunKey& key, std::int32_t value) {
+      if ((size_ + 1) * 2 > slots_.size()) Grow();
+      std::size_t i = Slot(key);
+      while (slots_[i].key.data != nullptr) i = (i + 1) & (slots_.size() - 1);
+      slots_[i] = Entry{key, value};
+      ++size_;
+    }
+
+   private:
+    struct Entry {
+      RunKey key{nullptr, 0};
+      std::int32_t value = 0;
+    };
+    std::size_t Slot(const RunKey& k) const {
+      std::uint64_t h = reinterpret_cast<std::uintptr_t>(k.data) ^ (k.size * 0x9e3779b97f4a7c15ULL);
+      h ^= h >> 29;
+      h *= 0xbf58476d1ce4e5b9ULL;
+      h ^= h >> 32;
+      return static_cast<std::size_t>(h) & (slots_.size() - 1);
+    }
+    void Grow() {
+      std::vector<Entry> old(slots_.size() * 2);
+      old.swap(slots_);
+      for (const Entry& e : old) {
+        if (e.key.data == nullptr) continue;
+        std::size_t i = Slot(e.key);
+        while (slots_[i].key.data != nullptr) i = (i + 1) & (slots_.size() - 1);
+        slots_[i] = e;
+      }
+    }
+    std::vector<Entry> slots_;  // a power of two, at most half full
+    std::size_t size_ = 0;
   };
   std::vector<std::int32_t> frame_of_object_;  // by ObjectId; kUnseen until decoded
   std::vector<std::int32_t> stack_of_object_;
-  std::unordered_map<RunKey, std::int32_t, RunHash> stack_by_run_;
+  RunTable stack_by_run_;
   std::unordered_map<std::string, std::int32_t> frame_by_content_;
 };
 
