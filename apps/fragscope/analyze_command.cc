@@ -195,14 +195,10 @@ int RunAnalyze(const AnalyzeFlags& flags) {
         fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
   }
   if (!flags.baseline.empty()) {
-    std::string run_name;
-    for (const auto& [key, value] : result.labels) {
-      if (key == "run") run_name = value;
-    }
     for (analysis::DeviceReport& d : result.devices) {
       if (!d.forecast) continue;
       Result<analysis::BaselineComparison> c = CompareWithHistory(
-          result, d.device, run_name, flags.baseline, flags.history, kBaselineRuns);
+          result, d.device, /*run=*/"", flags.baseline, flags.history, kBaselineRuns);
       if (!c.ok()) return BadInput("--baseline: " + c.status().message());
       d.forecast->baseline = analysis::ForecastBaseline{c->architecture, c->runs, c->has_baseline,
                                                         c->growth_ratio, c->sentence};

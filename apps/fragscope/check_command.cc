@@ -162,18 +162,14 @@ int RunCheck(const CheckFlags& flags) {
   }
   if (result.devices.empty()) check.notes.push_back("the input has no device events");
 
-  std::string run_name = flags.run;
-  for (const auto& [key, value] : result.labels) {
-    if (key == "run" && run_name.empty()) run_name = value;
-  }
   for (const analysis::DeviceReport& d : result.devices) {
     analysis::CheckDeviceInput in;
     in.report = &d;
     in.replayed = replayed;
     in.replay_oom_message = oom_message;
     if (!flags.baseline.empty()) {
-      Result<analysis::BaselineComparison> c =
-          CompareWithHistory(result, d.device, run_name, flags.baseline, flags.history, flags.last);
+      Result<analysis::BaselineComparison> c = CompareWithHistory(
+          result, d.device, flags.run, flags.baseline, flags.history, flags.last);
       if (!c.ok()) return BadInput(c.status().message());
       in.baseline = std::move(*c);
     }

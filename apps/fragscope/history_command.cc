@@ -212,6 +212,14 @@ Result<std::unique_ptr<HistoryStore>> OpenHistory(const HistoryFlags& flags, boo
 }
 
 // Analyzes and summarizes flags.input; labels fill in --run and --arch.
+// The value of the first label `key` of `result`; empty when it has none.
+std::string Label(const analysis::AnalysisResult& result, std::string_view key) {
+  for (const auto& [k, value] : result.labels) {
+    if (k == key) return value;
+  }
+  return {};
+}
+
 Result<RunSummary> Summarize(const HistoryFlags& flags) {
   analysis::AnalysisOptions options;
   if (flags.device >= 0) options.device = flags.device;
@@ -220,12 +228,8 @@ Result<RunSummary> Summarize(const HistoryFlags& flags) {
   if (!analyzed.ok()) return analyzed.status();
   Result<RunSummary> summary = analysis::SummarizeRun(*analyzed, flags.device);
   if (!summary.ok()) return summary.status();
-  summary->run = flags.run;
-  summary->architecture = flags.arch;
-  for (const auto& [key, value] : analyzed->labels) {
-    if (key == "run" && summary->run.empty()) summary->run = value;
-    if (key == "architecture" && summary->architecture.empty()) summary->architecture = value;
-  }
+  summary->run = flags.run.empty() ? Label(*analyzed, "run") : flags.run;
+  summary->architecture = flags.arch.empty() ? Label(*analyzed, "architecture") : flags.arch;
   summary->recorded_unix_s = static_cast<std::int64_t>(std::time(nullptr));
   return summary;
 }
@@ -421,7 +425,7 @@ Result<analysis::BaselineComparison> CompareWithHistory(const analysis::Analysis
                                                         std::size_t last) {
   Result<RunSummary> summary = analysis::SummarizeRun(result, device);
   if (!summary.ok()) return summary.status();
-  summary->run = run;
+  summary->run = run.empty() ? Label(result, "run") : run;
   summary->architecture = architecture;
   return CompareSummary(*summary, history_flag, last);
 }

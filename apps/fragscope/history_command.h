@@ -28,9 +28,10 @@ Command AddHistoryCommand(CLI::App& app);
 Result<std::string> HistoryPath(const std::string& flag);
 
 /// How `device` of `result` compares with the last `last` runs of `architecture` in the
-/// history at `history_flag` (see HistoryPath). `run` names the current run, so that a run
-/// recorded already is not its own baseline. A missing history file is "no baseline" (a
-/// comparison without runs), a damaged one an error. Errors of SummarizeRun pass through.
+/// history at `history_flag` (see HistoryPath). `run` names the current run (empty: the
+/// result's "run" label), so that a run recorded already is not its own baseline. A missing history
+/// file is "no baseline" (a comparison without runs), a damaged one an error. Errors of
+/// SummarizeRun pass through.
 Result<analysis::BaselineComparison> CompareWithHistory(const analysis::AnalysisResult& result,
                                                         std::int32_t device, const std::string& run,
                                                         const std::string& architecture,

@@ -71,8 +71,8 @@ TEST(ExplainTest, FragmentationWhenFreePlusCachedCoversTheRequest) {
   EXPECT_TRUE(e.missing.empty());
 }
 
-// PyTorch on ROCm reads PYTORCH_HIP_ALLOC_CONF: a "HIP out of memory" message gets remedies
-// that name it, in either wording; a CUDA message keeps PYTORCH_CUDA_ALLOC_CONF.
+// Remedies name the variable of the message's own hint: PYTORCH_HIP_ALLOC_CONF for a "HIP out
+// of memory" message, in either wording; a CUDA message keeps PYTORCH_CUDA_ALLOC_CONF.
 TEST(ExplainTest, RemediesNameTheBackendsVariable) {
   OomMessage newer = Newer(2 * GiB, 16 * GiB, GiB, 13 * GiB, 1536 * MiB);
   OomMessage classic = Classic(512 * MiB, 16 * GiB, 300 * MiB, 12 * GiB, 15 * GiB);
