@@ -96,9 +96,14 @@ void ReplayThroughAnalyzer(benchmark::State& state, const std::vector<Event>& ev
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
 }
 
-void BM_ReplayBundled(benchmark::State& state) {
+const std::vector<Event>& BundledRequests() {
   static const std::vector<Event> events =
       ReadTrace(std::string(FRAGSCOPE_SOURCE_DIR) + "/tests/data/sample/gpt_tiny_50steps.jsonl.gz");
+  return events;
+}
+
+void BM_ReplayBundled(benchmark::State& state) {
+  const auto& events = BundledRequests();
   if (events.empty()) {
     state.SkipWithError("bundled sample not found");
     return;
@@ -112,8 +117,7 @@ void BM_ReplaySynthetic(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplaySynthetic)->Unit(benchmark::kMillisecond)->Iterations(2);
 
-void BM_SimOnly(benchmark::State& state) {
-  const auto& events = SyntheticRequests();
+void SimOnly(benchmark::State& state, const std::vector<Event>& events) {
   for (auto _ : state) {
     model::RequestReplayer replayer(
         [](std::int32_t) {
@@ -126,7 +130,11 @@ void BM_SimOnly(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
 }
+void BM_SimOnly(benchmark::State& state) { SimOnly(state, SyntheticRequests()); }
 BENCHMARK(BM_SimOnly)->Unit(benchmark::kMillisecond)->Iterations(2);
+
+void BM_SimOnlyBundled(benchmark::State& state) { SimOnly(state, BundledRequests()); }
+BENCHMARK(BM_SimOnlyBundled)->Unit(benchmark::kMillisecond);
 
 void BM_Tune(benchmark::State& state) {
   const auto& all = SyntheticRequests();
