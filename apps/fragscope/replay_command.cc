@@ -248,7 +248,8 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   Status consumer_status;
   bool stopped_at_oom = false;
   if (snapshot == nullptr) {
-    Result<std::uint64_t> read = ReadAllEvents(reader, consume_request, &consumer_status);
+    Result<std::uint64_t> read = ReadAllEvents(reader, consume_request, &consumer_status,
+                                               [&](const Event& e) { replayer.Prefetch(e); });
     stopped_at_oom = !read.ok() && consumer_status.code() == StatusCode::kOutOfMemory;
     if (!read.ok() && !stopped_at_oom) return Status::InvalidArgument(read.status().message());
   } else {

@@ -1520,6 +1520,18 @@ void CachingAllocatorSim::FreeBlock(BlockHandle handle) {
   impl_->FreeAllocated(handle);
 }
 
+void CachingAllocatorSim::PrefetchBlock(BlockHandle handle, bool neighbours) const {
+  const auto& blocks = impl_->blocks;
+  if (handle >= blocks.size()) return;
+  if (!neighbours) {
+    __builtin_prefetch(&blocks[handle]);
+    return;
+  }
+  const BlockRec& b = blocks[handle];
+  if (b.prev < blocks.size()) __builtin_prefetch(&blocks[b.prev]);
+  if (b.next < blocks.size()) __builtin_prefetch(&blocks[b.next]);
+}
+
 void CachingAllocatorSim::RecordStreamOnBlock(BlockHandle handle, std::uint64_t stream) {
   impl_->CheckHandle(handle);
   impl_->RecordStream(handle, stream);

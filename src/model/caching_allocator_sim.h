@@ -157,6 +157,10 @@ class CachingAllocatorSim {
   Result<Allocation> MallocBlock(std::uint64_t request, std::uint64_t stream = 0);
   /// Free of the block `handle` names; kNoBlock is a no-op. REQUIRES: `handle` is valid.
   void FreeBlock(BlockHandle handle);
+  /// Hint: the block `handle` names will be freed soon (a replay reading ahead); loads its
+  /// record into the cache, or with `neighbours` (a later call, once the record is cached) the
+  /// records of the blocks beside it, which the free's merge reads. Any handle is allowed.
+  void PrefetchBlock(BlockHandle handle, bool neighbours) const;
   /// RecordStream of the block `handle` names. REQUIRES: `handle` is valid and not kNoBlock.
   void RecordStreamOnBlock(BlockHandle handle, std::uint64_t stream);
   /// Work queued on `stream` (all streams if nullopt) so far has completed: events recorded

@@ -1,5 +1,7 @@
 #include "model/request_replayer.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "model/memory_model.h"
@@ -121,8 +123,48 @@ Status RequestReplayer::Consume(const Event& e) {
   }
 }
 
+void RequestReplayer::ReadAhead(const Event& e, int stage) const {
+  const auto index = static_cast<std::size_t>(e.device);
+  if (index >= devices_.size() || devices_[index] == nullptr) return;
+  const Device& d = *devices_[index];
+  if (stage == 0) {
+    d.block_of_id.Prefetch(e.addr);
+    return;
+  }
+  if (e.action != Action::kFreeRequested && e.action != Action::kFreeCompleted) return;
+  const std::uint32_t handle = d.block_of_id.Find(e.addr);
+  if (handle != AddressIndex::kNotFound) d.sim->PrefetchBlock(handle, stage == 2);
+}
+
+void RequestReplayer::Prefetch(const Event& event) const {
+  const auto index = static_cast<std::size_t>(event.device);
+  if (index >= devices_.size() || devices_[index] == nullptr) return;
+  if (devices_[index]->block_of_id.size() >= kReadAheadMinLive) ReadAhead(event, 0);
+}
+
 Status RequestReplayer::ConsumeAll(std::span<const Event> events) {
-  for (const Event& e : events) FRAGSCOPE_RETURN_IF_ERROR(Consume(e));
+  // Three stages, each a few events before the event needs it: the id's slot, then (the slot is
+  // cached by then) the freed block's record, then (the record is cached) its neighbours.
+  // Whether to read ahead is decided every kChunk events from the live ids.
+  constexpr std::size_t kAhead[3] = {16, 8, 4};
+  constexpr std::size_t kChunk = 1024;
+  const std::size_t n = events.size();
+  for (std::size_t begin = 0; begin < n; begin += kChunk) {
+    const std::size_t end = std::min(n, begin + kChunk);
+    bool read_ahead = false;
+    for (const auto& d : devices_) {
+      if (d != nullptr && d->block_of_id.size() >= kReadAheadMinLive) read_ahead = true;
+    }
+    for (std::size_t i = begin; i < end; ++i) {
+      if (read_ahead) {
+        for (int stage = 0; stage < 3; ++stage) {
+          const std::size_t ahead = i + kAhead[stage];
+          if (ahead < n) ReadAhead(events[ahead], stage);
+        }
+      }
+      FRAGSCOPE_RETURN_IF_ERROR(Consume(events[i]));
+    }
+  }
   return Status::Ok();
 }
 
