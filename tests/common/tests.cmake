@@ -1,1 +1,2 @@
 fragscope_add_test(common/units_test.cc LIBS fragscope_common)
+fragscope_add_test(common/prefaulter_test.cc LIBS fragscope_common)

@@ -5,6 +5,7 @@ fragscope_add_test(sources/trace_writer_test.cc LIBS fragscope_sources)
 
 # Snapshot input (src/sources/document, src/sources/pickle).
 fragscope_add_test(sources/document_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/pod_buffer_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/pickle_reader_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/json_document_test.cc LIBS fragscope_sources)
 # PyTorch memory snapshots (src/sources/snapshot).

@@ -407,7 +407,21 @@ void Document::IndexRun(ObjectId id, std::uint32_t hash) {
   ++run_index_used_;
 }
 
+void Document::WarmWhileBuilding(Prefaulter* prefaulter) {
+  // Each arena warms up to 8 MB past its end: a few ms of work for the other core, and
+  // FinishBuilding trims what was warmed but not filled.
+  constexpr std::size_t kWindow = std::size_t{8} << 20;
+  if (prefaulter == nullptr && prefaulter_ != nullptr) prefaulter_->Drain();
+  prefaulter_ = prefaulter;
+  word_.WarmAhead(prefaulter, kWindow);
+  size_.WarmAhead(prefaulter, kWindow);
+  items_.WarmAhead(prefaulter, kWindow);
+  entries_.WarmAhead(prefaulter, kWindow);
+  bytes_.WarmAhead(prefaulter, kWindow);
+}
+
 void Document::FinishBuilding() {
+  if (prefaulter_ != nullptr) WarmWhileBuilding(nullptr);
   std::vector<std::uint64_t>().swap(run_index_);
   run_index_used_ = 0;
   std::unordered_map<ObjectId, std::uint32_t>().swap(reserved_);

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/prefaulter.h"
 #include "sources/document/pod_buffer.h"
 
 namespace fragscope::sources {
@@ -142,6 +143,10 @@ class Document {
   /// list/tuple items share storage) and trims spare capacity, so heap_bytes() drops to what
   /// reading needs. Building may go on afterwards; items added later are no longer shared.
   void FinishBuilding();
+  /// Building a big document: `prefaulter` faults in the arenas' next pages on another thread
+  /// while they fill (common/prefaulter.h); FinishBuilding waits for it and lets it go. nullptr
+  /// stops it. It must outlive building.
+  void WarmWhileBuilding(Prefaulter* prefaulter);
 
   /// Stored objects (strings, bytes, floats, big ints, containers).
   std::uint64_t object_count() const { return objects_; }
@@ -175,6 +180,7 @@ class Document {
   std::vector<std::uint64_t> run_index_;
   std::uint64_t run_index_used_ = 0;
   std::unordered_map<ObjectId, std::uint32_t> reserved_;
+  Prefaulter* prefaulter_ = nullptr;  // building only
 };
 
 }  // namespace fragscope::sources

@@ -3,6 +3,9 @@
 // threshold). The Document's arenas reach hundreds of MB for big snapshots; std::vector would
 // copy them at every doubling and once more in shrink_to_fit, touching every page each time.
 //
+// With WarmAhead(), a Prefaulter faults the pages just past the end in on another thread while
+// this one fills the buffer (see common/prefaulter.h), at most `window` bytes ahead.
+//
 // Only for types that may be moved by copying their bytes (no constructors run, new slots are
 // uninitialised). Thread safety: none.
 #ifndef FRAGSCOPE_SOURCES_DOCUMENT_POD_BUFFER_H_
@@ -15,6 +18,8 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+
+#include "common/prefaulter.h"
 
 namespace fragscope::sources::internal {
 
@@ -29,13 +34,19 @@ class PodBuffer {
   PodBuffer(PodBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        capacity_(std::exchange(other.capacity_, 0)) {}
+        capacity_(std::exchange(other.capacity_, 0)),
+        limit_(std::exchange(other.limit_, 0)) {
+    other.WarmAhead(nullptr, 0);
+  }
   PodBuffer& operator=(PodBuffer&& other) noexcept {
     if (this != &other) {
       std::free(data_);
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       capacity_ = std::exchange(other.capacity_, 0);
+      limit_ = std::exchange(other.limit_, 0);
+      WarmAhead(nullptr, 0);
+      other.WarmAhead(nullptr, 0);
     }
     return *this;
   }
@@ -49,13 +60,13 @@ class PodBuffer {
   const T& operator[](std::size_t i) const { return data_[i]; }
 
   void push_back(const T& value) {
-    if (size_ == capacity_) Grow(size_ + 1);
+    if (size_ >= limit_) Reach(size_ + 1);
     data_[size_++] = value;
   }
   /// Adds n uninitialised slots and returns the first; pointers into the buffer taken before
   /// may be invalid afterwards.
   T* Extend(std::size_t n) {
-    if (capacity_ - size_ < n) Grow(size_ + n);
+    if (limit_ - size_ < n) Reach(size_ + n);  // size_ <= limit_ always
     T* slots = data_ + size_;
     size_ += n;
     return slots;
@@ -66,6 +77,16 @@ class PodBuffer {
   }
   /// REQUIRES: n <= size().
   void Truncate(std::size_t n) { size_ = n; }
+  /// From now on `prefaulter` (nullptr: none) warms up to `window` bytes past the end as the
+  /// buffer fills. The caller drains the prefaulter before shrinking or freeing the buffer.
+  void WarmAhead(Prefaulter* prefaulter, std::size_t window) {
+    prefaulter_ = window >= sizeof(T) ? prefaulter : nullptr;
+    window_ = window / sizeof(T);
+    warmed_ = size_;
+    limit_ = capacity_;
+    if (prefaulter_ != nullptr) Reach(size_);
+  }
+
   void ShrinkToFit() {
     if (size_ == capacity_) return;
     if (size_ == 0) {
@@ -76,11 +97,30 @@ class PodBuffer {
     if (void* p = std::realloc(static_cast<void*>(data_), size_ * sizeof(T))) {
       data_ = static_cast<T*>(p);
       capacity_ = size_;
+      limit_ = std::min(limit_, capacity_);
+      warmed_ = std::min(warmed_, capacity_);
     }  // else keep the larger block: shrinking is only an optimisation
   }
   void Release() { *this = PodBuffer(); }
 
  private:
+  // The slow path of push_back and Extend: grows to hold `needed` elements and keeps the warm
+  // region at least half a window past the end. limit_ is where the next call is due.
+  void Reach(std::size_t needed) {
+    if (needed > capacity_) Grow(needed);
+    limit_ = capacity_;
+    if (prefaulter_ == nullptr || warmed_ >= capacity_) return;  // next stop: growth
+    if (warmed_ < needed + window_ / 2) {
+      const std::size_t from = std::max(warmed_, needed);
+      const std::size_t to = std::min(capacity_, needed + window_);
+      if (to > from) prefaulter_->Populate(data_ + from, (to - from) * sizeof(T));
+      warmed_ = std::max(warmed_, to);
+    }
+    if (warmed_ < capacity_) {
+      limit_ = std::max(needed, warmed_ > window_ / 2 ? warmed_ - window_ / 2 : std::size_t{0});
+    }
+  }
+
   void Grow(std::size_t needed) {
     std::size_t capacity = std::max<std::size_t>({needed, capacity_ * 2, 16});
     void* p = std::realloc(static_cast<void*>(data_), capacity * sizeof(T));
@@ -92,6 +132,10 @@ class PodBuffer {
   T* data_ = nullptr;
   std::size_t size_ = 0;
   std::size_t capacity_ = 0;
+  std::size_t limit_ = 0;  // <= capacity_; push_back and Extend take the slow path beyond it
+  Prefaulter* prefaulter_ = nullptr;
+  std::size_t window_ = 0;  // elements
+  std::size_t warmed_ = 0;  // elements [0, warmed_) are warm or queued
 };
 
 }  // namespace fragscope::sources::internal

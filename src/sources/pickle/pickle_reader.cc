@@ -613,6 +613,10 @@ class Unpickler {
     Value value;
     bool set = false;
   };
+  // Declared before the buffers it warms; its requests on freed memory are harmless anyway.
+  Prefaulter prefaulter_;
+  bool warming_ = false;
+  static constexpr std::uint64_t kWarmAfterBytes = std::uint64_t{32} << 20;
   internal::PodBuffer<MemoSlot> memo_;
   std::unordered_map<std::uint64_t, Value> sparse_memo_;
   std::uint64_t memo_count_ = 0;  // keys that hold a value (Python's len(memo))
@@ -651,6 +655,12 @@ bool Unpickler::Fill(std::size_t n) {
     }
     if (*got == 0) eof_ = true;
     end_ += *got;
+    if (!warming_ && base_ >= kWarmAfterBytes) {
+      // A big input: fault the arenas' next pages in on the other core from now on.
+      warming_ = true;
+      doc_.WarmWhileBuilding(&prefaulter_);
+      memo_.WarmAhead(&prefaulter_, std::size_t{4} << 20);
+    }
     if (progress_ && rest_->raw_bytes_consumed() >= next_progress_) {
       progress_(rest_->raw_bytes_consumed(), rest_->raw_bytes_total());
       next_progress_ = rest_->raw_bytes_consumed() + kProgressBytes;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/prefaulter.h"
 #include "sources/snapshot/snapshot.h"
 
 namespace fragscope::sources {
@@ -361,6 +362,10 @@ class Decoder {
       }
       auto& out = out_.device_traces[d];
       out.reserve(entries.size());
+      // Faulted in on the other core while the entries are decoded (common/prefaulter.h).
+      if (entries.size() >= kWarmEntries) {
+        prefaulter_.Populate(out.data(), entries.size() * sizeof(SnapshotTraceEntry));
+      }
       for (std::size_t i = 0; i < entries.size(); ++i) {
         FRAGSCOPE_RETURN_IF_ERROR(Entry(entries[i], d, i, &out));
       }
@@ -548,6 +553,8 @@ class Decoder {
   const Document& doc_;
   const SnapshotDecodeOptions& options_;
   Snapshot& out_;
+  static constexpr std::size_t kWarmEntries = 65536;
+  Prefaulter prefaulter_;
   std::size_t suppressed_warnings_ = 0;
   bool saw_block_address_ = false;
   struct RunKey {
