@@ -4,6 +4,9 @@
 //                        through RequestReplayer -> CachingAllocatorSim -> TraceAnalyzer
 //   BM_ReplaySynthetic   a synthetic 10 M-event request trace, 100 k live tensors, same path
 //   BM_SimOnly           the same synthetic trace through the simulator alone
+//   BM_SimOnlyBundled    the bundled real trace through the simulator alone
+//   BM_AccessFloor       not a simulation: the memory accesses any simulator of the synthetic
+//                        trace must make (id lookup, block record, neighbours), for scale
 //   BM_Tune              the default 72-setting grid on the first 1 M events, all threads
 // FRAGSCOPE_SIM_BENCH_EVENTS=N makes the synthetic trace N events long instead of 10 M (for
 // instruction counts under valgrind, which would take too long on the full trace).
@@ -135,6 +138,75 @@ BENCHMARK(BM_SimOnly)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 void BM_SimOnlyBundled(benchmark::State& state) { SimOnly(state, BundledRequests()); }
 BENCHMARK(BM_SimOnlyBundled)->Unit(benchmark::kMillisecond);
+
+// The floor under any simulation of the synthetic trace: per event, the id's slot in an
+// open-addressing table (insert or backward-shift erase), a 64-byte block record taken from or
+// returned to a free list, and for a free the records of two neighbours (a merge check); an
+// alloc links its record after a pseudo-random one (the block it splits). No best-fit search,
+// no statistics, no events.
+void BM_AccessFloor(benchmark::State& state) {
+  const auto& events = SyntheticRequests();
+  struct Record {
+    std::uint64_t addr, size, requested, stream;
+    std::uint32_t prev, next, flags, pad;
+    std::uint64_t more[2];
+  };
+  static_assert(sizeof(Record) == 64);
+  struct Slot {
+    std::uint64_t key;
+    std::uint32_t record;
+  };
+  constexpr int kSlotBits = 18;  // 262,144 slots for 100 k live ids
+  constexpr std::size_t kMask = (std::size_t{1} << kSlotBits) - 1;
+  auto home = [](std::uint64_t key) {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits));
+  };
+  for (auto _ : state) {
+    std::vector<Slot> slots(kMask + 1, Slot{0, 0});
+    std::vector<Record> records(1);
+    records.reserve(200'000);
+    std::vector<std::uint32_t> free_records;
+    std::uint64_t sum = 0;
+    for (const Event& e : events) {
+      std::size_t i = home(e.addr);
+      if (e.action == Action::kAlloc) {
+        std::uint32_t r;
+        if (!free_records.empty()) {
+          r = free_records.back();
+          free_records.pop_back();
+        } else {
+          r = static_cast<std::uint32_t>(records.size());
+          records.emplace_back();
+        }
+        const auto after = static_cast<std::uint32_t>((e.size * 2654435761u) % records.size());
+        Record& x = records[r];
+        x.addr = e.addr << 12;
+        x.size = e.size;
+        x.prev = after;
+        x.next = records[after].next;
+        records[after].next = r;
+        while (slots[i].key != 0) i = (i + 1) & kMask;
+        slots[i] = Slot{e.addr, r};
+      } else {
+        while (slots[i].key != e.addr) i = (i + 1) & kMask;
+        const std::uint32_t r = slots[i].record;
+        for (std::size_t j = (i + 1) & kMask; slots[j].key != 0; j = (j + 1) & kMask) {
+          if (((j - home(slots[j].key)) & kMask) >= ((j - i) & kMask)) {
+            slots[i] = slots[j];
+            i = j;
+          }
+        }
+        slots[i].key = 0;
+        const Record& x = records[r];
+        sum += records[x.prev].size + records[x.next].size + x.size;
+        free_records.push_back(r);
+      }
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
+}
+BENCHMARK(BM_AccessFloor)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 void BM_Tune(benchmark::State& state) {
   const auto& all = SyntheticRequests();
