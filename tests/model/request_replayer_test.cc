@@ -111,22 +111,19 @@ TEST(RequestReplayerTest, DoubleFreeInsideTheReadAheadWindowIsStillAnError) {
   for (const Event& e : trace) {
     if (e.action == Action::kAlloc && e.device == 0) free_it.addr = e.addr;
   }
+  auto small_allocs = [&](std::uint64_t first_id, int n) {
+    for (int i = 0; i < n; ++i) {
+      Event a;
+      a.action = Action::kAlloc;
+      a.addr = first_id + static_cast<std::uint64_t>(i);
+      a.size = 4096;
+      trace.push_back(a);
+    }
+  };
   trace.push_back(free_it);
-  for (int i = 0; i < 5; ++i) {
-    Event a;
-    a.action = Action::kAlloc;
-    a.addr = 1'000'000'000 + static_cast<std::uint64_t>(i);
-    a.size = 4096;
-    trace.push_back(a);
-  }
+  small_allocs(1'000'000'000, 5);
   trace.push_back(free_it);
-  for (int i = 0; i < 20; ++i) {
-    Event a;
-    a.action = Action::kAlloc;
-    a.addr = 2'000'000'000 + static_cast<std::uint64_t>(i);
-    a.size = 4096;
-    trace.push_back(a);
-  }
+  small_allocs(2'000'000'000, 20);
   const Outcome ahead = Replay(trace, true);
   const Outcome plain = Replay(trace, false);
   EXPECT_NE(ahead.status.find("which is not live"), std::string::npos) << ahead.status;
