@@ -24,7 +24,7 @@ void RequestWindow::Add(std::uint64_t size) {
   }
   ring_[next_] = size;
   classes_.Add(model::SizeClass(size), 1);
-  next_ = (next_ + 1) % ring_.size();
+  if (++next_ == ring_.size()) next_ = 0;
 }
 
 std::uint64_t RequestWindow::Quantile(double q) const {

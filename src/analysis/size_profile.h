@@ -16,13 +16,13 @@
 
 namespace fragscope::analysis {
 
-/// The last `capacity` request sizes; Quantile() is O(log classes).
+/// The last `capacity` request sizes.
 class RequestWindow {
  public:
   explicit RequestWindow(std::size_t capacity);
   void Add(std::uint64_t size);
   /// The q-quantile (0 <= q <= 1) of the sizes in the window, rounded down to its size class
-  /// (at most 1.6% below the exact value); 0 when empty.
+  /// (at most 1.6% below the exact value); 0 when empty. O(classes / 64 + 64).
   std::uint64_t Quantile(double q) const;
   std::size_t size() const { return count_; }
 
@@ -30,7 +30,7 @@ class RequestWindow {
   std::vector<std::uint64_t> ring_;
   std::size_t next_ = 0;
   std::size_t count_ = 0;
-  model::ClassFenwick classes_;
+  model::ClassCounts classes_;
 };
 
 struct SizeCount {
@@ -64,7 +64,7 @@ class SizeProfile {
   model::AddressIndex size_index_;
   std::vector<SizeCount> sizes_;
   bool overflowed_ = false;
-  model::ClassFenwick classes_;
+  model::ClassCounts classes_;
   model::SizeHistogram histogram_;
 };
 

@@ -32,8 +32,8 @@ TEST(SizeClassTest, MonotonicAndFloorInverts) {
   }
 }
 
-TEST(ClassFenwickTest, PrefixSumsAndRank) {
-  ClassFenwick f;
+TEST(ClassCountsTest, PrefixSumsAndRank) {
+  ClassCounts f;
   f.Add(SizeClass(512), 3);
   f.Add(SizeClass(4096), 2);
   EXPECT_EQ(f.PrefixSum(SizeClass(512)), 0u);
@@ -42,6 +42,56 @@ TEST(ClassFenwickTest, PrefixSumsAndRank) {
   EXPECT_EQ(f.FindByRank(2), SizeClass(512));
   EXPECT_EQ(f.FindByRank(3), SizeClass(4096));
   EXPECT_EQ(f.FindByRank(5), kNumSizeClasses);
+}
+
+// Random adds and removes over every class (the first, the last and group edges included),
+// each query checked against a plain count array.
+TEST(ClassCountsTest, MatchesBruteForce) {
+  ClassCounts f;
+  std::vector<std::uint64_t> truth(kNumSizeClasses, 0);
+  std::mt19937_64 rng(3);
+  std::uint64_t total = 0;
+  auto pick = [&]() -> int {
+    switch (rng() % 4) {
+      case 0:
+        return static_cast<int>(rng() % 3);  // 0, 1, 2
+      case 1:
+        return kNumSizeClasses - 1 - static_cast<int>(rng() % 3);
+      case 2:
+        return static_cast<int>(rng() % 59) * kSubClasses + (rng() % 2 == 0 ? 0 : kSubClasses - 1);
+      default:
+        return static_cast<int>(rng() % kNumSizeClasses);
+    }
+  };
+  for (int i = 0; i < 20000; ++i) {
+    const int c = pick();
+    if (truth[static_cast<std::size_t>(c)] > 0 && rng() % 3 == 0) {
+      f.Add(c, -1);
+      --truth[static_cast<std::size_t>(c)];
+      --total;
+    } else {
+      const std::uint64_t n = 1 + rng() % 3;
+      f.Add(c, static_cast<std::int64_t>(n));
+      truth[static_cast<std::size_t>(c)] += n;
+      total += n;
+    }
+    if (i % 37 != 0) continue;
+    const int q = static_cast<int>(rng() % (kNumSizeClasses + 1));
+    std::uint64_t below = 0;
+    for (int k = 0; k < q; ++k) below += truth[static_cast<std::size_t>(k)];
+    ASSERT_EQ(f.PrefixSum(q), below) << "class " << q;
+    const std::uint64_t rank = rng() % (total + 2);
+    int want = kNumSizeClasses;
+    std::uint64_t seen = 0;
+    for (int k = 0; k < kNumSizeClasses; ++k) {
+      seen += truth[static_cast<std::size_t>(k)];
+      if (seen > rank) {
+        want = k;
+        break;
+      }
+    }
+    ASSERT_EQ(f.FindByRank(rank), want) << "rank " << rank << " of " << total;
+  }
 }
 
 TEST(FreeSizeIndexTest, MatchesBruteForce) {
