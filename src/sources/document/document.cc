@@ -37,31 +37,22 @@ namespace fragscope::sources {
 
 namespace {
 
-enum Tag : unsigned {
-  kTagNone = 0,
-  kTagBool = 1,
-  kTagSmallInt = 2,
-  kTagInt64 = 3,
-  kTagBigInt = 4,
-  kTagFloat = 5,
-  kTagString = 6,
-  kTagBytes = 7,
-  kTagList = 8,
-  kTagTuple = 9,
-  kTagDict = 10,
-};
-constexpr unsigned kTagBits = 4;
-constexpr std::uint64_t kTagMask = (1u << kTagBits) - 1;
+using internal::IdOf;
+using internal::kTagBigInt;
+using internal::kTagBits;
+using internal::kTagBool;
+using internal::kTagBytes;
+using internal::kTagDict;
+using internal::kTagFloat;
+using internal::kTagInt64;
+using internal::kTagList;
+using internal::kTagSmallInt;
+using internal::kTagString;
+using internal::kTagTuple;
+using internal::TagOf;
 // Ints in [-2^59, 2^59) live in the handle.
 constexpr std::int64_t kSmallIntMin = -(std::int64_t{1} << 59);
 constexpr std::int64_t kSmallIntMax = (std::int64_t{1} << 59) - 1;
-
-constexpr ValueKind kKindOfTag[16] = {
-    ValueKind::kNone,   ValueKind::kBool,  ValueKind::kInt,    ValueKind::kInt,
-    ValueKind::kBigInt, ValueKind::kFloat, ValueKind::kString, ValueKind::kBytes,
-    ValueKind::kList,   ValueKind::kTuple, ValueKind::kDict,   ValueKind::kNone,
-    ValueKind::kNone,   ValueKind::kNone,  ValueKind::kNone,   ValueKind::kNone,
-};
 
 // The runs of item values hashed for sharing: multiply-xorshift over the 64-bit words, in four
 // independent lanes so that long frame lists hash at memory speed.
@@ -120,16 +111,9 @@ std::string_view ValueKindName(ValueKind kind) {
   return "unknown";
 }
 
-ValueKind Value::kind() const { return kKindOfTag[bits_ & kTagMask]; }
-
 // ---- Reading --------------------------------------------------------------------------------
 
-namespace {
-inline unsigned TagOf(std::uint64_t bits) { return static_cast<unsigned>(bits & kTagMask); }
-inline ObjectId IdOf(std::uint64_t bits) { return static_cast<ObjectId>(bits >> kTagBits); }
-}  // namespace
-
-std::optional<std::int64_t> Document::AsInt(Value v) const {
+std::optional<std::int64_t> Document::AsIntStored(Value v) const {
   switch (TagOf(v.bits_)) {
     case kTagSmallInt:
       return static_cast<std::int64_t>(v.bits_) >> kTagBits;
@@ -147,7 +131,7 @@ std::optional<std::int64_t> Document::AsInt(Value v) const {
   }
 }
 
-std::optional<std::uint64_t> Document::AsUint(Value v) const {
+std::optional<std::uint64_t> Document::AsUintStored(Value v) const {
   if (TagOf(v.bits_) == kTagBigInt) {
     std::string_view b = *BigIntBytes(v);
     if (static_cast<unsigned char>(b.back()) & 0x80) return std::nullopt;  // negative
@@ -190,12 +174,6 @@ std::optional<bool> Document::AsBool(Value v) const {
   return (v.bits_ >> kTagBits) != 0;
 }
 
-std::optional<std::string_view> Document::AsString(Value v) const {
-  if (TagOf(v.bits_) != kTagString) return std::nullopt;
-  ObjectId id = IdOf(v.bits_);
-  return std::string_view(bytes_.data() + word_[id], size_[id]);
-}
-
 std::optional<std::string_view> Document::AsBytes(Value v) const {
   if (TagOf(v.bits_) != kTagBytes) return std::nullopt;
   ObjectId id = IdOf(v.bits_);
@@ -206,19 +184,6 @@ std::optional<std::string_view> Document::BigIntBytes(Value v) const {
   if (TagOf(v.bits_) != kTagBigInt) return std::nullopt;
   ObjectId id = IdOf(v.bits_);
   return std::string_view(bytes_.data() + word_[id], size_[id]);
-}
-
-std::span<const Value> Document::Items(Value v) const {
-  unsigned tag = TagOf(v.bits_);
-  if (tag != kTagList && tag != kTagTuple) return {};
-  ObjectId id = IdOf(v.bits_);
-  return {items_.data() + word_[id], size_[id]};
-}
-
-std::span<const Document::Entry> Document::Entries(Value v) const {
-  if (TagOf(v.bits_) != kTagDict) return {};
-  ObjectId id = IdOf(v.bits_);
-  return {entries_.data() + word_[id], size_[id]};
 }
 
 std::optional<Value> Document::Find(Value dict, std::string_view key) const {
@@ -233,11 +198,6 @@ std::optional<Value> Document::Find(Value dict, std::string_view key) const {
     }
   }
   return std::nullopt;
-}
-
-std::optional<ObjectId> Document::Id(Value v) const {
-  if (TagOf(v.bits_) < kTagInt64) return std::nullopt;
-  return IdOf(v.bits_);
 }
 
 // ---- Building -------------------------------------------------------------------------------
