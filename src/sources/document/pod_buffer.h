@@ -78,7 +78,9 @@ class PodBuffer {
   /// REQUIRES: n <= size().
   void Truncate(std::size_t n) { size_ = n; }
   /// From now on `prefaulter` (nullptr: none) warms up to `window` bytes past the end as the
-  /// buffer fills. The caller drains the prefaulter before shrinking or freeing the buffer.
+  /// buffer fills. Requests still queued when the buffer shrinks or is freed are harmless (see
+  /// common/prefaulter.h); draining the prefaulter first (as Document::FinishBuilding does)
+  /// keeps them from warming memory that is no longer the buffer's.
   void WarmAhead(Prefaulter* prefaulter, std::size_t window) {
     prefaulter_ = window >= sizeof(T) ? prefaulter : nullptr;
     window_ = window / sizeof(T);
