@@ -42,8 +42,7 @@ bool PopulateRange(std::uintptr_t begin, std::uintptr_t end, const std::atomic<b
 Prefaulter::~Prefaulter() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    stopping_.store(true, std::memory_order_relaxed);
+    stop_.store(true, std::memory_order_relaxed);
     queue_.clear();  // warming memory nobody will write is wasted
   }
   wake_.notify_one();
@@ -78,7 +77,7 @@ void Prefaulter::Work() {
     queue_.pop_front();
     busy_ = true;
     lock.unlock();
-    const bool ok = supported() && PopulateRange(begin, begin + bytes, stopping_);
+    const bool ok = supported() && PopulateRange(begin, begin + bytes, stop_);
     if (!ok) supported_.store(false, std::memory_order_relaxed);
     lock.lock();
     busy_ = false;

@@ -1,8 +1,8 @@
 // Prefaulter: faults in the pages of freshly allocated memory on a background thread, ahead of
 // the thread that will write them. The first write to a fresh 4 KiB page costs the kernel a
-// page allocation and a clear; on this project's VMs that is ~0.5 ms per MB (docs/benchmarks.md,
-// "Loading and analyzing a large snapshot"), a fifth of the time of a reader that fills
-// hundreds of MB. Moving it to the second core takes it off the reader's path.
+// page allocation and a clear; on this project's VMs that was 39% of the time of a reader that
+// fills hundreds of MB (docs/benchmarks.md, "Loading and analyzing a large snapshot"). Moving
+// it to the second core takes it off the reader's path.
 //
 // Linux's MADV_POPULATE_WRITE (5.14 and later) faults pages in without changing their
 // contents, so it is safe on memory another thread is writing, and on memory unmapped or
@@ -47,9 +47,8 @@ class Prefaulter {
   std::condition_variable wake_;  // work queued, or stopping
   std::condition_variable idle_;  // the queue ran empty
   std::deque<std::pair<std::uintptr_t, std::size_t>> queue_;
-  bool busy_ = false;  // the worker is carrying out a request
-  bool stop_ = false;
-  std::atomic<bool> stopping_{false};  // stop_, for the worker between steps of a request
+  bool busy_ = false;              // the worker is carrying out a request
+  std::atomic<bool> stop_{false};  // also read by the worker between steps of a request
   std::atomic<bool> supported_{true};
   std::thread worker_;
 };

@@ -114,9 +114,7 @@ std::string_view ValueKindName(ValueKind kind) {
 // ---- Reading --------------------------------------------------------------------------------
 
 std::optional<std::int64_t> Document::AsIntStored(Value v) const {
-  switch (TagOf(v.bits_)) {
-    case kTagSmallInt:
-      return static_cast<std::int64_t>(v.bits_) >> kTagBits;
+  switch (TagOf(v.bits_)) {  // small ints never get here (AsInt answers them inline)
     case kTagInt64:
       return static_cast<std::int64_t>(word_[IdOf(v.bits_)]);
     case kTagBigInt: {
