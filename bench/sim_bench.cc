@@ -3,6 +3,9 @@
 //   BM_ReplayBundled     the bundled real trace (tests/data/sample/gpt_tiny_50steps.jsonl.gz)
 //                        through RequestReplayer -> CachingAllocatorSim -> TraceAnalyzer
 //   BM_ReplaySynthetic   a synthetic 10 M-event request trace, 100 k live tensors, same path
+//   BM_ReplayBundledTwoThreads, BM_ReplaySyntheticTwoThreads
+//                        the same, with the TraceAnalyzer on a second thread (AnalyzerThread,
+//                        as `replay --threads 2`); wall time
 //   BM_SimOnly           the same synthetic trace through the simulator alone
 //   BM_SimOnlyBundled    the bundled real trace through the simulator alone
 //   BM_AccessFloor       not a simulation: the memory accesses any simulator of the synthetic
@@ -12,12 +15,14 @@
 // instruction counts under valgrind, which would take too long on the full trace).
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
+#include "analysis/analyzer_thread.h"
 #include "analysis/trace_analyzer.h"
 #include "analysis/tune.h"
 #include "fragscope/trace.h"
@@ -27,6 +32,12 @@ namespace fragscope {
 namespace {
 
 constexpr std::uint64_t kCapacity = std::uint64_t{1} << 40;  // large enough never to OOM
+
+model::SimOptions BenchSimOptions(std::int32_t /*device*/) {
+  model::SimOptions o;
+  o.driver.capacity_bytes = kCapacity;
+  return o;
+}
 
 // Frees hit mostly recent tensors (activations die young), as in bench/replay_bench.cc.
 const std::vector<Event>& SyntheticRequests() {
@@ -86,14 +97,33 @@ void ReplayThroughAnalyzer(benchmark::State& state, const std::vector<Event>& ev
     TraceHeader header;
     header.kind = TraceKind::kAllocator;
     auto analyzer = analysis::TraceAnalyzer::Create(header, {});
-    model::RequestReplayer replayer(
-        [](std::int32_t) {
-          model::SimOptions o;
-          o.driver.capacity_bytes = kCapacity;
-          return o;
-        },
-        model::OomPolicy::kStop, [&](const Event& e) { (void)(*analyzer)->Consume(e); });
+    model::RequestReplayer replayer(BenchSimOptions, model::OomPolicy::kStop,
+                                    [&](const Event& e) { (void)(*analyzer)->Consume(e); });
     if (!replayer.ConsumeAll(events).ok()) state.SkipWithError("replay failed");
+    benchmark::DoNotOptimize((*analyzer)->events());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
+}
+
+// As ReplayThroughAnalyzer, with the analysis on a second thread.
+void ReplayThroughAnalyzerThread(benchmark::State& state, const std::vector<Event>& events) {
+  for (auto _ : state) {
+    TraceHeader header;
+    header.kind = TraceKind::kAllocator;
+    auto analyzer = analysis::TraceAnalyzer::Create(header, {});
+    analysis::AnalyzerThread thread(**analyzer,
+                                    [&](const Event& e) { return (*analyzer)->Consume(e); });
+    model::RequestReplayer* replayer_ptr = nullptr;
+    model::RequestReplayer replayer(BenchSimOptions, model::OomPolicy::kStop, [&](const Event& e) {
+      const model::CachingAllocatorSim* sim = replayer_ptr->sim(e.device);
+      thread.Send(e, sim ? std::optional<std::uint64_t>(
+                               static_cast<std::uint64_t>(sim->stats().num_alloc_retries))
+                         : std::nullopt);
+    });
+    replayer_ptr = &replayer;
+    (*analyzer)->SetAllocRetrySource([&](std::int32_t d) { return thread.AllocRetries(d); });
+    if (!replayer.ConsumeAll(events).ok()) state.SkipWithError("replay failed");
+    if (!thread.Finish().ok()) state.SkipWithError("analysis failed");
     benchmark::DoNotOptimize((*analyzer)->events());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));
@@ -120,15 +150,27 @@ void BM_ReplaySynthetic(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplaySynthetic)->Unit(benchmark::kMillisecond)->Iterations(2);
 
+void BM_ReplayBundledTwoThreads(benchmark::State& state) {
+  const auto& events = BundledRequests();
+  if (events.empty()) {
+    state.SkipWithError("bundled sample not found");
+    return;
+  }
+  ReplayThroughAnalyzerThread(state, events);
+}
+BENCHMARK(BM_ReplayBundledTwoThreads)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_ReplaySyntheticTwoThreads(benchmark::State& state) {
+  ReplayThroughAnalyzerThread(state, SyntheticRequests());
+}
+BENCHMARK(BM_ReplaySyntheticTwoThreads)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2)
+    ->UseRealTime();
+
 void SimOnly(benchmark::State& state, const std::vector<Event>& events) {
   for (auto _ : state) {
-    model::RequestReplayer replayer(
-        [](std::int32_t) {
-          model::SimOptions o;
-          o.driver.capacity_bytes = kCapacity;
-          return o;
-        },
-        model::OomPolicy::kStop, {});
+    model::RequestReplayer replayer(BenchSimOptions, model::OomPolicy::kStop, {});
     if (!replayer.ConsumeAll(events).ok()) state.SkipWithError("replay failed");
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * events.size()));

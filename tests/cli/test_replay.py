@@ -117,6 +117,39 @@ def test_emit_writes_an_allocator_trace_that_analyze_reads(tmp_path):
     assert peak == replay["devices"][0]["peak_reserved_bytes"]
 
 
+@pytest.mark.parametrize("args", [
+    [FRAG],  # stops at its OOM, after a release-and-retry
+    [FRAG, "--continue-after-oom"],
+    [CONTROLS, "--capacity", "1GiB"],
+    # 14 allocation retries across the steps, and OOMs the replay goes on after
+    ["tests/data/sample/gpt_tiny_50steps.jsonl.gz", "--capacity", "300MiB",
+     "--continue-after-oom"],
+    [SAMPLE, "--capacity", "1GiB", "--every", "7"],  # windows by event count, not steps
+    ["tests/data/snapshots/g5_three_devices_two_streams.pickle"],
+    ["tests/data/snapshots/g2_oom.pickle", "--every", "3"],
+])
+def test_two_threads_report_exactly_what_one_does(tmp_path, args):
+    """--threads 2 analyzes on a second thread; the report and --emit are byte-identical."""
+    outputs = []
+    for threads in ("1", "2"):
+        emitted = tmp_path / f"sim{threads}.jsonl"
+        r = run("replay", *args, "--threads", threads, "--json", "--emit", str(emitted))
+        assert r.returncode in (0, 1), r.stderr.decode()
+        outputs.append((r.returncode, r.stdout, emitted.read_bytes()))
+    assert outputs[0] == outputs[1]
+    retries = [s.get("alloc_retries") for d in json.loads(outputs[0][1])["analysis"]["devices"]
+               for s in d["timeline"]]
+    assert retries and all(r is not None for r in retries)  # known in every sample
+
+
+def test_retries_are_counted_in_the_timeline_with_two_threads():
+    rc, j = run_json("replay", "tests/data/sample/gpt_tiny_50steps.jsonl.gz", "--capacity",
+                     "300MiB", "--continue-after-oom", "--threads", "2")
+    assert rc == 1
+    retries = sum(s["alloc_retries"] for s in j["analysis"]["devices"][0]["timeline"])
+    assert retries == j["devices"][0]["memory_stats"]["num_alloc_retries"] > 0
+
+
 @pytest.mark.parametrize("args, needle", [
     (["replay", FRAG, "--alloc-conf", "max_split_mb:64"], "max_split_mb"),
     (["replay", FRAG, "--alloc-conf", "expandable_segments:yes"], "expandable_segments"),

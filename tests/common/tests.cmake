@@ -1,2 +1,3 @@
 fragscope_add_test(common/units_test.cc LIBS fragscope_common)
 fragscope_add_test(common/prefaulter_test.cc LIBS fragscope_common)
+fragscope_add_test(common/batch_pipe_test.cc LIBS fragscope_common)

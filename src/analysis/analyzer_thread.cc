@@ -1,0 +1,49 @@
+#include "analysis/analyzer_thread.h"
+
+#include <utility>
+
+#include "model/memory_model.h"
+
+namespace fragscope::analysis {
+
+namespace {
+constexpr std::size_t kPrefetchAhead = 8;  // as `analyze` reads ahead of its analyzer
+}  // namespace
+
+AnalyzerThread::AnalyzerThread(const TraceAnalyzer& analyzer,
+                               std::function<Status(const Event&)> consume)
+    : analyzer_(analyzer),
+      consume_(std::move(consume)),
+      pipe_([this](std::span<Item> items) { return Consume(items); }) {}
+
+void AnalyzerThread::Send(const Event& event, std::optional<std::uint64_t> alloc_retries) {
+  if (pipe_.failed()) return;
+  Item& item = pipe_.Slot();
+  item.event = event;
+  item.retries = alloc_retries;
+  pipe_.Commit();
+}
+
+std::optional<std::uint64_t> AnalyzerThread::AllocRetries(std::int32_t device) const {
+  const auto index = static_cast<std::size_t>(device);
+  return device >= 0 && index < retries_.size() ? retries_[index] : std::nullopt;
+}
+
+Status AnalyzerThread::Consume(std::span<Item> items) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i + kPrefetchAhead < items.size()) analyzer_.Prefetch(items[i + kPrefetchAhead].event);
+    const Item& item = items[i];
+    const std::int32_t device = item.event.device;
+    // A step marker is not the simulator's and names no device.
+    if (item.retries && item.event.action != Action::kStep && device >= 0 &&
+        device < model::MemoryModel::kMaxDevices) {
+      const auto index = static_cast<std::size_t>(device);
+      if (index >= retries_.size()) retries_.resize(index + 1);
+      retries_[index] = item.retries;
+    }
+    FRAGSCOPE_RETURN_IF_ERROR(consume_(item.event));
+  }
+  return Status::Ok();
+}
+
+}  // namespace fragscope::analysis
