@@ -42,22 +42,49 @@ void SizeProfile::Add(std::uint64_t size) {
   ++histogram_.count[b];
   histogram_.bytes[b] += size;
   if (overflowed_) return;
-  const std::uint32_t slot = size_index_.Find(size);
-  if (slot != model::AddressIndex::kNotFound) {
-    ++sizes_[slot].count;
-  } else if (sizes_.size() < kMaxDistinctSizes && size != ~std::uint64_t{0}) {
-    size_index_.Insert(size, static_cast<std::uint32_t>(sizes_.size()));
-    sizes_.push_back({size, 1});
-  } else {
-    overflowed_ = true;  // counts of the tracked sizes stay, but no longer cover every request
+  if (table_.empty()) table_.assign(64, SizeCount{kEmpty, 0});
+  for (std::size_t i = Slot(size);; i = (i + 1) & (table_.size() - 1)) {
+    SizeCount& slot = table_[i];
+    if (slot.size == size) {
+      ++slot.count;
+      return;
+    }
+    if (slot.size != kEmpty) continue;
+    if (distinct_ >= kMaxDistinctSizes || size == kEmpty) {
+      overflowed_ = true;  // counts of the tracked sizes stay, but no longer cover every request
+      return;
+    }
+    slot = SizeCount{size, 1};
+    if (++distinct_ * 2 > table_.size()) Grow();
+    return;
   }
+}
+
+void SizeProfile::Grow() {
+  std::vector<SizeCount> old(table_.size() * 2, SizeCount{kEmpty, 0});
+  old.swap(table_);
+  for (const SizeCount& sc : old) {
+    if (sc.size == kEmpty) continue;
+    std::size_t i = Slot(sc.size);
+    while (table_[i].size != kEmpty) i = (i + 1) & (table_.size() - 1);
+    table_[i] = sc;
+  }
+}
+
+std::vector<SizeCount> SizeProfile::Counted() const {
+  std::vector<SizeCount> all;
+  all.reserve(distinct_);
+  for (const SizeCount& sc : table_) {
+    if (sc.size != kEmpty) all.push_back(sc);
+  }
+  return all;
 }
 
 std::uint64_t SizeProfile::Quantile(double q) const {
   if (count_ == 0) return 0;
   const std::uint64_t rank = QuantileRank(q, count_);
   if (overflowed_) return model::ClassFloor(classes_.FindByRank(rank));
-  std::vector<SizeCount> sorted = sizes_;
+  std::vector<SizeCount> sorted = Counted();
   std::sort(sorted.begin(), sorted.end(),
             [](const SizeCount& a, const SizeCount& b) { return a.size < b.size; });
   std::uint64_t seen = 0;
@@ -69,7 +96,7 @@ std::uint64_t SizeProfile::Quantile(double q) const {
 }
 
 std::vector<SizeCount> SizeProfile::TopSizes(std::size_t n) const {
-  std::vector<SizeCount> all = sizes_;
+  std::vector<SizeCount> all = Counted();
   auto better = [](const SizeCount& a, const SizeCount& b) {
     return a.count != b.count ? a.count > b.count : a.size > b.size;
   };

@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "model/address_index.h"
 #include "model/free_size_index.h"
 #include "model/size_class.h"
 
@@ -45,6 +44,10 @@ class SizeProfile {
   static constexpr std::size_t kMaxDistinctSizes = std::size_t{1} << 20;
 
   void Add(std::uint64_t size);
+  /// Optional hint that Add(size) comes soon: loads its slot of the exact-size table.
+  void Prefetch(std::uint64_t size) const {
+    if (!table_.empty()) __builtin_prefetch(&table_[Slot(size)]);
+  }
   std::uint64_t count() const { return count_; }
   std::uint64_t bytes() const { return bytes_; }
   std::uint64_t min() const { return count_ ? min_ : 0; }
@@ -53,16 +56,26 @@ class SizeProfile {
   /// number of distinct sizes is <= kMaxDistinctSizes (exact() is true), else a size-class floor.
   std::uint64_t Quantile(double q) const;
   bool exact() const { return !overflowed_; }
-  std::size_t distinct_sizes() const { return sizes_.size(); }
+  std::size_t distinct_sizes() const { return distinct_; }
   /// The n most frequent sizes, most frequent first (ties: larger size first).
   std::vector<SizeCount> TopSizes(std::size_t n) const;
   const model::SizeHistogram& histogram() const { return histogram_; }
 
  private:
+  // The exact counts: open addressing with linear probing, at most half full, kEmpty = free.
+  // Add() runs for every alloc event, and a run with many distinct sizes misses the cache
+  // here; the count sits in the slot, so that is one miss, which Prefetch() can hide.
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};  // a free slot's size
+  std::size_t Slot(std::uint64_t size) const {
+    const std::uint64_t h = size * 0x9e3779b97f4a7c15ULL;
+    return static_cast<std::size_t>(h ^ (h >> 32)) & (table_.size() - 1);
+  }
+  void Grow();
+  std::vector<SizeCount> Counted() const;  // the occupied slots
+
   std::uint64_t count_ = 0, bytes_ = 0, min_ = ~std::uint64_t{0}, max_ = 0;
-  // size -> index into sizes_ (a flat hash table: Add() runs for every alloc event).
-  model::AddressIndex size_index_;
-  std::vector<SizeCount> sizes_;
+  std::vector<SizeCount> table_;
+  std::size_t distinct_ = 0;
   bool overflowed_ = false;
   model::ClassCounts classes_;
   model::SizeHistogram histogram_;

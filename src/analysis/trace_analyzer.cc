@@ -471,6 +471,11 @@ TraceAnalyzer::~TraceAnalyzer() = default;
 
 Status TraceAnalyzer::Consume(const Event& event) { return impl_->Consume(event); }
 void TraceAnalyzer::Prefetch(const Event& event) const {
+  const auto index = static_cast<std::size_t>(event.device);
+  if (event.action == Action::kAlloc && event.device >= 0 && index < impl_->devices.size() &&
+      impl_->devices[index] != nullptr) {
+    impl_->devices[index]->profile.Prefetch(event.size);
+  }
   if (impl_->kind != TraceKind::kAllocator) return;
   if (const model::DeviceMemory* d = impl_->model.FindDevice(event.device)) d->Prefetch(event.addr);
 }

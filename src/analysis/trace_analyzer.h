@@ -45,7 +45,8 @@ class TraceAnalyzer {
   /// caller prefixes "file:line". After an error the analyzer must not be fed further.
   Status Consume(const Event& event);
 
-  /// Optional hint that `event` will be consumed soon: warms the caches for its block lookup.
+  /// Optional hint that `event` will be consumed soon: warms the caches for its block lookup
+  /// and, for an alloc, its request size's count.
   void Prefetch(const Event& event) const;
 
   /// Events consumed so far (for progress).

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -30,6 +32,50 @@ TEST(SizeProfileTest, ExactQuantilesAndTopSizes) {
   EXPECT_EQ(top[1].size, 300u);
   EXPECT_EQ(p.histogram().count[6], 1u);   // 100 in [64, 128)
   EXPECT_EQ(p.histogram().count[11], 4u);  // 4000 in [2048, 4096)
+}
+
+// Many distinct sizes (the exact table grows many times, multiples of 512 among them) against
+// a brute-force count; then the distinct-size cap turns the quantiles to size-class floors.
+TEST(SizeProfileTest, ManyDistinctSizesMatchABruteForceCount) {
+  SizeProfile p;
+  std::map<std::uint64_t, std::uint64_t> counts;
+  std::vector<std::uint64_t> all;
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 400000; ++i) {
+    const std::uint64_t s = rng() % 3 == 0 ? 512 * (1 + rng() % 5000) : 1 + rng() % 200000;
+    if (i % 4 == 0) p.Prefetch(s);
+    p.Add(s);
+    ++counts[s];
+    all.push_back(s);
+  }
+  ASSERT_TRUE(p.exact());
+  EXPECT_EQ(p.distinct_sizes(), counts.size());
+  std::sort(all.begin(), all.end());
+  for (const double q : {0.0, 0.1, 0.5, 0.9, 0.99, 1.0}) {
+    const auto rank = static_cast<std::size_t>(std::max(0.0, std::ceil(q * all.size()) - 1));
+    EXPECT_EQ(p.Quantile(q), all[rank]) << q;
+  }
+  std::vector<SizeCount> expected;
+  for (const auto& [size, count] : counts) expected.push_back({size, count});
+  std::sort(expected.begin(), expected.end(), [](const SizeCount& a, const SizeCount& b) {
+    return a.count != b.count ? a.count > b.count : a.size > b.size;
+  });
+  const std::vector<SizeCount> top = p.TopSizes(25);
+  ASSERT_EQ(top.size(), 25u);
+  for (std::size_t i = 0; i < top.size(); ++i) {
+    EXPECT_EQ(top[i].size, expected[i].size) << i;
+    EXPECT_EQ(top[i].count, expected[i].count) << i;
+  }
+
+  SizeProfile capped;
+  for (std::uint64_t s = 1; s <= SizeProfile::kMaxDistinctSizes; ++s) capped.Add(s);
+  EXPECT_TRUE(capped.exact());
+  EXPECT_EQ(capped.Quantile(1.0), SizeProfile::kMaxDistinctSizes);
+  capped.Add(SizeProfile::kMaxDistinctSizes + 1);
+  EXPECT_FALSE(capped.exact());
+  EXPECT_EQ(capped.distinct_sizes(), SizeProfile::kMaxDistinctSizes);
+  EXPECT_EQ(capped.count(), SizeProfile::kMaxDistinctSizes + 1);
+  EXPECT_LE(capped.Quantile(1.0), SizeProfile::kMaxDistinctSizes + 1);
 }
 
 TEST(RequestWindowTest, ForgetsOldRequests) {
