@@ -111,8 +111,8 @@ void ReplayThroughAnalyzerThread(benchmark::State& state, const std::vector<Even
     TraceHeader header;
     header.kind = TraceKind::kAllocator;
     auto analyzer = analysis::TraceAnalyzer::Create(header, {});
-    analysis::AnalyzerThread thread(**analyzer,
-                                    [&](const Event& e) { return (*analyzer)->Consume(e); });
+    analysis::AnalyzerThread thread(
+        **analyzer, [&](const Event& e, std::uint64_t) { return (*analyzer)->Consume(e); });
     model::RequestReplayer* replayer_ptr = nullptr;
     model::RequestReplayer replayer(BenchSimOptions, model::OomPolicy::kStop, [&](const Event& e) {
       const model::CachingAllocatorSim* sim = replayer_ptr->sim(e.device);

@@ -34,6 +34,7 @@ struct AnalyzeFlags {
   analysis::ForecastOptions forecast_options;
   std::string baseline;  // architecture label; empty: no baseline comparison
   std::string history;   // history database; empty: the default path
+  unsigned threads = 0;  // AnalysisThreads
 };
 
 // Earlier runs of the architecture a run is compared with (as `check --last`'s default).
@@ -129,7 +130,7 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
 
 Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
                                               const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits) {
+                                              const TraceLimits& limits, unsigned threads) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = *opened->reader;
@@ -146,9 +147,7 @@ Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
       opened->snapshot != nullptr
           ? ReadSnapshotEvents(
                 *opened->snapshot, [&](const Event& e) { return analyzer.Consume(e); }, &notes)
-          : ReadAllEvents(
-                reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
-                [&](const Event& e) { analyzer.Prefetch(e); });
+          : AnalyzeAllEvents(reader, analyzer, threads);
   if (!read.ok()) return read.status();
 
   analysis::AnalysisResult result = analyzer.Finish(path);
@@ -187,7 +186,8 @@ int RunAnalyze(const AnalyzeFlags& flags) {
         std::min<std::uint64_t>(*max_line, std::numeric_limits<std::size_t>::max()));
   }
 
-  Result<analysis::AnalysisResult> analyzed = AnalyzeInput(flags.path, options, limits);
+  Result<analysis::AnalysisResult> analyzed =
+      AnalyzeInput(flags.path, options, limits, flags.threads);
   if (!analyzed.ok()) return BadInput(analyzed.status().message());
   analysis::AnalysisResult& result = *analyzed;
   if (flags.device >= 0 && result.devices.empty()) {
@@ -255,6 +255,11 @@ Command AddAnalyzeCommand(CLI::App& app) {
                   "Longest trace line accepted (default 16MiB)")
       ->type_name("SIZE")
       ->check(ByteSize(1));
+  sub->add_option("--threads", flags->threads,
+                  "2: parse a trace on one thread and analyze it on a second (same report, "
+                  "sooner); 1: one thread; 0: 2 if the machine has 2+ hardware threads")
+      ->type_name("N")
+      ->default_val(0);
   analysis::ForecastOptions& f = flags->forecast_options;
   sub->add_flag("--forecast", flags->forecast,
                 "Forecast the risk of an OOM per step (docs/forecast.md)");

@@ -24,10 +24,11 @@ Command AddAnalyzeCommand(CLI::App& app);
 
 /// What `analyze` computes for the trace or snapshot at `path` (snapshot notes and call-site
 /// names included), for the commands that build on it (`history record`, `history compare`).
-/// Errors name the file and where in it, as `analyze` prints them.
+/// Errors name the file and where in it, as `analyze` prints them. `threads` as `--threads`
+/// (AnalysisThreads): a trace is parsed and analyzed on two threads unless it is 1.
 Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
                                               const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits = {});
+                                              const TraceLimits& limits = {}, unsigned threads = 0);
 
 }  // namespace fragscope::cli
 

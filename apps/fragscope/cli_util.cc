@@ -4,6 +4,7 @@
 #include <array>
 #include <charconv>
 
+#include "analysis/analyzer_thread.h"
 #include "command.h"
 
 namespace fragscope::cli {
@@ -195,6 +196,61 @@ void SnapshotRequests::AddNotes(std::vector<std::string>* notes) const {
   }
 }
 
+namespace {
+
+// What "file:line" messages start with: reader.Where() without its ":line" (after a Next).
+std::string TraceName(const TraceReader& reader) {
+  const std::string where = reader.Where();
+  const std::string suffix = ":" + std::to_string(reader.line_number());
+  return where.size() >= suffix.size() &&
+                 where.compare(where.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? where.substr(0, where.size() - suffix.size())
+             : where;
+}
+
+}  // namespace
+
+Result<std::uint64_t> AnalyzeAllEvents(TraceReader& reader, analysis::TraceAnalyzer& analyzer,
+                                       unsigned threads) {
+  if (AnalysisThreads(threads) < 2) {
+    return ReadAllEvents(
+        reader, [&](const Event& e) { return analyzer.Consume(e); }, nullptr,
+        [&](const Event& e) { analyzer.Prefetch(e); });
+  }
+  // The name is set before the first event is sent, and so seen by the analyzing thread.
+  std::string name;
+  analysis::AnalyzerThread thread(analyzer, [&](const Event& e, std::uint64_t line) {
+    Status s = analyzer.Consume(e);
+    if (s.ok()) return s;
+    return Status(s.code(), fmt::format("{}:{}: {}", name, line, s.message()));
+  });
+  ProgressLine progress;
+  std::uint64_t events = 0;
+  Event e;
+  while (!thread.failed()) {
+    Result<bool> next = reader.Next(&e);
+    if (!next.ok()) {
+      // An analysis error is on an earlier line than the reader's: it comes first.
+      Status analyzed = thread.Finish();
+      progress.Clear();
+      return analyzed.ok() ? next.status() : analyzed;
+    }
+    if (!*next) break;
+    if (name.empty()) name = TraceName(reader);
+    thread.Send(e, std::nullopt, reader.line_number());
+    if ((++events & 0xfff) == 0) progress.Update(reader, events);
+  }
+  Status analyzed = thread.Finish();
+  progress.Clear();
+  if (!analyzed.ok()) return analyzed;
+  return events;
+}
+
+unsigned AnalysisThreads(unsigned requested) {
+  if (requested == 0) return std::thread::hardware_concurrency() >= 2 ? 2 : 1;
+  return std::min(requested, 2u);
+}
+
 Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
                                     const std::function<Status(const Event&)>& consume,
                                     Status* status_out,
@@ -223,14 +279,7 @@ Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
         break;
       }
       lines[slot] = reader.line_number();
-      if (name.empty()) {
-        const std::string where = reader.Where();
-        const std::string suffix = ":" + std::to_string(lines[slot]);
-        name = where.size() >= suffix.size() &&
-                       where.compare(where.size() - suffix.size(), suffix.size(), suffix) == 0
-                   ? where.substr(0, where.size() - suffix.size())
-                   : where;
-      }
+      if (name.empty()) name = TraceName(reader);
       if (prefetch) prefetch(ring[slot]);
       ++count;
     }

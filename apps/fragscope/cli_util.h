@@ -171,6 +171,16 @@ class SnapshotRequests {
   std::uint64_t fallback_segments_ = 0;
 };
 
+/// Threads for a command whose analysis can run beside its input (--threads): 0 means two when
+/// the machine has more than one hardware thread; more than two are two.
+unsigned AnalysisThreads(unsigned requested);
+
+/// Reads every event of `reader` into `analyzer`, as ReadAllEvents does; with two threads
+/// (AnalysisThreads) the analysis runs on the second while this one parses (same result, same
+/// messages: a consumer error still names its line and comes before a later reader error).
+Result<std::uint64_t> AnalyzeAllEvents(TraceReader& reader, analysis::TraceAnalyzer& analyzer,
+                                       unsigned threads);
+
 /// Reads every event of `reader` into `consume`, with a progress line. On a reader error
 /// returns its message ("file:line: ..."); on a consumer error, "file:line: " + its message.
 /// `status_out` (optional) receives the consumer's Status (to tell OOMs from bad input).

@@ -4,7 +4,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -77,13 +76,6 @@ std::string HeaderConf(const TraceHeader& header) {
     conf += key + ":" + value;
   }
   return conf;
-}
-
-// Threads for a replay: --threads 0 means two when the machine has more than one hardware
-// thread; more than two are two (the pipeline has two stages).
-unsigned ReplayThreads(unsigned requested) {
-  if (requested == 0) return std::thread::hardware_concurrency() >= 2 ? 2 : 1;
-  return std::min(requested, 2u);
 }
 
 // The simulator's allocation retries so far (memory_stats' num_alloc_retries).
@@ -250,8 +242,9 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   Status sink_status;
   std::unique_ptr<analysis::AnalyzerThread> analyzer_thread;
   std::unique_ptr<model::RequestReplayer> replayer_holder;
-  if (ReplayThreads(request.threads) >= 2) {
-    analyzer_thread = std::make_unique<analysis::AnalyzerThread>(analyzer, analyze);
+  if (AnalysisThreads(request.threads) >= 2) {
+    analyzer_thread = std::make_unique<analysis::AnalyzerThread>(
+        analyzer, [&](const Event& e, std::uint64_t) { return analyze(e); });
     replayer_holder =
         std::make_unique<model::RequestReplayer>(sim_options, policy, [&](const Event& e) {
           analyzer_thread->Send(e, SimAllocRetries(replayer_holder->sim(e.device)));

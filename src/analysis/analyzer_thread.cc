@@ -10,17 +10,18 @@ namespace {
 constexpr std::size_t kPrefetchAhead = 8;  // as `analyze` reads ahead of its analyzer
 }  // namespace
 
-AnalyzerThread::AnalyzerThread(const TraceAnalyzer& analyzer,
-                               std::function<Status(const Event&)> consume)
+AnalyzerThread::AnalyzerThread(const TraceAnalyzer& analyzer, Consume consume)
     : analyzer_(analyzer),
       consume_(std::move(consume)),
-      pipe_([this](std::span<Item> items) { return Consume(items); }) {}
+      pipe_([this](std::span<Item> items) { return ConsumeBatch(items); }) {}
 
-void AnalyzerThread::Send(const Event& event, std::optional<std::uint64_t> alloc_retries) {
+void AnalyzerThread::Send(const Event& event, std::optional<std::uint64_t> alloc_retries,
+                          std::uint64_t where) {
   if (pipe_.failed()) return;
   Item& item = pipe_.Slot();
   item.event = event;
   item.retries = alloc_retries;
+  item.where = where;
   pipe_.Commit();
 }
 
@@ -29,7 +30,7 @@ std::optional<std::uint64_t> AnalyzerThread::AllocRetries(std::int32_t device) c
   return device >= 0 && index < retries_.size() ? retries_[index] : std::nullopt;
 }
 
-Status AnalyzerThread::Consume(std::span<Item> items) {
+Status AnalyzerThread::ConsumeBatch(std::span<Item> items) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (i + kPrefetchAhead < items.size()) analyzer_.Prefetch(items[i + kPrefetchAhead].event);
     const Item& item = items[i];
@@ -41,7 +42,7 @@ Status AnalyzerThread::Consume(std::span<Item> items) {
       if (index >= retries_.size()) retries_.resize(index + 1);
       retries_[index] = item.retries;
     }
-    FRAGSCOPE_RETURN_IF_ERROR(consume_(item.event));
+    FRAGSCOPE_RETURN_IF_ERROR(consume_(item.event, item.where));
   }
   return Status::Ok();
 }

@@ -30,14 +30,16 @@ TEST(AnalyzerThreadTest, ConsumesInOrderAndTracksRetriesPerDevice) {
   std::vector<std::optional<std::uint64_t>> dev0, dev1;
   std::thread::id consumer;
   std::unique_ptr<AnalyzerThread> thread;
-  thread = std::make_unique<AnalyzerThread>(**analyzer, [&](const Event& e) {
+  std::vector<std::uint64_t> wheres;
+  thread = std::make_unique<AnalyzerThread>(**analyzer, [&](const Event& e, std::uint64_t where) {
+    wheres.push_back(where);
     consumer = std::this_thread::get_id();
     addrs.push_back(e.addr);
     dev0.push_back(thread->AllocRetries(0));
     dev1.push_back(thread->AllocRetries(1));
     return Status::Ok();
   });
-  thread->Send(Ev(Action::kSegmentAlloc, 0, 1), 3);
+  thread->Send(Ev(Action::kSegmentAlloc, 0, 1), 3, 101);
   thread->Send(Ev(Action::kSegmentAlloc, 1, 2), 7);
   Event step = Ev(Action::kStep, 0, 3);
   thread->Send(step, 99);  // a marker: not the simulator's count
@@ -47,6 +49,7 @@ TEST(AnalyzerThreadTest, ConsumesInOrderAndTracksRetriesPerDevice) {
   ASSERT_TRUE(thread->Finish().ok());
   EXPECT_NE(consumer, std::this_thread::get_id());
   EXPECT_EQ(addrs, (std::vector<std::uint64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(wheres, (std::vector<std::uint64_t>{101, 0, 0, 0, 0, 0}));
   using R = std::optional<std::uint64_t>;
   EXPECT_EQ(dev0, (std::vector<R>{3, 3, 3, 5, 5, 5}));
   EXPECT_EQ(dev1, (std::vector<R>{std::nullopt, 7, 7, 7, 7, 7}));
@@ -61,7 +64,7 @@ TEST(AnalyzerThreadTest, FirstErrorStopsAndIsReturned) {
   auto analyzer = TraceAnalyzer::Create(header, {});
   ASSERT_TRUE(analyzer.ok());
   int consumed = 0;
-  AnalyzerThread thread(**analyzer, [&](const Event& e) {
+  AnalyzerThread thread(**analyzer, [&](const Event& e, std::uint64_t) {
     ++consumed;
     return e.addr == 10 ? Status::Corruption("bad event 10") : Status::Ok();
   });

@@ -355,3 +355,37 @@ def test_bundled_sample():
     assert device["requests"]["count"] > 0
     assert device["peak_live_requested"]["bytes"] > 0
     assert len(device["timeline"]) >= 3
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_first_error_in_file_order_whichever_thread_finds_it(tmp_path, threads):
+    # With two threads the parser runs ahead of the analysis; the error reported is still the
+    # one on the earlier line, whether the analysis or the parser meets it.
+    head = '{"format":"fragscope-trace","version":1,"kind":"request"}'
+    # Fewer events than the two threads hold in flight: the parser meets its error first.
+    allocs = [f'{{"action":"alloc","addr":{i},"size":100}}' for i in range(1, 3000)]
+    analysis_first = tmp_path / "analysis_first.jsonl"
+    analysis_first.write_text("\n".join(
+        [head, '{"action":"free_requested","addr":999999}'] + allocs + ["{not json"]) + "\n")
+    r = run("analyze", str(analysis_first), "--threads", threads)
+    assert r.returncode == 2
+    assert f"{analysis_first}:2: free_requested of id 999999" in r.stderr.decode(), r.stderr
+    parser_first = tmp_path / "parser_first.jsonl"
+    parser_first.write_text("\n".join(
+        [head, allocs[0], "{not json"] + allocs[1:] + ['{"action":"free_requested","addr":7}'])
+        + "\n")
+    r = run("analyze", str(parser_first), "--threads", threads)
+    assert r.returncode == 2
+    assert f"{parser_first}:3:" in r.stderr.decode(), r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["tests/data/sample/gpt_tiny_50steps.jsonl.gz"],
+    ["tests/data/cli/two_devices.jsonl"],
+    ["tests/data/cli/allocator_no_steps.jsonl", "--every", "3"],
+    ["tests/data/cli/request_basic.jsonl", "--forecast"],
+])
+def test_two_threads_report_exactly_what_one_does(args):
+    outs = [run("analyze", *args, "--threads", t, "--json") for t in ("1", "2")]
+    assert outs[0].returncode == outs[1].returncode == 0, outs[0].stderr.decode()
+    assert outs[0].stdout == outs[1].stdout
