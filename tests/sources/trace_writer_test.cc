@@ -338,6 +338,41 @@ TEST(TraceWriterTest, FilesRoundTripAndCompressionFollowsTheName) {
   std::filesystem::remove_all(dir);
 }
 
+// Large enough for zstd to cut it into several jobs (on a machine with a second core it
+// compresses on a worker thread): every event comes back, in order.
+TEST(TraceWriterTest, LargeZstdTraceRoundTrips) {
+  std::string dir = fragscope::testing::MakeTempDir();
+  std::string path = dir + "/big.jsonl.zst";
+  constexpr std::uint64_t kEvents = 600000;  // ~30 MB of JSON Lines
+  {
+    Result<std::unique_ptr<TraceWriter>> writer = TraceWriter::Create(path, TraceHeader{});
+    ASSERT_TRUE(writer.ok());
+    Event e;
+    for (std::uint64_t i = 0; i < kEvents; ++i) {
+      e.action = i % 2 == 0 ? Action::kAlloc : Action::kFreeRequested;
+      e.addr = 0x7f0000000000 + (i / 2) * 512;
+      e.size = 512 + (i * 7919) % 100000;
+      e.time_us = static_cast<std::int64_t>(i);
+      ASSERT_TRUE((*writer)->Write(e).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  Result<std::unique_ptr<TraceReader>> reader = TraceReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  Event e;
+  std::uint64_t n = 0;
+  for (;;) {
+    Result<bool> next = (*reader)->Next(&e);
+    ASSERT_TRUE(next.ok()) << next.status().message();
+    if (!*next) break;
+    ASSERT_EQ(e.time_us, static_cast<std::int64_t>(n));
+    ASSERT_EQ(e.size, 512 + (n * 7919) % 100000);
+    ++n;
+  }
+  EXPECT_EQ(n, kEvents);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TraceWriterTest, DestroyingWithoutCloseRemovesTheTemporaryFile) {
   std::string dir = fragscope::testing::MakeTempDir();
   std::string path = dir + "/t.jsonl.zst";
