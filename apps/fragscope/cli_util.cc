@@ -246,6 +246,44 @@ Result<std::uint64_t> AnalyzeAllEvents(TraceReader& reader, analysis::TraceAnaly
   return events;
 }
 
+void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions* f) {
+  sub.add_flag("--forecast", *enabled, "Forecast the risk of an OOM per step (docs/forecast.md)");
+  sub.add_option("--forecast-every", f->every, "Steps per forecaster sample (1 = every step)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->capture_default_str();
+  sub.add_option("--forecast-fragmentation", f->fragmentation_threshold,
+                 "Fragmentation ratio above which a device is at least 'watch'")
+      ->type_name("R")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub.add_option("--forecast-warning-steps", f->warning_steps,
+                 "Steps-to-OOM at or below which the level is 'warning'")
+      ->type_name("N")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
+  sub.add_option("--forecast-critical-steps", f->critical_steps,
+                 "Steps-to-OOM at or below which the level is 'critical'")
+      ->type_name("N")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
+  sub.add_option("--forecast-watch-steps", f->watch_steps,
+                 "Steps-to-OOM at or below which the level is 'watch'")
+      ->type_name("N")
+      ->check(CLI::Range(0.0, 1e12))
+      ->capture_default_str();
+  sub.add_option("--forecast-half-life", f->half_life_steps,
+                 "Steps after which a sample's weight in the trends halves")
+      ->type_name("N")
+      ->check(CLI::Range(1.0, 1e9))
+      ->capture_default_str();
+  sub.add_option("--forecast-allowance", f->fragmentation_allowance,
+                 "Device bytes a step needs per byte of peak allocated memory")
+      ->type_name("X")
+      ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
+}
+
 unsigned AnalysisThreads(unsigned requested) {
   if (requested == 0) return std::thread::hardware_concurrency() >= 2 ? 2 : 1;
   return std::min(requested, 2u);

@@ -171,6 +171,9 @@ class SnapshotRequests {
   std::uint64_t fallback_segments_ = 0;
 };
 
+/// `--forecast` and its tuning options (docs/forecast.md), for the commands that analyze.
+void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions* forecast);
+
 /// Threads for a command whose analysis can run beside its input (--threads): 0 means two when
 /// the machine has more than one hardware thread; more than two are two.
 unsigned AnalysisThreads(unsigned requested);

@@ -33,6 +33,8 @@ struct ReplayFlags {
   std::string emit;
   unsigned threads = 0;
   ReportFlags report;
+  bool forecast = false;
+  analysis::ForecastOptions forecast_options;
 };
 
 constexpr std::string_view kDescription =
@@ -56,6 +58,10 @@ test a size), and the report compares the simulation with what the real allocato
 segments matched by layout and by size, reserved memory at the end and at its peak
 (docs/snapshots.md).
 
+--forecast runs the OOM forecaster (docs/forecast.md) over the simulated run's steps, as a
+live agent would have: on a capacity that runs out of memory, it shows how many steps ahead
+the warning would have come.
+
 Sizes accept units: 80GiB, 40GB (decimal), 512MiB, 1.5GiB, or plain bytes.
 
 Examples:
@@ -63,6 +69,7 @@ Examples:
   fragscope replay trace.jsonl.gz --capacity 16GiB --alloc-conf expandable_segments:True
   fragscope replay trace.jsonl.gz --capacity 24GiB --used-by-others 600MiB --json | jq .oom
   fragscope replay trace.jsonl.gz --capacity 24GiB --emit simulated.jsonl.zst
+  fragscope replay trace.jsonl.gz --capacity 16GiB --forecast
   fragscope replay snapshot.pickle
   fragscope replay snapshot.pickle --capacity 40GiB --alloc-conf expandable_segments:True
 
@@ -359,6 +366,12 @@ int RunReplay(const ReplayFlags& flags) {
   request.emit = flags.emit;
   request.threads = flags.threads;
   ApplyReportFlags(flags.report, &request.options);
+  if (flags.forecast) {
+    if (Status s = analysis::ValidateForecastOptions(flags.forecast_options); !s.ok()) {
+      return BadInput("--forecast: " + s.message());
+    }
+    request.options.forecast = flags.forecast_options;
+  }
 
   Result<ReplayRun> run = ReplayInput(request);
   if (!run.ok()) return BadInput(run.status().message());
@@ -408,6 +421,7 @@ Command AddReplayCommand(CLI::App& app) {
       ->type_name("N")
       ->default_val(0);
   AddReportOptions(*sub, &flags->report);
+  AddForecastOptions(*sub, &flags->forecast, &flags->forecast_options);
   return Command{sub, [flags] { return RunReplay(*flags); }};
 }
 

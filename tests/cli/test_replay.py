@@ -220,3 +220,25 @@ def test_error_names_its_line_although_the_reader_reads_ahead(tmp_path, command)
         command, str(trace))
     assert r.returncode == 2
     assert f"{trace}:5:" in r.stderr.decode(), r.stderr.decode()
+
+
+def test_forecast_of_a_simulated_run():
+    # On 520 MiB the defaults run out of memory at step 18; the forecaster, sampling every two
+    # steps as an agent would, reports on the simulated run.
+    rc, j = run_json("replay", "tests/data/sample/gpt_tiny_50steps.jsonl.gz", "--capacity",
+                     "520MiB", "--forecast", "--forecast-every", "2")
+    assert rc == 1
+    forecast = j["analysis"]["devices"][0]["forecast"]
+    assert forecast["every"] == 2
+    assert forecast["samples"] >= 9
+    assert forecast["worst_level"] in ("watch", "warning", "critical")
+    rc, j = run_json("replay", "tests/data/sample/gpt_tiny_50steps.jsonl.gz", "--capacity",
+                     "520MiB")
+    assert j["analysis"]["devices"][0].get("forecast") is None
+
+
+def test_forecast_options_are_checked():
+    r = run("replay", FRAG, "--forecast", "--forecast-warning-steps", "100",
+            "--forecast-watch-steps", "10")
+    assert r.returncode == 2
+    assert "--forecast: steps-to-OOM thresholds" in r.stderr.decode()
