@@ -296,11 +296,12 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     if (!read.ok()) return Status::InvalidArgument(read.status().message());
     requests.AddNotes(&notes);
   }
-  if (analyzer_thread) {
-    // Everything simulated is analyzed before the analyzer or the writer is read or closed.
-    if (Status s = analyzer_thread->Finish(); !s.ok()) {
-      return Status::InvalidArgument(fmt::format("{}: {}", path, s.message()));
-    }
+  // Everything simulated is analyzed before the analyzer or the writer is read or closed. A
+  // failure there (an --emit write error, say) ends the replay even where the snapshot path
+  // above went on past its events.
+  if (analyzer_thread && sink_status.ok()) sink_status = analyzer_thread->Finish();
+  if (!sink_status.ok()) {
+    return Status::InvalidArgument(fmt::format("{}: {}", path, sink_status.message()));
   }
   if (writer) {
     if (Status s = writer->Close(); !s.ok())

@@ -242,3 +242,27 @@ def test_forecast_options_are_checked():
             "--forecast-watch-steps", "10")
     assert r.returncode == 2
     assert "--forecast: steps-to-OOM thresholds" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_emit_write_failure_ends_the_replay(tmp_path, threads):
+    # The output outgrows a file-size limit mid-replay (EFBIG): exit 2 naming the file, and no
+    # output left behind, with the analysis on this thread or on a second one.
+    import resource
+    import signal
+    import sys
+    snapshot = tmp_path / "snap.pickle"
+    subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "bench/python/make_big_snapshot.py"),
+                    str(snapshot), "--entries", "30000"], check=True, capture_output=True)
+    out = tmp_path / "sim.jsonl"
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    r = subprocess.run([BIN, "replay", str(snapshot), "--emit", str(out), "--threads", threads,
+                        "--no-map"], cwd=SOURCE_DIR, capture_output=True, timeout=300,
+                       preexec_fn=limit)
+    assert r.returncode == 2, r.stderr.decode()
+    assert "sim.jsonl.tmp: write failed: File too large" in r.stderr.decode()
+    assert not out.exists() and not (tmp_path / "sim.jsonl.tmp").exists()
