@@ -34,11 +34,9 @@ struct AnalyzeFlags {
   analysis::ForecastOptions forecast_options;
   std::string baseline;  // architecture label; empty: no baseline comparison
   std::string history;   // history database; empty: the default path
+  std::size_t last = 5;  // earlier runs that form the baseline (as `check --last`)
   unsigned threads = 0;  // AnalysisThreads
 };
-
-// Earlier runs of the architecture a run is compared with (as `check --last`'s default).
-constexpr std::size_t kBaselineRuns = 5;
 
 constexpr std::string_view kDescription =
     "Report peaks, fragmentation, a timeline and a memory map of a trace or snapshot";
@@ -96,8 +94,9 @@ markers it counts timeline windows as steps and says so. docs/forecast.md explai
 signal and threshold.
 
 --baseline ARCH (with --forecast) adds to each device's forecast how the run compares with the
-last 5 runs of that architecture in the history (--history PATH, default as for `fragscope
-history`), as `check --baseline` does: "fragmenting 2.3× faster than the last 5 runs of ARCH".
+last --last runs (default 5) of that architecture in the history (--history PATH, default as
+for `fragscope history`), as `check --baseline` does: "fragmenting 2.3× faster than the last 5
+runs of ARCH".
 The trace's "run" label keeps a recorded run out of its own baseline. It needs an allocator
 trace or snapshot with step markers (docs/history.md); a damaged history is refused.
 
@@ -198,7 +197,7 @@ int RunAnalyze(const AnalyzeFlags& flags) {
     for (analysis::DeviceReport& d : result.devices) {
       if (!d.forecast) continue;
       Result<analysis::BaselineComparison> c = CompareWithHistory(
-          result, d.device, /*run=*/"", flags.baseline, flags.history, kBaselineRuns);
+          result, d.device, /*run=*/"", flags.baseline, flags.history, flags.last);
       if (!c.ok()) return BadInput("--baseline: " + c.status().message());
       d.forecast->baseline = analysis::ForecastBaseline{c->architecture, c->runs, c->has_baseline,
                                                         c->growth_ratio, c->sentence};
@@ -262,19 +261,19 @@ Command AddAnalyzeCommand(CLI::App& app) {
       ->default_val(0);
   AddForecastOptions(*sub, &flags->forecast, &flags->forecast_options);
   sub->add_option("--baseline", flags->baseline,
-                  "Compare with the last 5 runs of this architecture label in the history")
+                  "Compare with the last runs (--last) of this architecture label in the history")
       ->type_name("ARCH");
   sub->add_option("--history", flags->history,
                   "History database for --baseline (default: "
                   "$XDG_STATE_HOME/fragscope/history.sqlite)")
       ->type_name("PATH")
       ->needs("--baseline");
-  for (const char* name :
-       {"--forecast-every", "--forecast-fragmentation", "--forecast-warning-steps",
-        "--forecast-critical-steps", "--forecast-watch-steps", "--forecast-half-life",
-        "--forecast-allowance", "--baseline"}) {
-    sub->get_option(name)->needs("--forecast");
-  }
+  sub->add_option("--last", flags->last, "How many earlier runs form the --baseline")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->capture_default_str()
+      ->needs("--baseline");
+  sub->get_option("--baseline")->needs("--forecast");
   return Command{sub, [flags] { return RunAnalyze(*flags); }};
 }
 

@@ -282,6 +282,12 @@ void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions*
       ->type_name("X")
       ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
+  for (const char* name :
+       {"--forecast-every", "--forecast-fragmentation", "--forecast-warning-steps",
+        "--forecast-critical-steps", "--forecast-watch-steps", "--forecast-half-life",
+        "--forecast-allowance"}) {
+    sub.get_option(name)->needs("--forecast");
+  }
 }
 
 unsigned AnalysisThreads(unsigned requested) {

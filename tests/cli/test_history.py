@@ -334,6 +334,14 @@ def test_analyze_forecast_compares_with_the_baseline(tmp_path, env):
     assert b["baseline_runs"] == 3 and b["has_baseline"] is True
     assert b["growth_ratio"] == pytest.approx(4.0, rel=0.05)  # rates 0.004 vs 0.001
 
+    # --last (as check's) narrows the baseline to the latest runs.
+    r = run("analyze", fast, "--forecast", "--baseline", "toy-net", "--history", db, "--last",
+            "2", "--json", "--no-map", home=home)
+    assert r.returncode == 0, r.stderr.decode()
+    b = json.loads(r.stdout)["devices"][0]["forecast"]["baseline"]
+    assert b["baseline_runs"] == 2
+    assert "the last 2 runs of toy-net" in b["sentence"]
+
     # A run as fast as its baseline says so; analyze records nothing.
     same = write_trace(tmp_path / "same.jsonl", 0.001)
     r = run("analyze", same, "--forecast", "--baseline", "toy-net", "--history", db,

@@ -155,6 +155,7 @@ def test_retries_are_counted_in_the_timeline_with_two_threads():
     (["replay", FRAG, "--alloc-conf", "expandable_segments:yes"], "expandable_segments"),
     (["replay", FRAG, "--capacity", "12XB"], "unknown unit"),
     (["replay", CONTROLS], "--capacity"),
+    (["replay", FRAG, "--forecast-every", "2"], "--forecast-every requires --forecast"),
     (["replay", "tests/data/cli/allocator_basic.jsonl", "--capacity", "1GiB"],
      "allocator trace"),
     (["replay", "tests/data/cli/bad_unknown_action.jsonl", "--capacity", "1GiB"],
