@@ -42,6 +42,10 @@ void SizeProfile::Add(std::uint64_t size) {
   ++histogram_.count[b];
   histogram_.bytes[b] += size;
   if (overflowed_) return;
+  if (size == kEmpty) {  // it marks free slots, so it cannot be counted
+    overflowed_ = true;
+    return;
+  }
   if (table_.empty()) table_.assign(64, SizeCount{kEmpty, 0});
   for (std::size_t i = Slot(size);; i = (i + 1) & (table_.size() - 1)) {
     SizeCount& slot = table_[i];
@@ -50,7 +54,7 @@ void SizeProfile::Add(std::uint64_t size) {
       return;
     }
     if (slot.size != kEmpty) continue;
-    if (distinct_ >= kMaxDistinctSizes || size == kEmpty) {
+    if (distinct_ >= kMaxDistinctSizes) {
       overflowed_ = true;  // counts of the tracked sizes stay, but no longer cover every request
       return;
     }

@@ -76,6 +76,14 @@ TEST(SizeProfileTest, ManyDistinctSizesMatchABruteForceCount) {
   EXPECT_EQ(capped.distinct_sizes(), SizeProfile::kMaxDistinctSizes);
   EXPECT_EQ(capped.count(), SizeProfile::kMaxDistinctSizes + 1);
   EXPECT_LE(capped.Quantile(1.0), SizeProfile::kMaxDistinctSizes + 1);
+
+  // The one size the exact table cannot hold (it marks free slots) also ends exactness.
+  SizeProfile huge;
+  huge.Add(512);
+  huge.Add(~std::uint64_t{0});
+  EXPECT_FALSE(huge.exact());
+  EXPECT_EQ(huge.count(), 2u);
+  EXPECT_EQ(huge.distinct_sizes(), 1u);
 }
 
 TEST(RequestWindowTest, ForgetsOldRequests) {
