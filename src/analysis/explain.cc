@@ -55,11 +55,21 @@ void AddSmallerBatch(OomExplanation* e, std::uint64_t at_least) {
        std::nullopt});
 }
 
+bool IsXpu(const OomExplanation& e) { return e.message.backend == "XPU"; }
+
 // The environment variable a remedy names: the one the message's own hint names
 // (PYTORCH_HIP_ALLOC_CONF for a "HIP out of memory" message; ROCm builds read it when
-// PYTORCH_CUDA_ALLOC_CONF is unset, docs/explain.md).
+// PYTORCH_CUDA_ALLOC_CONF is unset, docs/explain.md). XPU messages name none; PyTorch's XPU
+// allocator reads the shared PYTORCH_ALLOC_CONF (older XPU builds: PYTORCH_XPU_ALLOC_CONF).
 std::string_view ConfVariable(const OomExplanation& e) {
+  if (IsXpu(e)) return "PYTORCH_ALLOC_CONF";
   return e.message.backend == "HIP" ? "PYTORCH_HIP_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
+}
+
+// The Python module of the message's device: torch.xpu for XPU, torch.cuda otherwise (ROCm
+// builds keep torch.cuda).
+std::string_view TorchModule(const OomExplanation& e) {
+  return IsXpu(e) ? "torch.xpu" : "torch.cuda";
 }
 
 void AddExpandable(OomExplanation* e, const OomFigures& f) {
@@ -67,7 +77,11 @@ void AddExpandable(OomExplanation* e, const OomFigures& f) {
       "{} was cached by PyTorch but free only in pieces; expandable segments grow one segment "
       "by mapping pages, so freed memory is reused wherever it lies",
       B(f.unallocated));
-  if (e->message.wording == OomWording::kClassic) {
+  if (IsXpu(*e)) {
+    why +=
+        "; on XPU it needs a build whose SYCL runtime maps virtual memory (older XPU builds "
+        "read PYTORCH_XPU_ALLOC_CONF instead)";
+  } else if (e->message.wording == OomWording::kClassic) {
     why += "; needs PyTorch 2.1 or newer (this message's wording is from 2.0 or older)";
   }
   e->remedies.push_back({"expandable_segments", "expandable_segments:True",
@@ -100,8 +114,8 @@ void AddGarbageCollection(OomExplanation* e) {
        "garbage_collection_threshold:0.6,per_process_memory_fraction:0.99",
        fmt::format("Set {}=garbage_collection_threshold:0.6 with a memory fraction below 1 "
                    "(per_process_memory_fraction:0.99 in 2.9+, else "
-                   "torch.cuda.set_per_process_memory_fraction(0.99))",
-                   ConfVariable(*e)),
+                   "{}.set_per_process_memory_fraction(0.99))",
+                   ConfVariable(*e), TorchModule(*e)),
        "returns unused cached blocks to the driver before reserved memory reaches 60% of the "
        "allowed memory, so fewer idle segments pin the address space; it acts only under a "
        "memory fraction",
@@ -215,15 +229,21 @@ OomExplanation ExplainOom(const OomMessage& message) {
     }
     e.remedies.push_back(
         {"record_snapshot", "",
-         "Record a memory snapshot at the failure (torch.cuda.memory._record_memory_history(); "
-         "torch.cuda.memory._dump_snapshot(path) in an except OutOfMemoryError block) and run "
-         "`fragscope explain LOG --snapshot snapshot.pickle`",
+         fmt::format("Record a memory snapshot at the failure ({0}.memory._record_memory_"
+                     "history(); {0}.memory._dump_snapshot(path) in an except OutOfMemoryError "
+                     "block) and run `fragscope explain LOG --snapshot snapshot.pickle`",
+                     TorchModule(e)),
          "a snapshot holds every segment and block, so the cause is measured, not inferred",
          std::nullopt});
     AddSmallerBatch(&e, 0);
     return e;
   }
   const OomFigures& f = *e.figures;
+  if (IsXpu(e) && f.outside == 0) {
+    e.notes.push_back(
+        "on an XPU device that cannot report its free memory, PyTorch prints total minus "
+        "reserved as the free figure: memory held outside PyTorch, if any, does not show");
+  }
   e.stranded = f.unallocated + f.private_pools;
   e.shortfall = Sub(f.tried, f.headroom);
   const std::uint64_t cached = f.headroom + f.unallocated;
@@ -278,8 +298,9 @@ OomExplanation ExplainOom(const OomMessage& message) {
   }
   if (message.allowed && f.tried <= f.free + f.unallocated && f.tried > cached) {
     e.remedies.push_back({"raise_memory_fraction", "",
-                          "Raise the per-process memory fraction "
-                          "(torch.cuda.set_per_process_memory_fraction) or remove it",
+                          fmt::format("Raise the per-process memory fraction "
+                                      "({}.set_per_process_memory_fraction) or remove it",
+                                      TorchModule(e)),
                           fmt::format("the device had {} free but only {} was allowed beyond the "
                                       "{} reserved",
                                       B(f.free), B(f.headroom), B(f.reserved)),
@@ -306,9 +327,17 @@ OomExplanation ExplainOom(const OomMessage& message) {
            fmt::format("{} sits cached in private pools", B(f.private_pools)), std::nullopt});
     }
     AddExpandable(&e, f);
-    AddSplitLimit(&e, f);
+    if (IsXpu(e)) {
+      // PyTorch's XPU allocator never splits by max_split_size and has no garbage collection:
+      // of the allocator settings it reads expandable_segments only.
+      e.notes.push_back(
+          "PyTorch's XPU allocator reads expandable_segments only: max_split_size_mb, "
+          "garbage_collection_threshold and roundup_power2_divisions do not change it");
+    } else {
+      AddSplitLimit(&e, f);
+    }
     AddFixedShapes(&e);
-    AddGarbageCollection(&e);
+    if (!IsXpu(e)) AddGarbageCollection(&e);
     AddSmallerBatch(&e, Sub(f.tried, f.headroom));
     return e;
   }

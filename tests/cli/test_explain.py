@@ -51,6 +51,8 @@ def explain_json(*args, stdin=None):
     ("shortage.txt", "shortage"),
     ("rocm_hip.txt", "fragmentation"),
     ("rocm_hip_classic.txt", "fragmentation"),
+    ("xpu.txt", "fragmentation"),
+    ("xpu_estimated_free.txt", "fragmentation"),
     ("json_log.jsonl", "fragmentation"),
 ])
 def test_verdict_of_each_wording(name, verdict):
@@ -101,6 +103,39 @@ def test_hip_messages_name_the_hip_variable(name):
     assert settings
     for remedy in settings:
         assert remedy["action"].startswith("Set PYTORCH_HIP_ALLOC_CONF="), remedy["action"]
+
+
+def test_xpu_messages_name_the_shared_variable_and_only_settings_xpu_reads():
+    # PyTorch's XPU allocator reads its settings through the shared PYTORCH_ALLOC_CONF and, of
+    # them, only expandable_segments (c10/xpu/XPUCachingAllocator.cpp: no max_split_size, no
+    # garbage collection), so no other setting is proposed.
+    r = run(DATA + "xpu.txt")
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "1. Set PYTORCH_ALLOC_CONF=expandable_segments:True" in out
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in out
+    assert "(PyTorch 2.1)" not in out  # CUDA's version labels do not apply
+    assert "PyTorch's XPU allocator" in out
+    e = explain_json(DATA + "xpu.txt")["errors"][0]
+    assert e["backend"] == "XPU"
+    assert [r["alloc_conf"] for r in e["remedies"] if r["alloc_conf"]] == [
+        "expandable_segments:True"]
+    assert any("reads expandable_segments only" in n for n in e["notes"])
+    assert not any("cannot report its free memory" in n for n in e["notes"])
+    # free == total - reserved: the figure may be PyTorch's estimate.
+    e = explain_json(DATA + "xpu_estimated_free.txt")["errors"][0]
+    assert e["figures"]["outside_bytes"] == 0
+    assert any("cannot report its free memory" in n for n in e["notes"])
+
+
+def test_xpu_message_without_free_figure_points_at_torch_xpu():
+    r = run(DATA + "xpu_no_free.txt")
+    assert r.returncode == 2
+    out = r.stdout.decode()
+    assert "Missing: free" in out
+    assert "torch.xpu.memory._record_memory_history()" in out
+    assert "torch.cuda" not in out
+    assert "no 'free' figure" in r.stderr.decode()
 
 
 def test_json_figures_and_remedies():

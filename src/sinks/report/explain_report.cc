@@ -23,6 +23,11 @@ std::string Where(const OomMessage& m) {
 }
 
 std::string WordingText(const OomMessage& m) {
+  if (m.backend == "XPU") {  // XPU wordings follow their own allocators, not CUDA's versions
+    return m.wording == OomWording::kClassic
+               ? "XPU classic wording (Intel Extension for PyTorch's allocator)"
+               : "XPU \"total capacity of\" wording (PyTorch's XPU allocator)";
+  }
   switch (m.wording) {
     case OomWording::kClassic:
       return m.hint_max_split ? "classic wording with the max_split_size_mb hint (PyTorch 1.10-2.0)"
