@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 #include "sources/trace/input_stream.h"
@@ -174,12 +173,12 @@ class ZstdOutput final : public OutputStream {
     // Level 3 is zstd's default; the checksum lets readers detect corrupted files.
     ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, 3);
     ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1);
-    // With a second core, zstd compresses on a worker thread of its own while this one makes
-    // the next data (a converted trace: 2.85 -> 1.6 s, docs/benchmarks.md). A libzstd built
-    // without threads refuses the parameter and compresses here, with the same format.
-    if (std::thread::hardware_concurrency() >= 2) {
-      ZSTD_CCtx_setParameter(cctx_, ZSTD_c_nbWorkers, 1);
-    }
+    // zstd compresses on a worker thread of its own while this one makes the next data (a
+    // converted trace on two cores: 2.85 -> 1.6 s; on one core no slower, docs/benchmarks.md).
+    // Always one worker, whatever the machine: zstd's single- and multi-threaded modes write
+    // different bytes, and the same input should give the same file everywhere. A libzstd
+    // built without threads refuses the parameter and compresses here, with the same format.
+    ZSTD_CCtx_setParameter(cctx_, ZSTD_c_nbWorkers, 1);
     return Status::Ok();
   }
 
