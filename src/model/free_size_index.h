@@ -3,11 +3,13 @@
 // the largest free block, the bytes in free blocks smaller than a threshold (stranded bytes),
 // and a power-of-two histogram.
 //
-// Layout: sizes fall into size classes (64 per power of two, see size_class.h). Each class
-// keeps its exact sizes with their counts in a small sorted array (a tree once a class holds
-// more than kMaxFlatSizes distinct sizes, so hostile inputs cannot make updates linear), and
-// per-class and per-octave totals with bitmasks of the non-empty ones. Reads walk at most
-// 64 octaves + 64 classes + the exact sizes of one class.
+// Layout: sizes fall into size classes (64 per power of two, see size_class.h). Each class has
+// one 64-byte slot: its count and bytes and, inline, up to kInlineSizes of its exact sizes
+// with their counts, so that the common update touches one cache line. A class with more
+// distinct sizes keeps them in a sorted array beside the slot (a tree past kMaxFlatSizes, so
+// hostile inputs cannot make updates linear). Per-octave totals and bitmasks of the non-empty
+// classes and octaves make reads walk at most 64 octaves + 64 classes + the exact sizes of one
+// class; the power-of-two histogram is summed from the totals when asked for.
 //
 // Invariant: count() == Σ class counts == Σ histogram counts == Add() calls − Remove() calls,
 // and bytes() == Σ sizes of those blocks.
@@ -39,6 +41,8 @@ inline int HistogramBucket(std::uint64_t size) {
 
 class FreeSizeIndex {
  public:
+  /// Distinct sizes a class holds in its slot before they move to a sorted array.
+  static constexpr std::size_t kInlineSizes = 3;
   /// A class switches from a sorted array to a tree past this many distinct sizes.
   static constexpr std::size_t kMaxFlatSizes = 256;
 
@@ -59,7 +63,8 @@ class FreeSizeIndex {
   std::uint64_t BytesBelow(std::uint64_t threshold) const;
   /// Number of free blocks with size < threshold.
   std::uint64_t CountBelow(std::uint64_t threshold) const;
-  const SizeHistogram& histogram() const { return histogram_; }
+  /// The free blocks by power of two (summed from the class totals: O(octaves + 64)).
+  SizeHistogram histogram() const;
 
  private:
   // Class groups of 64: group g holds classes [64 g, 64 g + 64), i.e. one octave above 63.
@@ -70,29 +75,40 @@ class FreeSizeIndex {
     std::uint64_t size;
     std::uint64_t count;
   };
-  struct ClassSizes {
+  // The exact sizes of a class that outgrew its slot.
+  struct Spill {
     std::vector<SizeCount> flat;                                   // sorted by size
     std::unique_ptr<std::map<std::uint64_t, std::uint64_t>> tree;  // when flat overflows
   };
+  struct alignas(64) Slot {
+    std::uint64_t count = 0;                // blocks in the class
+    std::uint64_t bytes = 0;                // their bytes
+    std::uint64_t size[kInlineSizes] = {};  // [0, inline_n): ascending, while spill is null
+    std::uint32_t size_count[kInlineSizes] = {};
+    std::uint32_t inline_n = 0;
+    Spill* spill = nullptr;  // owned; set while the class holds more than kInlineSizes sizes
+  };
+  static_assert(sizeof(Slot) == 64);
   struct Totals {
     std::uint64_t count = 0;
     std::uint64_t bytes = 0;
   };
 
-  void AddExact(ClassSizes& sizes, std::uint64_t size);
-  void RemoveExact(ClassSizes& sizes, std::uint64_t size);
+  static void AddExact(Slot& slot, std::uint64_t size);
+  static void RemoveExact(Slot& slot, std::uint64_t size);
+  static void SpillAdd(Spill& spill, std::uint64_t size);
+  static void SpillRemove(Spill& spill, std::uint64_t size);
+  void FreeSpills();
   // Σ (count, bytes) of the sizes of class c that are < threshold.
   Totals ExactBelow(int c, std::uint64_t threshold) const;
   Totals Below(std::uint64_t threshold) const;
 
   std::uint64_t count_ = 0;
   std::uint64_t bytes_ = 0;
-  std::vector<ClassSizes> sizes_;     // by class
-  std::vector<Totals> class_totals_;  // by class
+  std::unique_ptr<Slot[]> slots_;  // by class
   std::array<Totals, kGroups> group_totals_{};
   std::uint64_t group_mask_ = 0;                     // bit g: group g non-empty
   std::array<std::uint64_t, kGroups> class_mask_{};  // bit i of [g]: class 64 g + i non-empty
-  SizeHistogram histogram_;
 };
 
 }  // namespace fragscope::model

@@ -122,8 +122,71 @@ TEST(FreeSizeIndexTest, MatchesBruteForce) {
       ASSERT_EQ(index.CountBelow(t), n);
       ASSERT_EQ(index.Largest(), truth.empty() ? 0 : *truth.rbegin());
       ASSERT_EQ(index.count(), truth.size());
+      SizeHistogram h;
+      for (std::uint64_t s : truth) {
+        ++h.count[static_cast<std::size_t>(HistogramBucket(s))];
+        h.bytes[static_cast<std::size_t>(HistogramBucket(s))] += s;
+      }
+      ASSERT_EQ(index.histogram().count, h.count);
+      ASSERT_EQ(index.histogram().bytes, h.bytes);
     }
   }
+}
+
+// Few distinct sizes per class, as allocator traces have: each class keeps up to
+// kInlineSizes of them in its slot and spills the rest beside it, and back once it empties.
+// Sizes 0..4 KiB and around 1 GiB (classes 16 MiB wide), added and removed at random; every
+// read is compared with a multiset after every operation.
+TEST(FreeSizeIndexTest, InlineAndSpilledSizesMatchBruteForce) {
+  FreeSizeIndex index;
+  std::multiset<std::uint64_t> truth;
+  std::mt19937_64 rng(11);
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  auto pick = [&]() -> std::uint64_t {
+    switch (rng() % 3) {
+      case 0:
+        return rng() % 4097;  // classes 0..63 are single sizes; above, 1/64-octave classes
+      case 1:
+        return gib + (rng() % (FreeSizeIndex::kInlineSizes + 3)) * 4096;  // one class
+      default:
+        return gib + (std::uint64_t{1} << 24) * (rng() % 4) + rng() % 8;  // 4 classes, 8 sizes
+    }
+  };
+  for (int i = 0; i < 30000; ++i) {
+    if (truth.empty() || rng() % 2 == 0) {
+      const std::uint64_t size = pick();
+      index.Add(size);
+      truth.insert(size);
+    } else {
+      auto it = truth.begin();
+      std::advance(it, static_cast<long>(rng() % truth.size()));
+      index.Remove(*it);
+      truth.erase(it);
+    }
+    ASSERT_EQ(index.Largest(), truth.empty() ? 0 : *truth.rbegin());
+    ASSERT_EQ(index.count(), truth.size());
+    const std::uint64_t t = rng() % 2 == 0 ? pick() + rng() % 2 : rng() % (2 * gib);
+    std::uint64_t below = 0, n = 0;
+    for (auto it = truth.begin(); it != truth.end() && *it < t; ++it) {
+      below += *it;
+      ++n;
+    }
+    ASSERT_EQ(index.BytesBelow(t), below) << "op " << i << " threshold " << t;
+    ASSERT_EQ(index.CountBelow(t), n);
+  }
+  while (!truth.empty()) {
+    index.Remove(*truth.begin());
+    truth.erase(truth.begin());
+  }
+  EXPECT_EQ(index.Largest(), 0u);
+  EXPECT_EQ(index.bytes(), 0u);
+  // A moved-to index keeps the state, spilled classes included.
+  for (std::uint64_t k = 0; k < 6; ++k) index.Add(gib + k);
+  FreeSizeIndex moved = std::move(index);
+  EXPECT_EQ(moved.Largest(), gib + 5);
+  EXPECT_EQ(moved.CountBelow(gib + 3), 3u);
+  index = std::move(moved);
+  EXPECT_EQ(index.BytesBelow(gib + 2), 2 * gib + 1);
 }
 
 TEST(AddressIndexTest, InsertFindEraseAgainstStdMap) {
