@@ -94,21 +94,29 @@ TEST(ClassCountsTest, MatchesBruteForce) {
   }
 }
 
+// Adds a size from `make_size` to both, or removes a random one of truth's sizes from both.
+template <typename MakeSize>
+void AddOrRemove(FreeSizeIndex& index, std::multiset<std::uint64_t>& truth, std::mt19937_64& rng,
+                 bool add, MakeSize&& make_size) {
+  if (add) {
+    const std::uint64_t size = make_size();
+    index.Add(size);
+    truth.insert(size);
+    return;
+  }
+  auto it = truth.begin();
+  std::advance(it, static_cast<long>(rng() % truth.size()));
+  index.Remove(*it);
+  truth.erase(it);
+}
+
 TEST(FreeSizeIndexTest, MatchesBruteForce) {
   FreeSizeIndex index;
   std::multiset<std::uint64_t> truth;
   std::mt19937_64 rng(7);
   for (int i = 0; i < 20000; ++i) {
-    if (truth.empty() || rng() % 3 != 0) {
-      const std::uint64_t size = 512 * (1 + rng() % 50000);
-      index.Add(size);
-      truth.insert(size);
-    } else {
-      auto it = truth.begin();
-      std::advance(it, static_cast<long>(rng() % truth.size()));
-      index.Remove(*it);
-      truth.erase(it);
-    }
+    AddOrRemove(index, truth, rng, truth.empty() || rng() % 3 != 0,
+                [&] { return 512 * (1 + rng() % 50000); });
     if (i % 97 == 0) {
       const std::uint64_t t = rng() % (512 * 50001);
       std::uint64_t below = 0, n = 0;
@@ -153,16 +161,7 @@ TEST(FreeSizeIndexTest, InlineAndSpilledSizesMatchBruteForce) {
     }
   };
   for (int i = 0; i < 30000; ++i) {
-    if (truth.empty() || rng() % 2 == 0) {
-      const std::uint64_t size = pick();
-      index.Add(size);
-      truth.insert(size);
-    } else {
-      auto it = truth.begin();
-      std::advance(it, static_cast<long>(rng() % truth.size()));
-      index.Remove(*it);
-      truth.erase(it);
-    }
+    AddOrRemove(index, truth, rng, truth.empty() || rng() % 2 == 0, pick);
     ASSERT_EQ(index.Largest(), truth.empty() ? 0 : *truth.rbegin());
     ASSERT_EQ(index.count(), truth.size());
     const std::uint64_t t = rng() % 2 == 0 ? pick() + rng() % 2 : rng() % (2 * gib);
