@@ -98,7 +98,8 @@ int RunExplain(const ExplainFlags& flags) {
   bool any_explained = false;
   for (const OomMessage& m : scan->messages) {
     report.errors.push_back(analysis::ExplainOom(m));
-    any_explained = any_explained || report.errors.back().figures.has_value();
+    const analysis::OomExplanation& last = report.errors.back();
+    any_explained = any_explained || (last.figures.has_value() && last.figures_agree);
   }
   if (flags.error > report.errors.size()) {
     return BadInput(fmt::format("--error {}: the input has {} out-of-memory message{}", flags.error,
@@ -148,6 +149,14 @@ int RunExplain(const ExplainFlags& flags) {
   if (written != kExitOk) return written;
   if (!any_explained) {
     for (const analysis::OomExplanation& e : report.errors) {
+      if (!e.figures_agree) {
+        std::fprintf(stderr,
+                     "fragscope: %s:%llu: found '%s out of memory' but its figures contradict "
+                     "each other (reserved + free > total capacity)\n",
+                     input.c_str(), static_cast<unsigned long long>(e.message.line),
+                     e.message.backend.c_str());
+        continue;
+      }
       std::string list;
       for (const std::string& x : e.missing) list += (list.empty() ? "'" : ", '") + x + "'";
       std::fprintf(stderr, "fragscope: %s:%llu: found '%s out of memory' but no %s figure%s\n",

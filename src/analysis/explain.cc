@@ -122,6 +122,25 @@ void AddGarbageCollection(OomExplanation* e) {
        std::nullopt});
 }
 
+void AddRecordSnapshot(OomExplanation* e) {
+  e->remedies.push_back(
+      {"record_snapshot", "",
+       fmt::format("Record a memory snapshot at the failure ({0}.memory._record_memory_"
+                   "history(); {0}.memory._dump_snapshot(path) in an except OutOfMemoryError "
+                   "block) and run `fragscope explain LOG --snapshot snapshot.pickle`",
+                   TorchModule(*e)),
+       "a snapshot holds every segment and block, so the cause is measured, not inferred",
+       std::nullopt});
+}
+
+// Whether PyTorch's reserved and free figures together exceed the GPU's total by more than
+// the printing can explain. Each figure is printed with two decimals in the largest unit it
+// reaches (at least 1.00), so it is off by at most 0.5%; 2% of the total covers three of them.
+bool Contradictory(const OomFigures& f) {
+  const std::uint64_t used = f.reserved + f.free;
+  return used < f.reserved || used > f.total + f.total / 50;  // the first: overflow
+}
+
 void AddFixedShapes(OomExplanation* e) {
   e->remedies.push_back(
       {"fixed_shapes", "",
@@ -227,18 +246,26 @@ OomExplanation ExplainOom(const OomMessage& message) {
       e.summary = fmt::format("the message has no {} figure{}, which the verdict needs", list,
                               e.missing.size() > 1 ? "s" : "");
     }
-    e.remedies.push_back(
-        {"record_snapshot", "",
-         fmt::format("Record a memory snapshot at the failure ({0}.memory._record_memory_"
-                     "history(); {0}.memory._dump_snapshot(path) in an except OutOfMemoryError "
-                     "block) and run `fragscope explain LOG --snapshot snapshot.pickle`",
-                     TorchModule(e)),
-         "a snapshot holds every segment and block, so the cause is measured, not inferred",
-         std::nullopt});
+    AddRecordSnapshot(&e);
     AddSmallerBatch(&e, 0);
     return e;
   }
   const OomFigures& f = *e.figures;
+  if (Contradictory(f)) {
+    // A garbled line (a figure cut in two, stray characters) can parse into figures no GPU
+    // shows; a verdict drawn from them would be confident and wrong.
+    e.verdict = OomVerdict::kUndetermined;
+    e.figures_agree = false;
+    e.missing.emplace_back("figures that agree with each other");
+    e.summary = fmt::format(
+        "undetermined: the figures contradict each other ({} reserved and {} free on a GPU of "
+        "{}); the message is probably garbled",
+        B(f.reserved), B(f.free), B(f.total));
+    e.reasons.push_back(fmt::format("R + F = {} > T = {}", B(f.reserved + f.free), B(f.total)));
+    AddRecordSnapshot(&e);
+    AddSmallerBatch(&e, 0);
+    return e;
+  }
   if (IsXpu(e) && f.outside == 0) {
     e.notes.push_back(
         "on an XPU device that cannot report its free memory, PyTorch prints total minus "

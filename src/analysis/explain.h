@@ -69,10 +69,13 @@ struct OomExplanation {
   std::optional<OomFigures> figures;  // when the message has the figures
   std::string summary;                // one sentence
   std::vector<std::string> reasons;   // the formula lines, with numbers
-  std::uint64_t stranded = 0;         // U + P: cached by PyTorch, unusable for the request
-  std::uint64_t shortfall = 0;        // S - H: what the driver lacked
-  std::vector<std::string> notes;     // caveats (rounded request, wording version, ...)
-  std::vector<Remedy> remedies;       // best first
+  /// False when the figures contradict each other (R + F beyond T: a garbled message); then
+  /// stranded and shortfall mean nothing.
+  bool figures_agree = true;
+  std::uint64_t stranded = 0;      // U + P: cached by PyTorch, unusable for the request
+  std::uint64_t shortfall = 0;     // S - H: what the driver lacked
+  std::vector<std::string> notes;  // caveats (rounded request, wording version, ...)
+  std::vector<Remedy> remedies;    // best first
 };
 
 /// The figures `message` lacks for a verdict, named as PyTorch's text names them ("Tried to

@@ -53,6 +53,7 @@ def explain_json(*args, stdin=None):
     ("rocm_hip_classic.txt", "fragmentation"),
     ("xpu.txt", "fragmentation"),
     ("xpu_estimated_free.txt", "fragmentation"),
+    ("rounded_full.txt", "fragmentation"),  # R + F 0.1% above T: the printing's rounding
     ("json_log.jsonl", "fragmentation"),
 ])
 def test_verdict_of_each_wording(name, verdict):
@@ -136,6 +137,27 @@ def test_xpu_message_without_free_figure_points_at_torch_xpu():
     assert "torch.xpu.memory._record_memory_history()" in out
     assert "torch.cuda" not in out
     assert "no 'free' figure" in r.stderr.decode()
+
+
+def test_contradictory_figures_give_no_verdict_and_exit_2():
+    # "1.\r\r\r00 TiB" (a figure broken by stray carriage returns, found by the oom_text
+    # fuzzer) parses as a total of 0 bytes beside 1 TiB reserved. That used to be a confident
+    # "shortage" (S > T) although U alone covered the request.
+    r = run(DATA + "garbled_total.txt")
+    assert r.returncode == 2
+    out = r.stdout.decode()
+    assert "figures contradict each other" in out
+    assert "Stranded" not in out
+    assert "shortage" not in out
+    assert "its figures contradict each other" in r.stderr.decode()
+    r = run(DATA + "garbled_total.txt", "--json")
+    assert r.returncode == 2
+    e = json.loads(r.stdout)["errors"][0]
+    assert e["verdict"] == "undetermined"
+    assert e["missing"] == ["figures that agree with each other"]
+    assert e["stranded_bytes"] is None and e["shortfall_bytes"] is None
+    assert e["figures"]["total_bytes"] == 0
+    assert [x["id"] for x in e["remedies"]] == ["record_snapshot", "smaller_batch"]
 
 
 def test_json_figures_and_remedies():

@@ -126,7 +126,7 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
     }
     out += fmt::format("\n  Verdict: {}\n", e.summary);
     for (const std::string& r : e.reasons) out += "    " + r + "\n";
-    if (e.figures) {
+    if (e.figures && e.figures_agree) {
       out += fmt::format("  Stranded (cached but unusable for this request): {}\n", B(e.stranded));
     }
     if (!e.missing.empty()) {
@@ -209,8 +209,9 @@ std::string RenderExplainJson(const analysis::ExplainReport& report) {
     x["verdict"] = analysis::OomVerdictName(e.verdict);
     x["summary"] = e.summary;
     x["reasons"] = e.reasons;
-    x["stranded_bytes"] = e.figures ? Json(e.stranded) : Json(nullptr);
-    x["shortfall_bytes"] = e.figures ? Json(e.shortfall) : Json(nullptr);
+    const bool measured = e.figures && e.figures_agree;
+    x["stranded_bytes"] = measured ? Json(e.stranded) : Json(nullptr);
+    x["shortfall_bytes"] = measured ? Json(e.shortfall) : Json(nullptr);
     x["missing"] = e.missing;
     x["notes"] = e.notes;
     Json remedies = Json::array();
