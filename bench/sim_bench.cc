@@ -135,14 +135,18 @@ const std::vector<Event>& BundledRequests() {
   return events;
 }
 
-void BM_ReplayBundled(benchmark::State& state) {
+// Runs `bench` over the bundled trace, or skips when the sample is missing.
+template <typename Bench>
+void OnBundled(benchmark::State& state, Bench&& bench) {
   const auto& events = BundledRequests();
   if (events.empty()) {
     state.SkipWithError("bundled sample not found");
     return;
   }
-  ReplayThroughAnalyzer(state, events);
+  bench(state, events);
 }
+
+void BM_ReplayBundled(benchmark::State& state) { OnBundled(state, ReplayThroughAnalyzer); }
 BENCHMARK(BM_ReplayBundled)->Unit(benchmark::kMillisecond);
 
 void BM_ReplaySynthetic(benchmark::State& state) {
@@ -151,12 +155,7 @@ void BM_ReplaySynthetic(benchmark::State& state) {
 BENCHMARK(BM_ReplaySynthetic)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 void BM_ReplayBundledTwoThreads(benchmark::State& state) {
-  const auto& events = BundledRequests();
-  if (events.empty()) {
-    state.SkipWithError("bundled sample not found");
-    return;
-  }
-  ReplayThroughAnalyzerThread(state, events);
+  OnBundled(state, ReplayThroughAnalyzerThread);
 }
 BENCHMARK(BM_ReplayBundledTwoThreads)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -178,7 +177,7 @@ void SimOnly(benchmark::State& state, const std::vector<Event>& events) {
 void BM_SimOnly(benchmark::State& state) { SimOnly(state, SyntheticRequests()); }
 BENCHMARK(BM_SimOnly)->Unit(benchmark::kMillisecond)->Iterations(2);
 
-void BM_SimOnlyBundled(benchmark::State& state) { SimOnly(state, BundledRequests()); }
+void BM_SimOnlyBundled(benchmark::State& state) { OnBundled(state, SimOnly); }
 BENCHMARK(BM_SimOnlyBundled)->Unit(benchmark::kMillisecond);
 
 // The floor under any simulation of the synthetic trace: per event, the id's slot in an

@@ -282,11 +282,10 @@ void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions*
       ->type_name("X")
       ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
-  for (const char* name :
-       {"--forecast-every", "--forecast-fragmentation", "--forecast-warning-steps",
-        "--forecast-critical-steps", "--forecast-watch-steps", "--forecast-half-life",
-        "--forecast-allowance"}) {
-    sub.get_option(name)->needs("--forecast");
+  // Each --forecast-* option tunes the forecaster, so it needs --forecast.
+  for (CLI::Option* option : sub.get_options(
+           [](const CLI::Option* o) { return o->get_name().rfind("--forecast-", 0) == 0; })) {
+    option->needs("--forecast");
   }
 }
 
