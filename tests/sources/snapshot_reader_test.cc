@@ -101,6 +101,49 @@ TEST(SnapshotReaderTest, RebuildsTheStartStateFromTheFinalSegments) {
   EXPECT_EQ(layout[1].blocks[0].size, 4 * kMiB);
 }
 
+TEST(SnapshotReaderTest, AStartBlockKeepsTheRemainderItsAllocationCouldNotSplitOff) {
+  // Final state: one 20 MiB large segment S, all free. History: P (5 MiB asked) and Q (6 MiB)
+  // are freed, so both were live at the start, and nothing recorded their block sizes. At the
+  // start P occupies [S, S + 5.5 MiB) up to Q: the 0.5 MiB after its 5 MiB cannot be a free
+  // block of the large pool (a split leaves more than 1 MiB), so it is the remainder P's
+  // allocation kept unsplit (spec §4.8), and P's block is 5.5 MiB. Behind Q lie 8.5 MiB free:
+  // that could be a split-off block, so Q's block is its rounded 6 MiB. In a small segment R
+  // (1000 B asked, 1024 rounded) has 512 bytes free behind it: the small pool splits
+  // remainders of 512 B and more, so R stays 1024.
+  DocBuilder b;
+  const std::uint64_t s = 0x4000000, t = 0x8000000;
+  const std::uint64_t p = s, q = s + 5 * kMiB + kMiB / 2, r = t;
+  b.Snapshot({b.Segment(0, s, 20 * kMiB, {b.Block(s, 20 * kMiB, 0, "inactive")}),
+              b.Segment(0, t, 2 * kMiB,
+                        {b.Block(t, 1536, 1000, "inactive"),
+                         b.Block(t + 1536, 2 * kMiB - 1536, 4096, "active_allocated")},
+                        "small")},
+             {{b.Entry("free_requested", p, 5 * kMiB), b.Entry("free_completed", p, 5 * kMiB),
+               b.Entry("free_requested", q, 6 * kMiB), b.Entry("free_completed", q, 6 * kMiB),
+               b.Entry("free_requested", r, 1000), b.Entry("free_completed", r, 1000)}});
+  auto reader = Open(b);
+  const std::vector<Event> events = AllEvents(*reader);
+  EXPECT_TRUE(reader->warnings().empty()) << reader->warnings().front();
+  std::vector<Event> blocks;
+  for (const Event& e : events) {
+    if (e.action == Action::kBlock) blocks.push_back(e);
+  }
+  ASSERT_EQ(blocks.size(), 4u);  // P, Q, R and the small segment's live block
+  EXPECT_EQ(blocks[0].addr, p);
+  EXPECT_EQ(blocks[0].size, 5 * kMiB);
+  EXPECT_EQ(blocks[0].block_size, 5 * kMiB + kMiB / 2);
+  EXPECT_EQ(blocks[1].addr, q);
+  EXPECT_EQ(blocks[1].block_size, 6 * kMiB);
+  EXPECT_EQ(blocks[2].addr, r);
+  EXPECT_EQ(blocks[2].block_size, 1024u);
+  // Forward again, the history ends in the final segments.
+  const auto layout = Replay(*reader, events);
+  ASSERT_EQ(layout.size(), 2u);
+  ASSERT_EQ(layout[0].blocks.size(), 1u);
+  EXPECT_EQ(layout[0].blocks[0].size, 20 * kMiB);
+  EXPECT_EQ(layout[0].blocks[0].state, model::BlockState::kFree);
+}
+
 TEST(SnapshotReaderTest, ExpandableMapsAndUnmapsAreUndone) {
   DocBuilder b;
   const std::uint64_t e0 = 0xa0000000;

@@ -36,6 +36,29 @@ struct LiveState {
   bool pending = false;  // free_requested seen, free_completed not yet
 };
 
+// The size of a block live at the start of the history whose size nothing recorded: its
+// rounded request, plus the free space after it when the allocator could not have split that
+// off. In a cudaMalloc'd large-pool segment every free block is larger than 1 MiB (a split
+// leaves more than that, a carve takes a free block's front, a free merges), so a smaller gap
+// behind a live block is that block's unsplit remainder (spec §4.8), as PyTorch counts it.
+std::uint64_t StartBlockSize(const model::AllocatorRules& rules,
+                             const std::map<std::uint64_t, SegState>& segs, std::uint64_t addr,
+                             std::uint64_t rounded, std::uint64_t next_block) {
+  auto seg = segs.upper_bound(addr);
+  if (seg == segs.begin()) return rounded;
+  --seg;
+  const SegState& s = seg->second;
+  const std::uint64_t end = seg->first + s.size;
+  if (s.expandable || addr >= end || rounded > end - addr) return rounded;
+  const Pool pool = s.pool != Pool::kUnknown  ? s.pool
+                    : s.size == kSmallSegment ? Pool::kSmall
+                                              : Pool::kLarge;
+  if (pool != Pool::kLarge || rounded >= rules.max_split_size) return rounded;
+  const std::uint64_t upto = std::min(end, std::max(next_block, addr + rounded));
+  const std::uint64_t whole = upto - addr;
+  return rules.ShouldSplit(pool, whole, rounded) ? rounded : whole;
+}
+
 }  // namespace
 
 Result<InputKind> DetectInputKind(const std::string& path) {
@@ -320,13 +343,17 @@ void SnapshotReader::BuildDevice(std::int32_t device) {
   Result<model::AllocatorRules> parsed =
       model::AllocatorRules::FromSettings(header_.allocator_settings);
   const model::AllocatorRules rules = parsed.ok() ? *parsed : model::AllocatorRules{};
-  for (const auto& [addr, block] : blocks) {
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const auto& [addr, block] = blocks[i];
     Event ev;
     ev.action = Action::kBlock;
     ev.device = device;
     ev.addr = addr;
     ev.size = std::max<std::uint64_t>(block.requested, 1);
-    ev.block_size = block.block_size != 0 ? block.block_size : rules.RoundSize(ev.size);
+    ev.block_size = block.block_size != 0
+                        ? block.block_size
+                        : StartBlockSize(rules, segs, addr, rules.RoundSize(ev.size),
+                                         i + 1 < blocks.size() ? blocks[i + 1].first : ~0ull);
     ev.stream = block.stream;
     ev.frame = block.stack >= 0 ? site_of_stack_[static_cast<std::size_t>(block.stack)] : -1;
     plan.start.push_back(ev);
