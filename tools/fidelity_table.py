@@ -3,7 +3,9 @@
 
 For each snapshot: `fragscope replay FILE --json` (the recorded requests under the recorded
 allocator settings, on an unlimited device) and, per device with history, how the simulated
-final segments and reserved peak compare with the recorded ones.
+final segments and reserved peak compare with the recorded ones; then the same replay with
+`--addresses recorded` (segments at the addresses the real driver gave them), whose layout
+agreement is the second "same layout" column.
 
     /usr/bin/python3 tools/fidelity_table.py build/release/apps/fragscope/fragscope \\
         ../shared/snapshots/real/*
@@ -18,27 +20,39 @@ def mib(n):
     return f"{n / 2**20:+.1f}" if n else "0"
 
 
+def replay(binary, path, extra):
+    """The report of one replay, or the error text."""
+    proc = subprocess.run([binary, "replay", path, "--json", "--no-map", *extra],
+                          capture_output=True, timeout=600)
+    if proc.returncode not in (0, 1):
+        return None, proc.stderr.decode().strip()[:80]
+    return json.loads(proc.stdout), None
+
+
 def main(binary, paths):
-    print("| file | device | history | segments rec/sim | same layout | same size "
-          "| end reserved sim−rec (MiB) | peak reserved sim−rec (MiB) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| file | device | history | segments rec/sim | same layout | same layout, recorded "
+          "addresses | same size | end reserved sim−rec (MiB) | peak reserved sim−rec (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for path in paths:
-        proc = subprocess.run([binary, "replay", path, "--json", "--no-map"],
-                              capture_output=True, timeout=600)
         name = os.path.basename(path)
-        if proc.returncode not in (0, 1):
-            print(f"| {name} | | error: {proc.stderr.decode().strip()[:80]} | | | | | |")
+        report, error = replay(binary, path, [])
+        pinned, pinned_error = replay(binary, path, ["--addresses", "recorded"])
+        if error or pinned_error:
+            print(f"| {name} | | error: {error or pinned_error} | | | | | | |")
             continue
-        report = json.loads(proc.stdout)
         rows = report.get("fidelity") or []
+        at_recorded = {f["device"]: f for f in pinned.get("fidelity") or []}
         if not rows:
-            print(f"| {name} | – | no history | | | | | |")
+            print(f"| {name} | – | no history | | | | | | |")
         for f in rows:
             history = ("none" if f["history_entries"] == 0 else
                        "complete" if f["complete_history"] else "mid-run")
+            p = at_recorded.get(f["device"])
+            pinned_layout = f"{100 * p['segment_agreement']:.1f}%" if p else "–"
             print(f"| {name} | {f['device']} | {history} "
                   f"| {f['real_segments']}/{f['sim_segments']} "
-                  f"| {100 * f['segment_agreement']:.1f}% | {100 * f['size_agreement']:.1f}% "
+                  f"| {100 * f['segment_agreement']:.1f}% | {pinned_layout} "
+                  f"| {100 * f['size_agreement']:.1f}% "
                   f"| {mib(f['sim_reserved_bytes'] - f['real_reserved_bytes'])} "
                   f"| {mib(f['sim_peak_reserved_bytes'] - f['real_peak_reserved_bytes'])} |")
 

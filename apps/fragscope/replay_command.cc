@@ -1,6 +1,7 @@
 #include "replay_command.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "common/units.h"
 #include "fragscope/trace.h"
 #include "model/alloc_conf.h"
+#include "model/recorded_addresses.h"
 #include "model/request_extractor.h"
 #include "model/request_replayer.h"
 #include "sinks/report/replay_report.h"
@@ -31,6 +33,7 @@ struct ReplayFlags {
   std::string torch_version = "newest";
   bool continue_after_oom = false;
   std::string emit;
+  std::string addresses = "simulated";
   unsigned threads = 0;
   ReportFlags report;
   bool forecast = false;
@@ -56,7 +59,9 @@ TRACE may be a PyTorch memory snapshot: its recorded requests are replayed under
 allocator settings it recorded (--alloc-conf overrides) on an unlimited device (--capacity to
 test a size), and the report compares the simulation with what the real allocator did: final
 segments matched by layout and by size, reserved memory at the end and at its peak
-(docs/snapshots.md).
+(docs/snapshots.md). The simulator places segments at addresses of its own; with --addresses
+recorded it takes those the real driver gave, so that free blocks of equal size in different
+segments are chosen in the recorded order and the layouts can agree block for block.
 
 --forecast runs the OOM forecaster (docs/forecast.md) over the simulated run's steps, as a
 live agent would have: on a capacity that runs out of memory, it shows how many steps ahead
@@ -71,6 +76,7 @@ Examples:
   fragscope replay trace.jsonl.gz --capacity 24GiB --emit simulated.jsonl.zst
   fragscope replay trace.jsonl.gz --capacity 16GiB --forecast
   fragscope replay snapshot.pickle
+  fragscope replay snapshot.pickle --addresses recorded --json | jq .fidelity
   fragscope replay snapshot.pickle --capacity 40GiB --alloc-conf expandable_segments:True
 
 Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
@@ -119,6 +125,13 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   std::unique_ptr<analysis::TraceAnalyzer> recorded;
   std::optional<analysis::AnalysisResult> real;
   std::vector<std::int32_t> unlimited_devices;
+  std::map<std::int32_t, model::RecordedAddresses> address_plans;  // --addresses recorded
+  if (request.recorded_addresses && snapshot == nullptr) {
+    return Status::InvalidArgument(
+        fmt::format("{}: --addresses recorded needs a PyTorch memory snapshot; a request trace "
+                    "records no segment addresses",
+                    path));
+  }
   if (snapshot != nullptr) {
     header.kind = TraceKind::kRequest;
     header.allocator_settings.clear();
@@ -130,7 +143,14 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     if (!r.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, r.status().message()));
     recorded = std::move(*r);
     Result<std::uint64_t> read = ReadSnapshotEvents(
-        *snapshot, [&](const Event& e) { return recorded->Consume(e); }, &notes);
+        *snapshot,
+        [&](const Event& e) {
+          if (request.recorded_addresses && e.action == Action::kSegmentAlloc) {
+            address_plans[e.device].Add(e.size, e.addr);
+          }
+          return recorded->Consume(e);
+        },
+        &notes);
     if (!read.ok()) return Status::InvalidArgument(read.status().message());
     snapshot->Rewind();
     real = recorded->Finish(path);
@@ -190,6 +210,9 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
         capacity.value_or(info && info->capacity_bytes ? *info->capacity_bytes : 0);
     o.driver.used_by_others_bytes =
         used_by_others.value_or(info ? info->used_by_others_bytes.value_or(0) : 0);
+    if (const auto plan = address_plans.find(device); plan != address_plans.end()) {
+      plan->second.Attach(&o.driver);
+    }
     return o;
   };
   if (!capacity && header.devices.empty()) {
@@ -323,6 +346,12 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     d.alloc_conf = model::ToConfString(sim->config());
     d.memory_stats = sim->stats().Flatten();
     d.segments = sim->MemorySnapshot();
+    if (const auto plan = address_plans.find(device); plan != address_plans.end()) {
+      notes.push_back(fmt::format(
+          "device {}: recorded segment addresses taken: {} of {}; refused (in use, or out of "
+          "the modelled range): {}; any other segment was placed by the simulator",
+          device, sim->pinned_segments(), plan->second.recorded(), sim->unpinned_segments()));
+    }
     replay.devices.push_back(std::move(d));
   }
   replay.notes = std::move(notes);
@@ -365,6 +394,7 @@ int RunReplay(const ReplayFlags& flags) {
   request.version = TorchVersion(flags.torch_version);
   request.continue_after_oom = flags.continue_after_oom;
   request.emit = flags.emit;
+  request.recorded_addresses = flags.addresses == "recorded";
   request.threads = flags.threads;
   ApplyReportFlags(flags.report, &request.options);
   if (flags.forecast) {
@@ -416,6 +446,11 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_option("--emit", flags->emit,
                   "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst)")
       ->type_name("OUT");
+  sub->add_option("--addresses", flags->addresses,
+                  "A snapshot's segments at the simulator's own addresses (simulated, the "
+                  "default) or at those the real driver gave them (recorded)")
+      ->type_name("WHERE")
+      ->check(CLI::IsMember({"simulated", "recorded"}));
   sub->add_option("--threads", flags->threads,
                   "2: analyze the simulated events on a second thread while simulating (same "
                   "report, sooner); 1: one thread; 0: 2 if the machine has 2+ hardware threads")

@@ -101,6 +101,13 @@ constexpr std::uint64_t kCudaMallocBase = 0x7f0000000000ull;
 constexpr std::uint64_t kReservationBase = 0x1000000000000ull;   // 2^48
 constexpr std::uint64_t kReservationSpan = 0x10000000000000ull;  // 2^52: tops out below 2^53
 
+// The base of the cudaMalloc address space: the driver model's, when it is a usable one.
+std::uint64_t CudaMallocBase(const DriverModel& driver) {
+  const std::uint64_t base = driver.address_base;
+  return base != 0 && base % kRoundLarge == 0 && base < (std::uint64_t{1} << 47) ? base
+                                                                                 : kCudaMallocBase;
+}
+
 Pool PoolEnum(std::uint8_t pool) { return pool == kSmallPool ? Pool::kSmall : Pool::kLarge; }
 
 std::uint64_t SaturatingAdd(std::uint64_t a, std::uint64_t b) {
@@ -328,7 +335,9 @@ struct CachingAllocatorSim::Impl {
   std::uint64_t event_seq = 0;
   bool events_ready = false;  // a sync may have completed events since the last poll
 
-  internal::GranuleSpace cuda_space{kCudaMallocBase, kRoundLarge};
+  internal::GranuleSpace cuda_space;
+  std::uint64_t pinned_segments = 0;    // placed where driver.segment_address said
+  std::uint64_t unpinned_segments = 0;  // it named an address that could not be used
   internal::RangeSpace va_space{kReservationBase, kReservationSpan};
   std::vector<ExpSegment> exp_segments;
   std::vector<std::uint32_t> free_exp_ids;
@@ -348,7 +357,10 @@ struct CachingAllocatorSim::Impl {
 };
 
 CachingAllocatorSim::Impl::Impl(const SimOptions& opts)
-    : options(opts), config(opts.config), rules(opts.config.Rules()) {
+    : options(opts),
+      config(opts.config),
+      rules(opts.config.Rules()),
+      cuda_space(CudaMallocBase(opts.driver), kRoundLarge) {
   pools.reserve(2);
   pools.emplace_back(&node_memory, kSmallPoolClasses);
   pools.emplace_back(&node_memory, kLargePoolClasses);
@@ -639,7 +651,17 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
   if (LimitEnabled() && reserved_after > LimitBytes()) return kNil;
   if (config.expandable_segments) return TryAllocateExpandable(pool, stream, size);
   if (alloc_size > DeviceFree()) return kNil;  // cudaMalloc: out of memory
-  const std::uint64_t addr = cuda_space.Allocate(alloc_size);
+  std::uint64_t addr = 0;
+  if (options.driver.segment_address) {
+    const std::uint64_t wanted = options.driver.segment_address(alloc_size);
+    if (wanted != 0 && cuda_space.AllocateAt(wanted, alloc_size)) {
+      addr = wanted;
+      ++pinned_segments;
+    } else if (wanted != 0) {
+      ++unpinned_segments;
+    }
+  }
+  if (addr == 0) addr = cuda_space.Allocate(alloc_size);
   if (addr == 0) return kNil;  // beyond the modelled address space (> 32 TiB of segments)
   const BlockId id = NewBlock();
   BlockRec& b = blocks[id];
@@ -1610,6 +1632,10 @@ const std::optional<OomDetails>& CachingAllocatorSim::last_oom() const { return 
 const AllocatorConfig& CachingAllocatorSim::config() const { return impl_->config; }
 
 std::uint64_t CachingAllocatorSim::device_free_bytes() const { return impl_->DeviceFree(); }
+
+std::uint64_t CachingAllocatorSim::pinned_segments() const { return impl_->pinned_segments; }
+
+std::uint64_t CachingAllocatorSim::unpinned_segments() const { return impl_->unpinned_segments; }
 
 Status CachingAllocatorSim::CheckInvariants() const { return impl_->CheckInvariants(); }
 

@@ -16,6 +16,8 @@
 //     reused lowest first). Expandable segments reserve ceil((T + T/8) / page) pages of virtual
 //     address space (T = capacity) from a separate window starting at 2^48, lowest free range
 //     first, with one page of gap after each reservation.
+//     A replay of a recorded run may give the driver's own addresses instead
+//     (DriverModel::segment_address).
 //   * Driver: cudaMalloc(n) and page maps succeed iff n <= capacity - used_by_others - reserved.
 //   * Streams and events: free() of a block with record_stream uses records one event per
 //     used stream (ascending stream order); an event completes once StreamSync(its stream) or
@@ -52,6 +54,14 @@ namespace fragscope::model {
 struct DriverModel {
   std::uint64_t capacity_bytes = 0;        // total device memory (cudaMemGetInfo total)
   std::uint64_t used_by_others_bytes = 0;  // CUDA context, NCCL, other processes
+  /// Replaying a recorded run at the addresses its driver gave (`replay --addresses recorded`):
+  /// asked before each cudaMalloc of `bytes`, the address the real driver returned for it, or
+  /// 0 to let the simulator place the segment. An answer that is not 2 MiB aligned, lies
+  /// below address_base or beyond the modelled space, or overlaps a live segment is ignored
+  /// (the simulator places the segment itself and counts it in unpinned_segments()).
+  std::function<std::uint64_t(std::uint64_t bytes)> segment_address;
+  /// Where cudaMalloc'd segments start (a multiple of 2 MiB, below 2^47; 0 = 0x7f0000000000).
+  std::uint64_t address_base = 0;
 };
 
 struct SimOptions {
@@ -181,6 +191,10 @@ class CachingAllocatorSim {
   const AllocatorConfig& config() const;
   /// Driver free bytes: capacity − used_by_others − reserved.
   std::uint64_t device_free_bytes() const;
+  /// With driver.segment_address: the cudaMallocs placed where it said, and those it gave an
+  /// address (non-zero) that could not be used.
+  std::uint64_t pinned_segments() const;
+  std::uint64_t unpinned_segments() const;
 
   /// Whether a simulator created with `other` instead of config() (same driver, version and
   /// device), given the same calls so far, would have made every decision this one made and

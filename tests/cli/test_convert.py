@@ -119,6 +119,34 @@ def test_replay_snapshot_compares_with_the_recorded_run():
     assert any("capacity taken from its recorded OOM" in n for n in report["notes"])
 
 
+def test_replay_snapshot_at_the_recorded_addresses():
+    with open(SMALL, "rb") as f:
+        recorded = pickle.load(f)  # our own data file: safe to load
+    [segment] = recorded["segments"]
+    r = run("replay", SMALL, "--json", "--addresses", "recorded")
+    assert r.returncode == 1, r.stderr.decode()
+    report = json.loads(r.stdout)
+    [device] = report["devices"]
+    assert [s["address"] for s in device["segments"]] == [segment["address"]]
+    assert any("recorded segment addresses taken: 1 of 1; refused (in use, or out of the "
+               "modelled range): 0" in n for n in report["notes"]), report["notes"]
+    # By default the simulator's own address policy places it (docs/simulator.md).
+    r = run("replay", SMALL, "--json")
+    [device] = json.loads(r.stdout)["devices"]
+    assert [s["address"] for s in device["segments"]] == [0x7f0000000000]
+
+
+def test_replay_recorded_addresses_need_a_snapshot(tmp_path):
+    out = tmp_path / "requests.jsonl"
+    assert run("convert", SMALL, "-o", str(out), "--to", "requests").returncode == 0
+    r = run("replay", str(out), "--capacity", "1GiB", "--addresses", "recorded")
+    assert r.returncode == 2
+    assert b"--addresses recorded needs a PyTorch memory snapshot" in r.stderr
+    r = run("replay", SMALL, "--addresses", "driver")
+    assert r.returncode == 2
+    assert b"--addresses" in r.stderr
+
+
 @pytest.mark.parametrize("command", ["analyze", "replay", "convert"])
 def test_malicious_pickle_is_refused(tmp_path, command):
     args = [command, os.path.join(DATA, "evil.pickle")]

@@ -55,6 +55,7 @@ class CachingAllocatorSimTest : public ::testing::Test {
     SimOptions options;
     options.config = *parsed;
     options.version = version;
+    options.driver = driver_;
     options.driver.capacity_bytes = capacity;
     options.driver.used_by_others_bytes = others;
     options.device = device;
@@ -180,6 +181,7 @@ class CachingAllocatorSimTest : public ::testing::Test {
   std::unique_ptr<CachingAllocatorSim> sim_;
   std::unique_ptr<DeviceMemory> memory_;
   std::vector<Event> events_;
+  DriverModel driver_;  // Make() takes the address fields from here
 };
 
 using A = Action;
@@ -1583,6 +1585,61 @@ TEST_F(CachingAllocatorSimTest, Spec15_AddressesAreLowestFirstIn2MiBGranules) {
   EXPECT_EQ(Alloc(6 * MiB + 1, 1), kBase + 60 * MiB);
   // 17 MiB needs an 18 MiB segment: it fits the hole exactly.
   EXPECT_EQ(Alloc(17 * MiB, 1), kBase + 2 * MiB);
+}
+
+TEST_F(CachingAllocatorSimTest, Spec15_RecordedAddressesAreTakenWhenFree) {
+  // A replay at the real driver's addresses: the driver model asks segment_address before each
+  // cudaMalloc. The space starts at address_base; the simulator's own policy fills in below.
+  constexpr std::uint64_t kRealBase = 0x737a00000000ull;  // below kBase, as on newer drivers
+  std::vector<std::uint64_t> answers = {
+      kRealBase + 100 * MiB,  // 20 MiB segment: taken
+      kRealBase + 110 * MiB,  // overlaps the first: refused, placed at kRealBase
+      kRealBase + 1 * MiB,    // not 2 MiB aligned: refused
+      kRealBase - 20 * MiB,   // below the base: refused
+      0,                      // no answer: the simulator's policy
+      kRealBase + 140 * MiB,  // taken
+  };
+  std::vector<std::uint64_t> asked;
+  std::size_t next = 0;
+  driver_.address_base = kRealBase;
+  driver_.segment_address = [&](std::uint64_t bytes) {
+    asked.push_back(bytes);
+    return next < answers.size() ? answers[next++] : 0;
+  };
+  Make();
+  EXPECT_EQ(Alloc(4 * MiB), kRealBase + 100 * MiB);
+  EXPECT_EQ(Alloc(4 * MiB, 1), kRealBase);  // lowest free granule from the base
+  EXPECT_EQ(Alloc(4 * MiB, 2), kRealBase + 20 * MiB);
+  EXPECT_EQ(Alloc(4 * MiB, 3), kRealBase + 40 * MiB);
+  EXPECT_EQ(Alloc(4 * MiB, 4), kRealBase + 60 * MiB);
+  EXPECT_EQ(Alloc(30 * MiB, 5), kRealBase + 140 * MiB);  // a 30 MiB segment
+  EXPECT_EQ(asked, (std::vector<std::uint64_t>{20 * MiB, 20 * MiB, 20 * MiB, 20 * MiB, 20 * MiB,
+                                               30 * MiB}));
+  EXPECT_EQ(sim_->pinned_segments(), 2u);
+  EXPECT_EQ(sim_->unpinned_segments(), 3u);
+  // Released, a recorded address can be taken again: here by a 2 MiB small segment.
+  Free(kRealBase + 100 * MiB);
+  Empty();
+  EXPECT_EQ(sim_->MemorySnapshot().size(), 5u);
+  answers.push_back(kRealBase + 100 * MiB);
+  EXPECT_EQ(Alloc(1000, 6), kRealBase + 100 * MiB);
+  EXPECT_EQ(asked.back(), 2 * MiB);
+  EXPECT_EQ(sim_->pinned_segments(), 3u);
+}
+
+TEST_F(CachingAllocatorSimTest, Spec15_AnUnusableAddressBaseKeepsTheDefault) {
+  driver_.address_base = kBase + 1;  // not a multiple of 2 MiB
+  Make();
+  EXPECT_EQ(Alloc(4 * MiB), kBase);
+  driver_.address_base = std::uint64_t{1} << 47;  // at or above 2^47
+  Make();
+  EXPECT_EQ(Alloc(4 * MiB), kBase);
+  // An address beyond the modelled 32 TiB above the base is refused, not wrapped.
+  driver_.address_base = 0;
+  driver_.segment_address = [](std::uint64_t) { return kBase + (std::uint64_t{32} << 40); };
+  Make();
+  EXPECT_EQ(Alloc(4 * MiB), kBase);
+  EXPECT_EQ(sim_->unpinned_segments(), 1u);
 }
 
 TEST_F(CachingAllocatorSimTest, Spec15_EventsCarryDeviceStreamPoolAndBlockSize) {

@@ -1,0 +1,48 @@
+// RecordedAddresses: the addresses a real CUDA driver gave the segments of a recorded run, handed
+// back, in the order they were recorded, to a simulator that replays the run
+// (DriverModel::segment_address; `fragscope replay --addresses recorded`).
+//
+// The simulator's own address policy places segments elsewhere than the driver did, and where a
+// request fits equally well in free blocks of two segments, the allocator takes the block with
+// the lower address: with other addresses a replay can break such ties the other way. At the
+// recorded addresses it meets the same ties as the real run.
+//
+// A segment is matched by size: the simulator's n-th cudaMalloc of S bytes gets the n-th recorded
+// segment of S bytes, so a simulation that makes the same segments in the same order gets the
+// same addresses; one that does not gets whatever address of that size is next, or none, and
+// the simulator refuses an address that is in use (it then places the segment itself).
+//
+// Thread safety: none; one per simulated device.
+#ifndef FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
+#define FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
+
+#include <cstdint>
+#include <deque>
+#include <unordered_map>
+
+#include "model/caching_allocator_sim.h"
+
+namespace fragscope::model {
+
+class RecordedAddresses {
+ public:
+  /// A segment the real driver gave `addr` for `bytes` (segment_alloc), in recorded order.
+  void Add(std::uint64_t bytes, std::uint64_t addr);
+  /// The next recorded address for a segment of `bytes`, or 0 when none is left.
+  std::uint64_t Take(std::uint64_t bytes);
+  /// The lowest recorded address rounded down to 2 MiB, for DriverModel::address_base (0 when
+  /// nothing was recorded).
+  std::uint64_t base() const;
+  std::uint64_t recorded() const { return recorded_; }
+  /// Points `driver` at this plan (which must outlive the simulator).
+  void Attach(DriverModel* driver);
+
+ private:
+  std::unordered_map<std::uint64_t, std::deque<std::uint64_t>> by_size_;
+  std::uint64_t lowest_ = 0;
+  std::uint64_t recorded_ = 0;
+};
+
+}  // namespace fragscope::model
+
+#endif  // FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
