@@ -3,9 +3,9 @@
 
 For each snapshot: `fragscope replay FILE --json` (the recorded requests under the recorded
 allocator settings, on an unlimited device) and, per device with history, how the simulated
-final segments and reserved peak compare with the recorded ones; then the same replay with
-`--addresses recorded` (segments at the addresses the real driver gave them), whose layout
-agreement is the second "same layout" column.
+final segments and reserved peak compare with the recorded ones (segments at the addresses the
+real driver gave them); then the same replay with `--addresses simulated` (segments where the
+simulator's own rule puts them), whose layout agreement is the second "same layout" column.
 
     /usr/bin/python3 tools/fidelity_table.py build/release/apps/fragscope/fragscope \\
         ../shared/snapshots/real/*
@@ -30,28 +30,28 @@ def replay(binary, path, extra):
 
 
 def main(binary, paths):
-    print("| file | device | history | segments rec/sim | same layout | same layout, recorded "
+    print("| file | device | history | segments rec/sim | same layout | same layout, simulator's "
           "addresses | same size | end reserved sim−rec (MiB) | peak reserved sim−rec (MiB) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for path in paths:
         name = os.path.basename(path)
         report, error = replay(binary, path, [])
-        pinned, pinned_error = replay(binary, path, ["--addresses", "recorded"])
-        if error or pinned_error:
-            print(f"| {name} | | error: {error or pinned_error} | | | | | | |")
+        own, own_error = replay(binary, path, ["--addresses", "simulated"])
+        if error or own_error:
+            print(f"| {name} | | error: {error or own_error} | | | | | | |")
             continue
         rows = report.get("fidelity") or []
-        at_recorded = {f["device"]: f for f in pinned.get("fidelity") or []}
+        at_own = {f["device"]: f for f in own.get("fidelity") or []}
         if not rows:
             print(f"| {name} | – | no history | | | | | | |")
         for f in rows:
             history = ("none" if f["history_entries"] == 0 else
                        "complete" if f["complete_history"] else "mid-run")
-            p = at_recorded.get(f["device"])
-            pinned_layout = f"{100 * p['segment_agreement']:.1f}%" if p else "–"
+            o = at_own.get(f["device"])
+            own_layout = f"{100 * o['segment_agreement']:.1f}%" if o else "–"
             print(f"| {name} | {f['device']} | {history} "
                   f"| {f['real_segments']}/{f['sim_segments']} "
-                  f"| {100 * f['segment_agreement']:.1f}% | {pinned_layout} "
+                  f"| {100 * f['segment_agreement']:.1f}% | {own_layout} "
                   f"| {100 * f['size_agreement']:.1f}% "
                   f"| {mib(f['sim_reserved_bytes'] - f['real_reserved_bytes'])} "
                   f"| {mib(f['sim_peak_reserved_bytes'] - f['real_peak_reserved_bytes'])} |")

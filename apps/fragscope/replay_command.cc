@@ -33,7 +33,7 @@ struct ReplayFlags {
   std::string torch_version = "newest";
   bool continue_after_oom = false;
   std::string emit;
-  std::string addresses = "simulated";
+  std::string addresses;  // empty: recorded for a snapshot
   unsigned threads = 0;
   ReportFlags report;
   bool forecast = false;
@@ -59,9 +59,9 @@ TRACE may be a PyTorch memory snapshot: its recorded requests are replayed under
 allocator settings it recorded (--alloc-conf overrides) on an unlimited device (--capacity to
 test a size), and the report compares the simulation with what the real allocator did: final
 segments matched by layout and by size, reserved memory at the end and at its peak
-(docs/snapshots.md). The simulator places segments at addresses of its own; with --addresses
-recorded it takes those the real driver gave, so that free blocks of equal size in different
-segments are chosen in the recorded order and the layouts can agree block for block.
+(docs/snapshots.md). Its segments go where the real driver put them, as the file recorded, so
+that free blocks of equal size in different segments are chosen in the recorded order; with
+--addresses simulated the simulator places them by its own rule (docs/simulator.md).
 
 --forecast runs the OOM forecaster (docs/forecast.md) over the simulated run's steps, as a
 live agent would have: on a capacity that runs out of memory, it shows how many steps ahead
@@ -76,7 +76,7 @@ Examples:
   fragscope replay trace.jsonl.gz --capacity 24GiB --emit simulated.jsonl.zst
   fragscope replay trace.jsonl.gz --capacity 16GiB --forecast
   fragscope replay snapshot.pickle
-  fragscope replay snapshot.pickle --addresses recorded --json | jq .fidelity
+  fragscope replay snapshot.pickle --json | jq .fidelity
   fragscope replay snapshot.pickle --capacity 40GiB --alloc-conf expandable_segments:True
 
 Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
@@ -126,7 +126,8 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   std::optional<analysis::AnalysisResult> real;
   std::vector<std::int32_t> unlimited_devices;
   std::map<std::int32_t, model::RecordedAddresses> address_plans;  // --addresses recorded
-  if (request.recorded_addresses && snapshot == nullptr) {
+  const bool recorded_addresses = request.recorded_addresses.value_or(snapshot != nullptr);
+  if (recorded_addresses && snapshot == nullptr) {
     return Status::InvalidArgument(
         fmt::format("{}: --addresses recorded needs a PyTorch memory snapshot; a request trace "
                     "records no segment addresses",
@@ -145,7 +146,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     Result<std::uint64_t> read = ReadSnapshotEvents(
         *snapshot,
         [&](const Event& e) {
-          if (request.recorded_addresses && e.action == Action::kSegmentAlloc) {
+          if (recorded_addresses && e.action == Action::kSegmentAlloc) {
             address_plans[e.device].Add(e.size, e.addr);
           }
           return recorded->Consume(e);
@@ -394,7 +395,7 @@ int RunReplay(const ReplayFlags& flags) {
   request.version = TorchVersion(flags.torch_version);
   request.continue_after_oom = flags.continue_after_oom;
   request.emit = flags.emit;
-  request.recorded_addresses = flags.addresses == "recorded";
+  if (!flags.addresses.empty()) request.recorded_addresses = flags.addresses == "recorded";
   request.threads = flags.threads;
   ApplyReportFlags(flags.report, &request.options);
   if (flags.forecast) {
@@ -447,8 +448,9 @@ Command AddReplayCommand(CLI::App& app) {
                   "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst)")
       ->type_name("OUT");
   sub->add_option("--addresses", flags->addresses,
-                  "A snapshot's segments at the simulator's own addresses (simulated, the "
-                  "default) or at those the real driver gave them (recorded)")
+                  "Where a snapshot's segments go: at the addresses the real driver gave them "
+                  "(recorded, the default for a snapshot) or by the simulator's own rule "
+                  "(simulated, the only choice for a request trace)")
       ->type_name("WHERE")
       ->check(CLI::IsMember({"simulated", "recorded"}));
   sub->add_option("--threads", flags->threads,

@@ -34,9 +34,10 @@ struct ReplayRequest {
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   bool continue_after_oom = false;
   std::string emit;  // also write the simulated allocator trace here (empty: don't)
-  /// A snapshot's segments placed at the addresses the real driver gave them
-  /// (model/recorded_addresses.h) instead of the simulator's own.
-  bool recorded_addresses = false;
+  /// Whether a snapshot's segments are placed at the addresses the real driver gave them
+  /// (model/recorded_addresses.h) instead of the simulator's own. Unset: yes for a snapshot (a
+  /// request trace has none); true with a request trace is an error.
+  std::optional<bool> recorded_addresses;
   /// 1: simulate and analyze on one thread; 2: analyze on a second thread meanwhile (the same
   /// result); 0: 2 when the machine has more than one hardware thread.
   unsigned threads = 0;

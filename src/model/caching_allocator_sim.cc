@@ -98,6 +98,7 @@ constexpr std::uint64_t kOneExbibyte = std::uint64_t{1} << 60;
 // §15 address policy (docs/simulator.md): cudaMalloc'd segments are 2 MiB granules from this
 // base, lowest free address first; expandable reservations come from a separate window above.
 constexpr std::uint64_t kCudaMallocBase = 0x7f0000000000ull;
+constexpr std::uint64_t kMaxPinSpan = std::uint64_t{4} << 40;    // recorded addresses: 4 TiB
 constexpr std::uint64_t kReservationBase = 0x1000000000000ull;   // 2^48
 constexpr std::uint64_t kReservationSpan = 0x10000000000000ull;  // 2^52: tops out below 2^53
 
@@ -654,7 +655,10 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
   std::uint64_t addr = 0;
   if (options.driver.segment_address) {
     const std::uint64_t wanted = options.driver.segment_address(alloc_size);
-    if (wanted != 0 && cuda_space.AllocateAt(wanted, alloc_size)) {
+    // Within 4 TiB of the base: one far-off (hostile) address must not grow the granule tree
+    // to its 512 MiB limit (4 TiB of 2 MiB granules take 64 MiB).
+    const bool in_reach = wanted >= cuda_space.base() && wanted - cuda_space.base() < kMaxPinSpan;
+    if (wanted != 0 && in_reach && cuda_space.AllocateAt(wanted, alloc_size)) {
       addr = wanted;
       ++pinned_segments;
     } else if (wanted != 0) {

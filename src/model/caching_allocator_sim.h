@@ -57,8 +57,8 @@ struct DriverModel {
   /// Replaying a recorded run at the addresses its driver gave (`replay --addresses recorded`):
   /// asked before each cudaMalloc of `bytes`, the address the real driver returned for it, or
   /// 0 to let the simulator place the segment. An answer that is not 2 MiB aligned, lies
-  /// below address_base or beyond the modelled space, or overlaps a live segment is ignored
-  /// (the simulator places the segment itself and counts it in unpinned_segments()).
+  /// below address_base or 4 TiB or more above it, or overlaps a live segment is ignored (the
+  /// simulator places the segment itself and counts it in unpinned_segments()).
   std::function<std::uint64_t(std::uint64_t bytes)> segment_address;
   /// Where cudaMalloc'd segments start (a multiple of 2 MiB, below 2^47; 0 = 0x7f0000000000).
   std::uint64_t address_base = 0;

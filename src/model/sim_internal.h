@@ -75,6 +75,7 @@ class GranuleSpace {
   bool AllocateAt(std::uint64_t addr, std::uint64_t bytes);
   /// Marks [addr, addr + bytes) free. REQUIRES: exactly a range Allocate or AllocateAt took.
   void Free(std::uint64_t addr, std::uint64_t bytes);
+  std::uint64_t base() const { return base_; }
   /// Live ranges: address -> bytes.
   const std::map<std::uint64_t, std::uint64_t>& used() const { return used_; }
   /// Verifies that the tree agrees with used(). O(n).

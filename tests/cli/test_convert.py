@@ -123,17 +123,20 @@ def test_replay_snapshot_at_the_recorded_addresses():
     with open(SMALL, "rb") as f:
         recorded = pickle.load(f)  # our own data file: safe to load
     [segment] = recorded["segments"]
-    r = run("replay", SMALL, "--json", "--addresses", "recorded")
+    r = run("replay", SMALL, "--json")
     assert r.returncode == 1, r.stderr.decode()
     report = json.loads(r.stdout)
     [device] = report["devices"]
     assert [s["address"] for s in device["segments"]] == [segment["address"]]
     assert any("recorded segment addresses taken: 1 of 1; refused (in use, or out of the "
                "modelled range): 0" in n for n in report["notes"]), report["notes"]
-    # By default the simulator's own address policy places it (docs/simulator.md).
-    r = run("replay", SMALL, "--json")
-    [device] = json.loads(r.stdout)["devices"]
+    assert run("replay", SMALL, "--json", "--addresses", "recorded").stdout == r.stdout
+    # --addresses simulated: the simulator's own address policy places it (docs/simulator.md).
+    r = run("replay", SMALL, "--json", "--addresses", "simulated")
+    report = json.loads(r.stdout)
+    [device] = report["devices"]
     assert [s["address"] for s in device["segments"]] == [0x7f0000000000]
+    assert not any("recorded segment addresses" in n for n in report["notes"])
 
 
 def test_replay_recorded_addresses_need_a_snapshot(tmp_path):

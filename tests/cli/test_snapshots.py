@@ -104,11 +104,11 @@ FIDELITY_EXCEPTIONS = {("albi2_dump_snapshot.pickle", 0), ("albi2_dump_snapshot.
 @pytest.mark.parametrize("name", [row[0] for row in PYTORCH_FIGURES])
 def test_real_snapshot_replays_into_its_recorded_segments(name):
     # The recorded requests replayed through the simulator under the recorded settings, with the
-    # segments at the addresses the real driver gave them (so that equal-fit ties between
-    # segments break as they did): the final segments equal the recorded ones block by block,
+    # segments at the addresses the real driver gave them (the default for a snapshot, so that
+    # equal-fit ties between segments break as they did): the final segments equal the recorded ones block by block,
     # and reserved memory agrees at the end and at its peak (docs/benchmarks.md, fidelity).
-    proc = subprocess.run([BIN, "replay", os.path.join(REAL, name), "--json", "--no-map",
-                           "--addresses", "recorded"], capture_output=True, timeout=300)
+    proc = subprocess.run([BIN, "replay", os.path.join(REAL, name), "--json", "--no-map"],
+                          capture_output=True, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr.decode()
     report = json.loads(proc.stdout)
     for f in report["fidelity"] or []:  # null for a snapshot without segments

@@ -1634,12 +1634,20 @@ TEST_F(CachingAllocatorSimTest, Spec15_AnUnusableAddressBaseKeepsTheDefault) {
   driver_.address_base = std::uint64_t{1} << 47;  // at or above 2^47
   Make();
   EXPECT_EQ(Alloc(4 * MiB), kBase);
-  // An address beyond the modelled 32 TiB above the base is refused, not wrapped.
+  // An address 4 TiB or more above the base is refused (as one beyond the modelled 32 TiB
+  // would be): the space does not grow for it.
   driver_.address_base = 0;
-  driver_.segment_address = [](std::uint64_t) { return kBase + (std::uint64_t{32} << 40); };
+  for (const std::uint64_t far : {std::uint64_t{4} << 40, std::uint64_t{32} << 40}) {
+    driver_.segment_address = [far](std::uint64_t) { return kBase + far; };
+    Make();
+    EXPECT_EQ(Alloc(4 * MiB), kBase);
+    EXPECT_EQ(sim_->unpinned_segments(), 1u);
+  }
+  driver_.segment_address = [](std::uint64_t) {
+    return kBase + (std::uint64_t{4} << 40) - 20 * MiB;
+  };
   Make();
-  EXPECT_EQ(Alloc(4 * MiB), kBase);
-  EXPECT_EQ(sim_->unpinned_segments(), 1u);
+  EXPECT_EQ(Alloc(4 * MiB), kBase + (std::uint64_t{4} << 40) - 20 * MiB);  // just in reach
 }
 
 TEST_F(CachingAllocatorSimTest, Spec15_EventsCarryDeviceStreamPoolAndBlockSize) {
