@@ -1,8 +1,11 @@
 // Fuzz target for the snapshot path after the pickle reader: bytes -> Document (pickle or JSON,
 // as ReadDocumentFile would choose) -> DecodeSnapshot -> SnapshotReader (the history walked
 // backwards to its start state) -> every event through the TraceAnalyzer, errors skipped as
-// `fragscope analyze` skips them. Oracles: no crash, no sanitizer report; every decoded block
-// lies in the decoded blocks array; the reader yields a finite number of events.
+// `fragscope analyze` skips them; then the re-simulation as `fragscope replay` runs it: the
+// events again through SnapshotRequests (start state rebuilt with requests) into a
+// RequestReplayer whose simulators take the recorded segment addresses, going on after OOMs.
+// Oracles: no crash, no sanitizer report; every decoded block lies in the decoded blocks array;
+// the reader yields a finite number of events; every simulator's invariants hold at the end.
 //
 // Built two ways: with libFuzzer (fuzz/CMakeLists.txt, preset "fuzz") and with replay_main.cc
 // (snapshot_fuzz_replay, a ctest that runs fuzz/corpus/snapshot/).
@@ -10,13 +13,17 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <string_view>
 
 #include "analysis/trace_analyzer.h"
+#include "model/recorded_addresses.h"
+#include "model/request_replayer.h"
 #include "sources/document/json_document.h"
 #include "sources/pickle/pickle_reader.h"
 #include "sources/snapshot/snapshot_reader.h"
+#include "sources/snapshot/snapshot_requests.h"
 
 namespace {
 
@@ -70,5 +77,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)(*analyzer)->Consume(e);  // errors are skipped, as analyze does
   }
   (void)(*analyzer)->Finish("fuzz");
+
+  // Re-simulation on a 1 TiB device (bounds the simulated address space), at the addresses the
+  // file recorded.
+  reader->Rewind();
+  std::map<std::int32_t, model::RecordedAddresses> plans = RecordedSegmentAddresses(*reader);
+  model::RequestReplayer replayer(
+      [&](std::int32_t device) {
+        model::SimOptions o;
+        o.driver.capacity_bytes = std::uint64_t{1} << 40;
+        o.device = device;
+        if (auto plan = plans.find(device); plan != plans.end()) plan->second.Attach(&o.driver);
+        return o;
+      },
+      model::OomPolicy::kContinue, {});
+  SnapshotRequests requests(*reader, model::AllocatorRules{},
+                            [&](const Event& r) { return replayer.Consume(r); });
+  while (true) {
+    Result<bool> next = reader->Next(&e);
+    if (!next.ok()) Fail("SnapshotReader::Next failed after Rewind");
+    if (!*next) break;
+    (void)requests.Consume(e);  // errors are skipped, as replay does
+  }
+  for (const auto& [device, sim] : replayer.devices()) {
+    if (!sim->CheckInvariants().ok()) Fail("a simulator's invariants broke");
+  }
   return 0;
 }

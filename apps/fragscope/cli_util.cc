@@ -160,42 +160,6 @@ Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
   return events;
 }
 
-Status SnapshotRequests::Consume(const Event& e) {
-  if (reader_.last_was_start()) {
-    if (std::find(seeded_.begin(), seeded_.end(), e.device) != seeded_.end()) {
-      return Status::Ok();
-    }
-    seeded_.push_back(e.device);
-    const model::SeedResult seed = model::SeedRequests(reader_.start_events(e.device), rules_);
-    exact_segments_ += seed.exact_segments;
-    fallback_segments_ += seed.fallback_segments;
-    for (const Event& request : seed.requests) FRAGSCOPE_RETURN_IF_ERROR(emit_(request));
-    return Status::Ok();
-  }
-  if (e.action == Action::kOom &&
-      std::find(drop_ooms_.begin(), drop_ooms_.end(), e.device) != drop_ooms_.end()) {
-    return Status::Ok();
-  }
-  Event request;
-  if (!extractor_.Convert(e, &request)) return Status::Ok();
-  return emit_(request);
-}
-
-void SnapshotRequests::AddNotes(std::vector<std::string>* notes) const {
-  if (exact_segments_ + fallback_segments_ > 0) {
-    notes->push_back(fmt::format(
-        "the state before the first recorded event was rebuilt with requests: {} segments "
-        "exactly, {} only as their live blocks in address order (docs/snapshots.md)",
-        exact_segments_, fallback_segments_));
-  }
-  if (extractor_.inferred_empty_caches() > 0) {
-    notes->push_back(fmt::format(
-        "{} runs of segment frees in the recorded history were replayed as empty_cache() (a "
-        "snapshot does not record those calls)",
-        extractor_.inferred_empty_caches()));
-  }
-}
-
 namespace {
 
 // What "file:line" messages start with: reader.Where() without its ":line" (after a Next).
@@ -357,7 +321,7 @@ Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
   std::vector<std::string> local_notes;
   if (notes == nullptr) notes = &local_notes;
   if (opened->snapshot != nullptr) {
-    SnapshotRequests requests(*opened->snapshot, rules, [&](const Event& e) -> Status {
+    sources::SnapshotRequests requests(*opened->snapshot, rules, [&](const Event& e) -> Status {
       events.push_back(e);
       return Status::Ok();
     });

@@ -28,6 +28,7 @@
 #include "model/seed_requests.h"
 #include "sinks/report/text_report.h"
 #include "sources/snapshot/snapshot_reader.h"
+#include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
 
@@ -143,33 +144,6 @@ Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits
 Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
                                          const std::function<Status(const Event&)>& consume,
                                          std::vector<std::string>* notes);
-
-/// Turns a snapshot's events, as ReadSnapshotEvents delivers them, into request events for
-/// `emit`: each device's rebuilt start state as model::SeedRequests (built exactly where it
-/// can be), then model::RequestExtractor over the recorded history. `rules` are those of the
-/// allocator the requests will meet.
-class SnapshotRequests {
- public:
-  SnapshotRequests(sources::SnapshotReader& reader, model::AllocatorRules rules,
-                   std::function<Status(const Event&)> emit)
-      : reader_(reader), rules_(rules), emit_(std::move(emit)), extractor_(true) {}
-  /// Call with each event just read from `reader`.
-  Status Consume(const Event& e);
-  /// The oom events of these devices are left out (instead of becoming the failed request).
-  void DropOoms(std::vector<std::int32_t> devices) { drop_ooms_ = std::move(devices); }
-  /// What was assumed, for the report's notes.
-  void AddNotes(std::vector<std::string>* notes) const;
-
- private:
-  sources::SnapshotReader& reader_;
-  model::AllocatorRules rules_;
-  std::function<Status(const Event&)> emit_;
-  model::RequestExtractor extractor_;
-  std::vector<std::int32_t> seeded_;
-  std::vector<std::int32_t> drop_ooms_;
-  std::uint64_t exact_segments_ = 0;
-  std::uint64_t fallback_segments_ = 0;
-};
 
 /// `--forecast` and its tuning options (docs/forecast.md), for the commands that analyze.
 void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions* forecast);

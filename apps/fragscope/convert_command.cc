@@ -155,7 +155,7 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
   Result<model::AllocatorRules> rules =
       model::AllocatorRules::FromSettings(header.allocator_settings);
   if (!rules.ok()) return BadInput(fmt::format("{}: {}", flags.input, rules.status().message()));
-  std::optional<SnapshotRequests> from_snapshot;
+  std::optional<sources::SnapshotRequests> from_snapshot;
   if (requests && in.snapshot != nullptr) from_snapshot.emplace(*in.snapshot, *rules, write);
   model::RequestExtractor extractor;
   Result<std::uint64_t> read = ForEachEvent(

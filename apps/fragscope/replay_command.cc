@@ -17,7 +17,6 @@
 #include "common/units.h"
 #include "fragscope/trace.h"
 #include "model/alloc_conf.h"
-#include "model/recorded_addresses.h"
 #include "model/request_extractor.h"
 #include "model/request_replayer.h"
 #include "sinks/report/replay_report.h"
@@ -144,17 +143,11 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     if (!r.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, r.status().message()));
     recorded = std::move(*r);
     Result<std::uint64_t> read = ReadSnapshotEvents(
-        *snapshot,
-        [&](const Event& e) {
-          if (recorded_addresses && e.action == Action::kSegmentAlloc) {
-            address_plans[e.device].Add(e.size, e.addr);
-          }
-          return recorded->Consume(e);
-        },
-        &notes);
+        *snapshot, [&](const Event& e) { return recorded->Consume(e); }, &notes);
     if (!read.ok()) return Status::InvalidArgument(read.status().message());
     snapshot->Rewind();
     real = recorded->Finish(path);
+    if (recorded_addresses) address_plans = sources::RecordedSegmentAddresses(*snapshot);
     if (!capacity) {
       // The device's size is not recorded. A device that ran out of memory tells it, as the
       // allocator saw it: reserved + the driver's free bytes at its first OOM (memory used
@@ -310,7 +303,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   } else {
     // The recorded program went on after its OOMs (it wrote the snapshot), so the replay
     // does too; the OOM request of a device replayed with unlimited memory is left out.
-    SnapshotRequests requests(*snapshot, config->Rules(), [&](const Event& e) -> Status {
+    sources::SnapshotRequests requests(*snapshot, config->Rules(), [&](const Event& e) -> Status {
       Status s = consume_request(e);
       return s.code() == StatusCode::kOutOfMemory ? Status::Ok() : s;
     });
