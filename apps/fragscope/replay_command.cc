@@ -331,6 +331,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   replay.stopped_at_oom = stopped_at_oom;
   replay.request_events = replayer.events();
   replay.ooms = replayer.ooms();
+  std::map<std::int32_t, std::pair<std::uint64_t, std::uint64_t>> taken_addresses;
   for (const auto& [device, sim] : replayer.devices()) {
     analysis::DeviceReplay d;
     d.device = device;
@@ -341,6 +342,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     d.memory_stats = sim->stats().Flatten();
     d.segments = sim->MemorySnapshot();
     if (const auto plan = address_plans.find(device); plan != address_plans.end()) {
+      taken_addresses[device] = {plan->second.recorded(), sim->pinned_segments()};
       notes.push_back(fmt::format(
           "device {}: recorded segment addresses taken: {} of {}; refused (in use, or out of "
           "the modelled range): {}; any other segment was placed by the simulator",
@@ -355,6 +357,11 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
           analysis::CompareSegments(snapshot->FinalSegments(d.device), d.segments);
       f.device = d.device;
       f.complete_history = snapshot->CompleteHistory(d.device);
+      if (recorded_addresses) {
+        const auto taken = taken_addresses.find(d.device);
+        f.recorded_addresses = taken == taken_addresses.end() ? 0 : taken->second.first;
+        f.addresses_taken = taken == taken_addresses.end() ? 0 : taken->second.second;
+      }
       const auto& traces = snapshot->snapshot().device_traces;
       if (static_cast<std::size_t>(d.device) < traces.size()) {
         f.history_entries = traces[static_cast<std::size_t>(d.device)].size();

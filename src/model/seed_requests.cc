@@ -49,6 +49,16 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
   auto live_request = [&](const Live& b) {
     return rules.RoundSize(b.requested) == b.block_size ? b.requested : b.block_size;
   };
+  // The simulator keeps one expandable reservation per (stream, pool): a mapped range is built
+  // exactly only when it is the only one of its pair (two would become one).
+  auto only_range_of_its_kind = [&](const Event* seg) {
+    std::size_t n = 0;
+    for (const Event* other : segments) {
+      n += other->action == Action::kSegmentMap && other->stream == seg->stream &&
+           other->pool == seg->pool;
+    }
+    return n == 1;
+  };
   std::size_t next_live = 0;
   for (const Event* seg : segments) {
     const std::uint64_t end = seg->addr + seg->size;
@@ -65,7 +75,8 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
     };
     std::vector<Piece> pieces;
     std::uint64_t at = seg->addr;
-    bool exact = seg->action == Action::kSegmentAlloc;
+    const bool expandable = seg->action == Action::kSegmentMap;
+    bool exact = !expandable || (rules.expandable_segments && only_range_of_its_kind(seg));
     const bool small =
         seg->pool == Pool::kSmall || (seg->pool == Pool::kUnknown && seg->size <= kSmallBuffer);
     for (std::size_t i = first; i < last && exact; ++i) {
@@ -85,10 +96,14 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       if (!small && p.size < rules.max_split_size && seg->size >= rules.max_split_size) {
         exact = false;
       }
+      if (expandable && p.size >= rules.max_split_size) exact = false;  // no oversize rules
       if (small && p.block == nullptr && p.size % kMinBlockSize != 0) exact = false;
     }
-    if (small && seg->size != kSmallBuffer) exact = false;
-    if (!small && AllocatorRules::SegmentSize(rules.RoundSize(seg->size)) != seg->size) {
+    // A mapped range grows page by page as its pieces are requested; a cudaMalloc'd segment
+    // must be the size its first request makes.
+    if (!expandable && small && seg->size != kSmallBuffer) exact = false;
+    if (!expandable && !small &&
+        AllocatorRules::SegmentSize(rules.RoundSize(seg->size)) != seg->size) {
       exact = false;
     }
 
@@ -103,7 +118,7 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       continue;
     }
     ++out.exact_segments;
-    if (!small) {
+    if (!small && !expandable) {
       const std::uint64_t whole = next_filler++;
       out.requests.push_back(Request(Action::kAlloc, *seg, whole, seg->size));
       out.requests.push_back(Request(Action::kFreeRequested, *seg, whole, 0));

@@ -10,10 +10,15 @@
 //     piece from the front of the segment's remaining tail, the only free block there is.
 //   small pool: the pieces directly (a 2 MiB segment appears with the first); gaps over 1 MiB
 //     as several fillers of at most 1 MiB.
+//   expandable (a mapped range, with expandable_segments on): its pieces in address order, as
+//     for the large pool but without the whole-segment request: the range is mapped page by
+//     page as the pieces are carved from its front, and the last filler reaches its end.
 // Then every filler is freed, which reopens the gaps. A pending-free block is freed right
 // after. What this cannot build exactly falls back to allocs of the live blocks in address
-// order: expandable segments, and pieces whose rounding would not give back their size (with
-// roundup_power2_divisions) or that a max_split_size_mb would keep from being carved.
+// order: pieces whose rounding would not give back their size (with
+// roundup_power2_divisions) or that a max_split_size_mb would keep from being carved or make
+// oversize, and mapped ranges when expandable_segments is off or another range has the same
+// stream and pool (the simulator keeps one reservation per pair).
 //
 // Thread safety: pure function.
 #ifndef FRAGSCOPE_MODEL_SEED_REQUESTS_H_

@@ -130,6 +130,8 @@ def test_replay_snapshot_at_the_recorded_addresses():
     assert [s["address"] for s in device["segments"]] == [segment["address"]]
     assert any("recorded segment addresses taken: 1 of 1; refused (in use, or out of the "
                "modelled range): 0" in n for n in report["notes"]), report["notes"]
+    [f] = report["fidelity"]
+    assert (f["recorded_addresses"], f["addresses_taken"]) == (1, 1)
     assert run("replay", SMALL, "--json", "--addresses", "recorded").stdout == r.stdout
     # --addresses simulated: the simulator's own address policy places it (docs/simulator.md).
     r = run("replay", SMALL, "--json", "--addresses", "simulated")
@@ -137,6 +139,8 @@ def test_replay_snapshot_at_the_recorded_addresses():
     [device] = report["devices"]
     assert [s["address"] for s in device["segments"]] == [0x7f0000000000]
     assert not any("recorded segment addresses" in n for n in report["notes"])
+    [f] = report["fidelity"]
+    assert f["recorded_addresses"] is None and f["addresses_taken"] is None
 
 
 def test_replay_recorded_addresses_need_a_snapshot(tmp_path):

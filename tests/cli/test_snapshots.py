@@ -95,25 +95,19 @@ def test_real_snapshot_matches_pytorch(name, segments, reserved, allocated, entr
         assert f"{entries} history entr" in report["notes"][0]
 
 
-# Devices whose replay is expected to differ from the recorded segments, and why. albi2 has no
-# history and expandable segments, which the start-state rebuild cannot build piece by piece
-# (docs/snapshots.md, "Re-simulation"); every other device of the corpus agrees exactly.
-FIDELITY_EXCEPTIONS = {("albi2_dump_snapshot.pickle", 0), ("albi2_dump_snapshot.pickle", 1)}
-
-
 @pytest.mark.parametrize("name", [row[0] for row in PYTORCH_FIGURES])
 def test_real_snapshot_replays_into_its_recorded_segments(name):
-    # The recorded requests replayed through the simulator under the recorded settings, with the
-    # segments at the addresses the real driver gave them (the default for a snapshot, so that
-    # equal-fit ties between segments break as they did): the final segments equal the recorded ones block by block,
-    # and reserved memory agrees at the end and at its peak (docs/benchmarks.md, fidelity).
+    # The recorded requests replayed through the simulator under the recorded settings, after
+    # the start state was rebuilt with requests, with the segments at the addresses the real
+    # driver gave them (the default for a snapshot, so that equal-fit ties between segments
+    # break as they did): every device's final segments equal the recorded ones block by
+    # block, and reserved memory agrees at the end and at its peak (docs/benchmarks.md,
+    # "Simulator fidelity").
     proc = subprocess.run([BIN, "replay", os.path.join(REAL, name), "--json", "--no-map"],
                           capture_output=True, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr.decode()
     report = json.loads(proc.stdout)
     for f in report["fidelity"] or []:  # null for a snapshot without segments
-        if (name, f["device"]) in FIDELITY_EXCEPTIONS:
-            continue
         assert f["segment_agreement"] == 1.0, (f["device"], f)
         assert f["sim_reserved_bytes"] == f["real_reserved_bytes"]
         assert f["sim_peak_reserved_bytes"] == f["real_peak_reserved_bytes"]

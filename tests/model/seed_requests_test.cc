@@ -3,11 +3,13 @@
 #include "model/seed_requests.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/units.h"
+#include "model/alloc_conf.h"
 #include "model/request_replayer.h"
 
 namespace fragscope::model {
@@ -32,11 +34,15 @@ Event Block(std::uint64_t addr, std::uint64_t block_size, std::uint64_t requeste
   return e;
 }
 
-// "size:state" of every block of every simulated segment, segments in address order.
-std::vector<std::string> Replay(const std::vector<Event>& requests) {
+// "size:state" of every block of every simulated segment, segments in address order, after the
+// requests were replayed under the allocator settings `conf`.
+std::vector<std::string> Replay(const std::vector<Event>& requests, std::string_view conf = "") {
+  const Result<AllocatorConfig> config = ParseAllocatorConfig(conf, ConfigVersion::kNewest);
+  EXPECT_TRUE(config.ok());
   RequestReplayer replayer(
-      [](std::int32_t) {
+      [&](std::int32_t) {
         SimOptions o;
+        o.config = *config;
         o.driver.capacity_bytes = std::uint64_t{1} << 40;
         return o;
       },
@@ -103,18 +109,56 @@ TEST(SeedRequestsTest, SegmentsKeepTheirAddressOrderAndCachedEmptySegments) {
             std::vector<std::string>({"20480K: 20480f", "24576K: 12288f 12288a"}));
 }
 
-TEST(SeedRequestsTest, ExpandableSegmentsFallBackToLiveBlocksInAddressOrder) {
+Event Mapped(std::uint64_t addr, std::uint64_t size, Pool pool, std::uint64_t stream = 0) {
+  Event e = Segment(addr, size, pool);
+  e.action = Action::kSegmentMap;
+  e.stream = stream;
+  return e;
+}
+
+TEST(SeedRequestsTest, ExpandableRangesAreBuiltPieceByPiece) {
+  // A 40 MiB mapped large range (two 20 MiB pages): free 15.375 MiB, live 8.125 MiB, free
+  // 16.5 MiB; and a 2 MiB small one: free 176 KiB, two live 5 KiB blocks, free rest. The pieces
+  // are requested in address order (the first maps one page, the live block a second one, the
+  // last filler fills the mapped rest), the fillers freed at the end.
+  const std::uint64_t l = 0x938c00000, s = 0x403c00000;
+  const std::vector<Event> start = {
+      Mapped(s, 2 * MiB, Pool::kSmall),      Mapped(l, 40 * MiB, Pool::kLarge),
+      Block(s + 176 * 1024, 5 * 1024, 4704), Block(s + 181 * 1024, 5 * 1024, 4704),
+      Block(l + 16120832, 8519680, 8519680),
+  };
+  AllocatorRules rules;
+  rules.expandable_segments = true;
+  const SeedResult seed = SeedRequests(start, rules);
+  EXPECT_EQ(seed.exact_segments, 2u);
+  EXPECT_EQ(seed.fallback_segments, 0u);
+  EXPECT_EQ(Replay(seed.requests, "expandable_segments:True"),
+            std::vector<std::string>({"2048K: 176f 5a 5a 1862f", "40960K: 15743f 8320a 16897f"}));
+}
+
+TEST(SeedRequestsTest, ExpandableRangesFallBackWhenTheyCannotBeBuiltAlone) {
   const std::uint64_t s = 0x600000000;
-  Event seg = Segment(s, 40 * MiB, Pool::kLarge);
-  seg.action = Action::kSegmentMap;
-  const std::vector<Event> start = {seg, Block(s + 16 * MiB, 8 * MiB, 8 * MiB)};
-  const SeedResult seed = SeedRequests(start, AllocatorRules{});
+  AllocatorRules on;
+  on.expandable_segments = true;
+  // Expandable segments off: the simulator would cudaMalloc instead.
+  std::vector<Event> start = {Mapped(s, 40 * MiB, Pool::kLarge),
+                              Block(s + 16 * MiB, 8 * MiB, 8 * MiB)};
+  SeedResult seed = SeedRequests(start, AllocatorRules{});
   EXPECT_EQ(seed.exact_segments, 0u);
   EXPECT_EQ(seed.fallback_segments, 1u);
   ASSERT_EQ(seed.requests.size(), 1u);
   EXPECT_EQ(seed.requests[0].action, Action::kAlloc);
   EXPECT_EQ(seed.requests[0].addr, s + 16 * MiB);
   EXPECT_EQ(seed.requests[0].size, 8 * MiB);
+  // Two ranges of one stream and pool: the simulator's one reservation would join them.
+  start.push_back(Mapped(s + 100 * MiB, 20 * MiB, Pool::kLarge));
+  seed = SeedRequests(start, on);
+  EXPECT_EQ(seed.exact_segments, 0u);
+  EXPECT_EQ(seed.fallback_segments, 2u);
+  // On another stream each is alone of its kind.
+  start.back().stream = 7;
+  seed = SeedRequests(start, on);
+  EXPECT_EQ(seed.exact_segments, 2u);
 }
 
 TEST(SeedRequestsTest, PendingBlocksAreFreedAfterTheFillers) {

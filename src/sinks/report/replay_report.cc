@@ -36,12 +36,12 @@ void RenderFidelity(const analysis::ReplayResult& replay, std::string* out) {
         "{} ({:.1f}%){}\n",
         f.device, f.real_segments, f.sim_segments, f.matched_segments,
         100.0 * f.segment_agreement(), f.matched_by_size, 100.0 * f.size_agreement(),
-        f.history_entries == 0 ? "; no recorded history: the final blocks were requested in "
-                                 "address order"
+        f.history_entries == 0 ? "; no recorded history: this compares the rebuilt final state "
+                                 "only"
         : f.complete_history
             ? "; complete history"
             : "; the history starts mid-run (segments existed before its first event), so "
-              "its start state was rebuilt and requested in address order");
+              "its start state was rebuilt with requests");
     *out += fmt::format(
         "      reserved at the end {} recorded, {} simulated ({}); peak reserved {} recorded, {} "
         "simulated ({})\n",
@@ -145,6 +145,8 @@ std::string RenderReplayJson(const analysis::ReplayResult& replay,
     x["sim_allocated_bytes"] = f.sim_allocated;
     x["real_peak_reserved_bytes"] = f.real_peak_reserved;
     x["sim_peak_reserved_bytes"] = f.sim_peak_reserved;
+    x["recorded_addresses"] = f.recorded_addresses ? Json(*f.recorded_addresses) : Json(nullptr);
+    x["addresses_taken"] = f.addresses_taken ? Json(*f.addresses_taken) : Json(nullptr);
     fidelity.push_back(std::move(x));
   }
   j["fidelity"] = replay.fidelity.empty() ? Json(nullptr) : std::move(fidelity);
