@@ -22,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <memory_resource>
 #include <set>
 #include <unordered_map>
@@ -98,7 +100,6 @@ constexpr std::uint64_t kOneExbibyte = std::uint64_t{1} << 60;
 // §15 address policy (docs/simulator.md): cudaMalloc'd segments are 2 MiB granules from this
 // base, lowest free address first; expandable reservations come from a separate window above.
 constexpr std::uint64_t kCudaMallocBase = 0x7f0000000000ull;
-constexpr std::uint64_t kMaxPinSpan = std::uint64_t{4} << 40;    // recorded addresses: 4 TiB
 constexpr std::uint64_t kReservationBase = 0x1000000000000ull;   // 2^48
 constexpr std::uint64_t kReservationSpan = 0x10000000000000ull;  // 2^52: tops out below 2^53
 
@@ -240,6 +241,9 @@ struct CachingAllocatorSim::Impl {
   std::uint64_t LimitBytes() const;
   bool GcEnabled() const;
   std::uint64_t DeviceFree() const;
+  // Whether a segment of `bytes` may go at the recorded address `addr`: below the base of the
+  // simulator's own placement and clear of the other pinned segments.
+  bool PinFits(std::uint64_t addr, std::uint64_t bytes) const;
   std::uint64_t RoundSize(std::uint64_t request) const;
   std::uint64_t MaxSplit() const { return config.max_split_size; }
   // `bytes` >= max_split_size, remembering the largest size ever compared (WouldMatch).
@@ -337,8 +341,11 @@ struct CachingAllocatorSim::Impl {
   bool events_ready = false;  // a sync may have completed events since the last poll
 
   internal::GranuleSpace cuda_space;
-  std::uint64_t pinned_segments = 0;    // placed where driver.segment_address said
-  std::uint64_t unpinned_segments = 0;  // it named an address that could not be used
+  // Segments placed where driver.segment_address said (address -> bytes), all below
+  // cuda_space's base; and how many times it named an address that could not be used.
+  std::map<std::uint64_t, std::uint64_t> pinned;
+  std::uint64_t pinned_segments = 0;
+  std::uint64_t unpinned_segments = 0;
   internal::RangeSpace va_space{kReservationBase, kReservationSpan};
   std::vector<ExpSegment> exp_segments;
   std::vector<std::uint32_t> free_exp_ids;
@@ -655,10 +662,8 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
   std::uint64_t addr = 0;
   if (options.driver.segment_address) {
     const std::uint64_t wanted = options.driver.segment_address(alloc_size);
-    // Within 4 TiB of the base: one far-off (hostile) address must not grow the granule tree
-    // to its 512 MiB limit (4 TiB of 2 MiB granules take 64 MiB).
-    const bool in_reach = wanted >= cuda_space.base() && wanted - cuda_space.base() < kMaxPinSpan;
-    if (wanted != 0 && in_reach && cuda_space.AllocateAt(wanted, alloc_size)) {
+    if (wanted != 0 && PinFits(wanted, alloc_size)) {
+      pinned.emplace(wanted, alloc_size);
       addr = wanted;
       ++pinned_segments;
     } else if (wanted != 0) {
@@ -680,6 +685,13 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
   ++stats.num_device_alloc;
   Emit(Action::kSegmentAlloc, addr, alloc_size, stream, 0, PoolEnum(pool));
   return id;
+}
+
+bool CachingAllocatorSim::Impl::PinFits(std::uint64_t addr, std::uint64_t bytes) const {
+  if (bytes > cuda_space.base() || addr > cuda_space.base() - bytes) return false;
+  const auto next = pinned.lower_bound(addr);
+  if (next != pinned.end() && next->first < addr + bytes) return false;
+  return next == pinned.begin() || std::prev(next)->first + std::prev(next)->second <= addr;
 }
 
 // §6.2: map pages at the lowest address where free and unmapped space of this stream's
@@ -863,7 +875,7 @@ void CachingAllocatorSim::Impl::ReleaseBlock(BlockId id) {
   BlockRec& b = blocks[id];
   ++stats.num_device_free;
   Emit(Action::kSegmentFree, b.addr, b.size, b.stream, 0, PoolEnum(b.pool));
-  cuda_space.Free(b.addr, b.size);
+  if (!pinned.erase(b.addr)) cuda_space.Free(b.addr, b.size);
   total_reserved -= b.size;
   Dec(stats.segment, b.pool, 1);
   Dec(stats.reserved_bytes, b.pool, b.size);
@@ -1367,8 +1379,9 @@ Status CachingAllocatorSim::Impl::CheckInvariants() const {
       last = b;
     }
     if (h.exp == kNil) {
-      auto it = cuda_space.used().find(h.addr);
-      if (it == cuda_space.used().end() || it->second != total) {
+      const auto& ranges = pinned.count(h.addr) != 0 ? pinned : cuda_space.used();
+      auto it = ranges.find(h.addr);
+      if (it == ranges.end() || it->second != total) {
         return fail(
             fmt::format("segment {:#x} ({} bytes) is not a live driver range", h.addr, total));
       }
@@ -1383,9 +1396,16 @@ Status CachingAllocatorSim::Impl::CheckInvariants() const {
       mapped_bytes += mapped;
     }
   }
-  if (cuda_segments != cuda_space.used().size()) {
-    return fail(
-        fmt::format("{} driver ranges but {} segments", cuda_space.used().size(), cuda_segments));
+  if (cuda_segments != cuda_space.used().size() + pinned.size()) {
+    return fail(fmt::format("{} driver ranges but {} segments",
+                            cuda_space.used().size() + pinned.size(), cuda_segments));
+  }
+  std::uint64_t pinned_end = 0;
+  for (const auto& [addr, bytes] : pinned) {
+    if (addr < pinned_end || bytes > cuda_space.base() || addr > cuda_space.base() - bytes) {
+      return fail(fmt::format("recorded-address segment {:#x} overlaps another or the base", addr));
+    }
+    pinned_end = addr + bytes;
   }
   FRAGSCOPE_RETURN_IF_ERROR(cuda_space.Check());
   if (cuda_bytes + mapped_bytes != total_reserved ||

@@ -54,13 +54,15 @@ namespace fragscope::model {
 struct DriverModel {
   std::uint64_t capacity_bytes = 0;        // total device memory (cudaMemGetInfo total)
   std::uint64_t used_by_others_bytes = 0;  // CUDA context, NCCL, other processes
-  /// Replaying a recorded run at the addresses its driver gave (`replay --addresses recorded`):
+  /// Replaying a recorded run at the addresses its driver gave (`replay snapshot.pickle`):
   /// asked before each cudaMalloc of `bytes`, the address the real driver returned for it, or
-  /// 0 to let the simulator place the segment. An answer that is not 2 MiB aligned, lies
-  /// below address_base or 4 TiB or more above it, or overlaps a live segment is ignored (the
-  /// simulator places the segment itself and counts it in unpinned_segments()).
+  /// 0 to let the simulator place the segment. An answer whose range does not end at or below
+  /// the base of the simulator's own placement (address_base), or overlaps a segment placed
+  /// this way, is ignored: the simulator places the segment itself and counts it in
+  /// unpinned_segments().
   std::function<std::uint64_t(std::uint64_t bytes)> segment_address;
-  /// Where cudaMalloc'd segments start (a multiple of 2 MiB, below 2^47; 0 = 0x7f0000000000).
+  /// Where the simulator's own cudaMalloc placement starts (a multiple of 2 MiB below 2^47;
+  /// 0 = 0x7f0000000000). A replay at recorded addresses puts it above them all.
   std::uint64_t address_base = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "model/recorded_addresses.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "model/allocator_rules.h"
 
@@ -9,7 +10,8 @@ namespace fragscope::model {
 void RecordedAddresses::Add(std::uint64_t bytes, std::uint64_t addr) {
   if (bytes == 0 || addr == 0) return;
   by_size_[bytes].push_back(addr);
-  lowest_ = recorded_ == 0 ? addr : std::min(lowest_, addr);
+  const std::uint64_t end = addr > UINT64_MAX - bytes ? UINT64_MAX : addr + bytes;
+  end_ = std::max(end_, end);
   ++recorded_;
 }
 
@@ -21,7 +23,11 @@ std::uint64_t RecordedAddresses::Take(std::uint64_t bytes) {
   return addr;
 }
 
-std::uint64_t RecordedAddresses::base() const { return lowest_ - lowest_ % kRoundLarge; }
+std::uint64_t RecordedAddresses::base() const {
+  constexpr std::uint64_t kLimit = std::uint64_t{1} << 47;  // DriverModel::address_base's
+  if (end_ == 0 || end_ > kLimit - kRoundLarge) return 0;
+  return (end_ + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
 
 void RecordedAddresses::Attach(DriverModel* driver) {
   driver->address_base = base();

@@ -10,7 +10,8 @@
 // A segment is matched by size: the simulator's n-th cudaMalloc of S bytes gets the n-th recorded
 // segment of S bytes, so a simulation that makes the same segments in the same order gets the
 // same addresses; one that does not gets whatever address of that size is next, or none, and
-// the simulator refuses an address that is in use (it then places the segment itself).
+// the simulator refuses an address that is in use (it then places the segment itself, above
+// every recorded segment: base()).
 //
 // Thread safety: none; one per simulated device.
 #ifndef FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
@@ -30,8 +31,9 @@ class RecordedAddresses {
   void Add(std::uint64_t bytes, std::uint64_t addr);
   /// The next recorded address for a segment of `bytes`, or 0 when none is left.
   std::uint64_t Take(std::uint64_t bytes);
-  /// The lowest recorded address rounded down to 2 MiB, for DriverModel::address_base (0 when
-  /// nothing was recorded).
+  /// The end of the highest recorded segment rounded up to 2 MiB, for DriverModel::address_base:
+  /// the simulator's own segments go above every recorded one (0 when nothing was recorded, or
+  /// when the recorded ranges reach 2^47, where the simulator keeps its default).
   std::uint64_t base() const;
   std::uint64_t recorded() const { return recorded_; }
   /// Points `driver` at this plan (which must outlive the simulator).
@@ -39,7 +41,7 @@ class RecordedAddresses {
 
  private:
   std::unordered_map<std::uint64_t, std::deque<std::uint64_t>> by_size_;
-  std::uint64_t lowest_ = 0;
+  std::uint64_t end_ = 0;  // of the highest recorded range
   std::uint64_t recorded_ = 0;
 };
 

@@ -165,22 +165,6 @@ std::uint64_t GranuleSpace::Allocate(std::uint64_t bytes) {
   return addr;
 }
 
-bool GranuleSpace::AllocateAt(std::uint64_t addr, std::uint64_t bytes) {
-  if (addr < base_ || (addr - base_) % granule_ != 0 || bytes == 0 || bytes % granule_ != 0) {
-    return false;
-  }
-  const std::uint64_t first = (addr - base_) / granule_;
-  const std::uint64_t n = bytes / granule_;
-  if (first > kMaxGranules || n > kMaxGranules - first) return false;
-  while (first + n > leaves_) Rebuild(leaves_ * 2);
-  const auto l = static_cast<std::uint32_t>(first);
-  const auto r = static_cast<std::uint32_t>(first + n);
-  if (CountFree(1, 0, leaves_, l, r) != n) return false;
-  Assign(1, 0, leaves_, l, r, kUsed);
-  used_.emplace(addr, bytes);
-  return true;
-}
-
 void GranuleSpace::Free(std::uint64_t addr, std::uint64_t bytes) {
   const auto l = static_cast<std::uint32_t>((addr - base_) / granule_);
   const auto n = static_cast<std::uint32_t>(bytes / granule_);

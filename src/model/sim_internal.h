@@ -70,10 +70,7 @@ class GranuleSpace {
   /// Marks the lowest free run of `bytes` used and returns its address; 0 when the run would
   /// end beyond kMaxGranules (the caller treats that as the driver being out of memory).
   std::uint64_t Allocate(std::uint64_t bytes);
-  /// Marks [addr, addr + bytes) used if it is whole granules of the space (growing it as
-  /// Allocate does) and free; false otherwise, and nothing changes.
-  bool AllocateAt(std::uint64_t addr, std::uint64_t bytes);
-  /// Marks [addr, addr + bytes) free. REQUIRES: exactly a range Allocate or AllocateAt took.
+  /// Marks [addr, addr + bytes) free. REQUIRES: exactly a range Allocate returned.
   void Free(std::uint64_t addr, std::uint64_t bytes);
   std::uint64_t base() const { return base_; }
   /// Live ranges: address -> bytes.

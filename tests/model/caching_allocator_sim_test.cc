@@ -1589,40 +1589,42 @@ TEST_F(CachingAllocatorSimTest, Spec15_AddressesAreLowestFirstIn2MiBGranules) {
 
 TEST_F(CachingAllocatorSimTest, Spec15_RecordedAddressesAreTakenWhenFree) {
   // A replay at the real driver's addresses: the driver model asks segment_address before each
-  // cudaMalloc. The space starts at address_base; the simulator's own policy fills in below.
-  constexpr std::uint64_t kRealBase = 0x737a00000000ull;  // below kBase, as on newer drivers
+  // cudaMalloc. Taken addresses must end at or below address_base, where the simulator's own
+  // placement starts (2 MiB granules upwards, lowest free first), and must not overlap.
+  constexpr std::uint64_t kReal = 0x737a00000000ull;  // below kBase, as on newer drivers
+  constexpr std::uint64_t kOwn = kReal + GiB;
   std::vector<std::uint64_t> answers = {
-      kRealBase + 100 * MiB,  // 20 MiB segment: taken
-      kRealBase + 110 * MiB,  // overlaps the first: refused, placed at kRealBase
-      kRealBase + 1 * MiB,    // not 2 MiB aligned: refused
-      kRealBase - 20 * MiB,   // below the base: refused
-      0,                      // no answer: the simulator's policy
-      kRealBase + 140 * MiB,  // taken
+      kReal + 100 * MiB,  // 20 MiB segment: taken
+      kReal + 110 * MiB,  // overlaps the first: refused, placed at kOwn
+      kOwn - 10 * MiB,    // would reach past the base: refused
+      0,                  // no answer: the simulator's own placement
+      kReal + 120 * MiB,  // 30 MiB segment right after the first: taken
+      kOwn + 200 * MiB,   // above the base, among the simulator's own: refused
   };
   std::vector<std::uint64_t> asked;
   std::size_t next = 0;
-  driver_.address_base = kRealBase;
+  driver_.address_base = kOwn;
   driver_.segment_address = [&](std::uint64_t bytes) {
     asked.push_back(bytes);
     return next < answers.size() ? answers[next++] : 0;
   };
   Make();
-  EXPECT_EQ(Alloc(4 * MiB), kRealBase + 100 * MiB);
-  EXPECT_EQ(Alloc(4 * MiB, 1), kRealBase);  // lowest free granule from the base
-  EXPECT_EQ(Alloc(4 * MiB, 2), kRealBase + 20 * MiB);
-  EXPECT_EQ(Alloc(4 * MiB, 3), kRealBase + 40 * MiB);
-  EXPECT_EQ(Alloc(4 * MiB, 4), kRealBase + 60 * MiB);
-  EXPECT_EQ(Alloc(30 * MiB, 5), kRealBase + 140 * MiB);  // a 30 MiB segment
-  EXPECT_EQ(asked, (std::vector<std::uint64_t>{20 * MiB, 20 * MiB, 20 * MiB, 20 * MiB, 20 * MiB,
-                                               30 * MiB}));
+  EXPECT_EQ(Alloc(4 * MiB), kReal + 100 * MiB);
+  EXPECT_EQ(Alloc(4 * MiB, 1), kOwn);
+  EXPECT_EQ(Alloc(4 * MiB, 2), kOwn + 20 * MiB);
+  EXPECT_EQ(Alloc(4 * MiB, 3), kOwn + 40 * MiB);
+  EXPECT_EQ(Alloc(30 * MiB, 4), kReal + 120 * MiB);
+  EXPECT_EQ(Alloc(4 * MiB, 5), kOwn + 60 * MiB);
+  EXPECT_EQ(asked, (std::vector<std::uint64_t>{20 * MiB, 20 * MiB, 20 * MiB, 20 * MiB, 30 * MiB,
+                                               20 * MiB}));
   EXPECT_EQ(sim_->pinned_segments(), 2u);
   EXPECT_EQ(sim_->unpinned_segments(), 3u);
   // Released, a recorded address can be taken again: here by a 2 MiB small segment.
-  Free(kRealBase + 100 * MiB);
+  Free(kReal + 100 * MiB);
   Empty();
   EXPECT_EQ(sim_->MemorySnapshot().size(), 5u);
-  answers.push_back(kRealBase + 100 * MiB);
-  EXPECT_EQ(Alloc(1000, 6), kRealBase + 100 * MiB);
+  answers.push_back(kReal + 100 * MiB);
+  EXPECT_EQ(Alloc(1000, 6), kReal + 100 * MiB);
   EXPECT_EQ(asked.back(), 2 * MiB);
   EXPECT_EQ(sim_->pinned_segments(), 3u);
 }
@@ -1634,20 +1636,20 @@ TEST_F(CachingAllocatorSimTest, Spec15_AnUnusableAddressBaseKeepsTheDefault) {
   driver_.address_base = std::uint64_t{1} << 47;  // at or above 2^47
   Make();
   EXPECT_EQ(Alloc(4 * MiB), kBase);
-  // An address 4 TiB or more above the base is refused (as one beyond the modelled 32 TiB
-  // would be): the space does not grow for it.
+  // With the default base, recorded addresses below it are taken and those above refused,
+  // wherever they lie (a hostile file's): nothing is sized by them.
   driver_.address_base = 0;
-  for (const std::uint64_t far : {std::uint64_t{4} << 40, std::uint64_t{32} << 40}) {
-    driver_.segment_address = [far](std::uint64_t) { return kBase + far; };
-    Make();
-    EXPECT_EQ(Alloc(4 * MiB), kBase);
-    EXPECT_EQ(sim_->unpinned_segments(), 1u);
-  }
-  driver_.segment_address = [](std::uint64_t) {
-    return kBase + (std::uint64_t{4} << 40) - 20 * MiB;
-  };
+  driver_.segment_address = [](std::uint64_t) { return kBase + (std::uint64_t{32} << 40); };
   Make();
-  EXPECT_EQ(Alloc(4 * MiB), kBase + (std::uint64_t{4} << 40) - 20 * MiB);  // just in reach
+  EXPECT_EQ(Alloc(4 * MiB), kBase);
+  EXPECT_EQ(sim_->unpinned_segments(), 1u);
+  driver_.segment_address = [](std::uint64_t) { return std::uint64_t{2} << 20; };
+  Make();
+  EXPECT_EQ(Alloc(4 * MiB), std::uint64_t{2} << 20);
+  EXPECT_EQ(sim_->pinned_segments(), 1u);
+  driver_.segment_address = [](std::uint64_t) { return UINT64_MAX - MiB; };  // would wrap
+  Make();
+  EXPECT_EQ(Alloc(4 * MiB), kBase);
 }
 
 TEST_F(CachingAllocatorSimTest, Spec15_EventsCarryDeviceStreamPoolAndBlockSize) {
