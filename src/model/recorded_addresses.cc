@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "model/allocator_rules.h"
 
@@ -9,18 +10,15 @@ namespace fragscope::model {
 
 void RecordedAddresses::Add(std::uint64_t bytes, std::uint64_t addr) {
   if (bytes == 0 || addr == 0) return;
-  by_size_[bytes].push_back(addr);
+  if (!by_size_) {
+    by_size_ = std::make_shared<Table>();
+  } else if (by_size_.use_count() > 1) {
+    by_size_ = std::make_shared<Table>(*by_size_);  // an attached driver keeps the old one
+  }
+  (*by_size_)[bytes].push_back(addr);
   const std::uint64_t end = addr > UINT64_MAX - bytes ? UINT64_MAX : addr + bytes;
   end_ = std::max(end_, end);
   ++recorded_;
-}
-
-std::uint64_t RecordedAddresses::Take(std::uint64_t bytes) {
-  const auto it = by_size_.find(bytes);
-  if (it == by_size_.end() || it->second.empty()) return 0;
-  const std::uint64_t addr = it->second.front();
-  it->second.pop_front();
-  return addr;
 }
 
 std::uint64_t RecordedAddresses::base() const {
@@ -29,9 +27,21 @@ std::uint64_t RecordedAddresses::base() const {
   return (end_ + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
-void RecordedAddresses::Attach(DriverModel* driver) {
+void RecordedAddresses::Attach(DriverModel* driver) const {
   driver->address_base = base();
-  driver->segment_address = [this](std::uint64_t bytes) { return Take(bytes); };
+  if (!by_size_) {
+    driver->segment_address = nullptr;
+    return;
+  }
+  // The table is shared read-only; the cursors travel with each copy of the function.
+  driver->segment_address = [table = std::shared_ptr<const Table>(by_size_),
+                             next = std::unordered_map<std::uint64_t, std::size_t>()](
+                                std::uint64_t bytes) mutable -> std::uint64_t {
+    const auto it = table->find(bytes);
+    if (it == table->end()) return 0;
+    std::size_t& i = next[bytes];
+    return i < it->second.size() ? it->second[i++] : 0;
+  };
 }
 
 }  // namespace fragscope::model

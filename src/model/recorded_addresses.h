@@ -13,13 +13,16 @@
 // the simulator refuses an address that is in use (it then places the segment itself, above
 // every recorded segment: base()).
 //
-// Thread safety: none; one per simulated device.
+// Thread safety: Add builds, one thread. Once built, Attach may be called from several threads:
+// each attached DriverModel (and each copy of one) hands the addresses out with cursors of its
+// own over a shared, read-only table, so simulators replaying in parallel (tune) do not meet.
 #ifndef FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
 #define FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
 
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "model/caching_allocator_sim.h"
 
@@ -29,18 +32,20 @@ class RecordedAddresses {
  public:
   /// A segment the real driver gave `addr` for `bytes` (segment_alloc), in recorded order.
   void Add(std::uint64_t bytes, std::uint64_t addr);
-  /// The next recorded address for a segment of `bytes`, or 0 when none is left.
-  std::uint64_t Take(std::uint64_t bytes);
   /// The end of the highest recorded segment rounded up to 2 MiB, for DriverModel::address_base:
   /// the simulator's own segments go above every recorded one (0 when nothing was recorded, or
   /// when the recorded ranges reach 2^47, where the simulator keeps its default).
   std::uint64_t base() const;
   std::uint64_t recorded() const { return recorded_; }
-  /// Points `driver` at this plan (which must outlive the simulator).
-  void Attach(DriverModel* driver);
+  /// Sets `driver`'s address_base and its segment_address, which answers a cudaMalloc of S
+  /// bytes with the next recorded address of a segment of S bytes, from the first, and 0 when
+  /// none is left. The answers do not depend on this object after the call.
+  void Attach(DriverModel* driver) const;
 
  private:
-  std::unordered_map<std::uint64_t, std::deque<std::uint64_t>> by_size_;
+  using Table = std::unordered_map<std::uint64_t, std::vector<std::uint64_t>>;
+  // Copied on write once shared, so that what Attach handed out never changes.
+  std::shared_ptr<Table> by_size_;
   std::uint64_t end_ = 0;  // of the highest recorded range
   std::uint64_t recorded_ = 0;
 };
