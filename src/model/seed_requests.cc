@@ -71,7 +71,8 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
     // The pieces, and whether the allocator would carve exactly these.
     struct Piece {
       std::uint64_t size;
-      const Live* block;  // nullptr: a gap
+      const Live* block;         // nullptr: a gap
+      std::uint64_t behind = 0;  // a live block's free gap of at most 1 MiB right after it
     };
     std::vector<Piece> pieces;
     std::uint64_t at = seg->addr;
@@ -89,8 +90,28 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       at = live[i].addr + live[i].block_size;
     }
     if (exact && at < end) pieces.push_back(Piece{end - at, nullptr});
+    if (expandable && !small) {
+      // Expandable mode splits off any remainder of 512 B or more, so a large range can hold
+      // free gaps of 1 MiB or less, which no large-pool request can fill. Such a gap behind a
+      // live block is built with it: a placeholder of both is carved, and once the pieces after
+      // it exist, freed and the live block requested into it (below).
+      std::vector<Piece> merged;
+      for (const Piece& p : pieces) {
+        if (p.block == nullptr && p.size <= kSmallSize && !merged.empty() &&
+            merged.back().block != nullptr) {
+          merged.back().behind = p.size;
+          continue;
+        }
+        merged.push_back(p);
+      }
+      pieces = std::move(merged);
+    }
     for (const Piece& p : pieces) {
       if (!exact) break;
+      if (p.behind != 0 && (rules.RoundSize(p.size + p.behind) != p.size + p.behind ||
+                            p.size + p.behind >= rules.max_split_size)) {
+        exact = false;
+      }
       if (p.block != nullptr && rules.RoundSize(live_request(*p.block)) != p.size) exact = false;
       if (!small && (p.size <= kSmallSize || rules.RoundSize(p.size) != p.size)) exact = false;
       if (!small && p.size < rules.max_split_size && seg->size >= rules.max_split_size) {
@@ -123,14 +144,21 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       out.requests.push_back(Request(Action::kAlloc, *seg, whole, seg->size));
       out.requests.push_back(Request(Action::kFreeRequested, *seg, whole, 0));
     }
+    auto request_live = [&](const Live& block) {
+      out.requests.push_back(Request(Action::kAlloc, *seg, block.addr, live_request(block)));
+      out.requests.back().frame = block.frame;
+      if (block.pending) pending.push_back(Request(Action::kFreeRequested, *seg, block.addr, 0));
+    };
+    std::vector<std::pair<std::uint64_t, const Live*>> placeholders;  // in address order
     for (const Piece& p : pieces) {
+      if (p.block != nullptr && p.behind != 0) {
+        const std::uint64_t id = next_filler++;
+        out.requests.push_back(Request(Action::kAlloc, *seg, id, p.size + p.behind));
+        placeholders.emplace_back(id, p.block);
+        continue;
+      }
       if (p.block != nullptr) {
-        out.requests.push_back(
-            Request(Action::kAlloc, *seg, p.block->addr, live_request(*p.block)));
-        out.requests.back().frame = p.block->frame;
-        if (p.block->pending) {
-          pending.push_back(Request(Action::kFreeRequested, *seg, p.block->addr, 0));
-        }
+        request_live(*p.block);
         continue;
       }
       // A gap: one filler, or chunks of at most 1 MiB in the small pool.
@@ -142,6 +170,12 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
         fillers.push_back(Request(Action::kFreeRequested, *seg, id, 0));
         left -= chunk;
       }
+    }
+    // Highest first, so that each freed placeholder lies between allocated blocks: the live
+    // block is carved from its front (the smallest free block that fits) and the gap stays.
+    for (auto it = placeholders.rbegin(); it != placeholders.rend(); ++it) {
+      out.requests.push_back(Request(Action::kFreeRequested, *seg, it->first, 0));
+      request_live(*it->second);
     }
   }
   // Live blocks outside every segment (an inconsistent start state): requested plainly.

@@ -12,7 +12,11 @@
 //     as several fillers of at most 1 MiB.
 //   expandable (a mapped range, with expandable_segments on): its pieces in address order, as
 //     for the large pool but without the whole-segment request: the range is mapped page by
-//     page as the pieces are carved from its front, and the last filler reaches its end.
+//     page as the pieces are carved from its front, and the last filler reaches its end. A
+//     large range's free gap of 1 MiB or less (expandable mode splits off any remainder of
+//     512 B, but no large-pool request is that small) is carved together with the live block
+//     before it as one placeholder; once the range is built, the placeholders are freed from
+//     the highest down, each followed by its live block's request, which leaves the gap.
 // Then every filler is freed, which reopens the gaps. A pending-free block is freed right
 // after. What this cannot build exactly falls back to allocs of the live blocks in address
 // order: pieces whose rounding would not give back their size (with
