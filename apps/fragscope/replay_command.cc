@@ -331,7 +331,6 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   replay.stopped_at_oom = stopped_at_oom;
   replay.request_events = replayer.events();
   replay.ooms = replayer.ooms();
-  std::map<std::int32_t, std::pair<std::uint64_t, std::uint64_t>> taken_addresses;
   for (const auto& [device, sim] : replayer.devices()) {
     analysis::DeviceReplay d;
     d.device = device;
@@ -342,7 +341,6 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     d.memory_stats = sim->stats().Flatten();
     d.segments = sim->MemorySnapshot();
     if (const auto plan = address_plans.find(device); plan != address_plans.end()) {
-      taken_addresses[device] = {plan->second.recorded(), sim->pinned_segments()};
       notes.push_back(fmt::format(
           "device {}: recorded segment addresses taken: {} of {}; refused (in use, or out of "
           "the modelled range): {}; any other segment was placed by the simulator",
@@ -358,9 +356,9 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
       f.device = d.device;
       f.complete_history = snapshot->CompleteHistory(d.device);
       if (recorded_addresses) {
-        const auto taken = taken_addresses.find(d.device);
-        f.recorded_addresses = taken == taken_addresses.end() ? 0 : taken->second.first;
-        f.addresses_taken = taken == taken_addresses.end() ? 0 : taken->second.second;
+        const auto plan = address_plans.find(d.device);
+        f.recorded_addresses = plan == address_plans.end() ? 0 : plan->second.recorded();
+        f.addresses_taken = replayer.sim(d.device)->pinned_segments();
       }
       const auto& traces = snapshot->snapshot().device_traces;
       if (static_cast<std::size_t>(d.device) < traces.size()) {

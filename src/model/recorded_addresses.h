@@ -15,7 +15,7 @@
 //
 // Thread safety: Add builds, one thread. Once built, Attach may be called from several threads:
 // each attached DriverModel (and each copy of one) hands the addresses out with cursors of its
-// own over a shared, read-only table, so simulators replaying in parallel (tune) do not meet.
+// own over a shared, read-only table, so simulators replaying in parallel do not meet.
 #ifndef FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
 #define FRAGSCOPE_MODEL_RECORDED_ADDRESSES_H_
 

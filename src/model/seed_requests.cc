@@ -128,14 +128,14 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       exact = false;
     }
 
+    auto request_live = [&](const Live& block) {
+      out.requests.push_back(Request(Action::kAlloc, *seg, block.addr, live_request(block)));
+      out.requests.back().frame = block.frame;
+      if (block.pending) pending.push_back(Request(Action::kFreeRequested, *seg, block.addr, 0));
+    };
     if (!exact) {
       ++out.fallback_segments;
-      for (std::size_t i = first; i < last; ++i) {
-        out.requests.push_back(Request(Action::kAlloc, *seg, live[i].addr, live_request(live[i])));
-        out.requests.back().frame = live[i].frame;
-        if (live[i].pending)
-          pending.push_back(Request(Action::kFreeRequested, *seg, live[i].addr, 0));
-      }
+      for (std::size_t i = first; i < last; ++i) request_live(live[i]);
       continue;
     }
     ++out.exact_segments;
@@ -144,11 +144,6 @@ SeedResult SeedRequests(std::span<const Event> start, const AllocatorRules& rule
       out.requests.push_back(Request(Action::kAlloc, *seg, whole, seg->size));
       out.requests.push_back(Request(Action::kFreeRequested, *seg, whole, 0));
     }
-    auto request_live = [&](const Live& block) {
-      out.requests.push_back(Request(Action::kAlloc, *seg, block.addr, live_request(block)));
-      out.requests.back().frame = block.frame;
-      if (block.pending) pending.push_back(Request(Action::kFreeRequested, *seg, block.addr, 0));
-    };
     std::vector<std::pair<std::uint64_t, const Live*>> placeholders;  // in address order
     for (const Piece& p : pieces) {
       if (p.block != nullptr && p.behind != 0) {

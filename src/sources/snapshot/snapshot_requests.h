@@ -1,6 +1,6 @@
 // SnapshotRequests: a snapshot's events, as SnapshotReader yields them, turned into the request
-// events a simulator replays (`fragscope replay`, `tune`, `convert --to requests`): each device's
-// rebuilt start state as model::SeedRequests (built exactly where it can be), then
+// events a simulator replays (`fragscope replay`, `explain --snapshot`, `convert --to requests`):
+// each device's rebuilt start state as model::SeedRequests (built exactly where it can be), then
 // model::RequestExtractor over the recorded history. docs/snapshots.md, "Re-simulation".
 //
 // RecordedSegmentAddresses: the addresses the real driver gave each device's segments, for a
