@@ -74,6 +74,32 @@ void AddTorchVersionOption(CLI::App& sub, std::string* value) {
       ->capture_default_str();
 }
 
+void AddAddressesOption(CLI::App& sub, std::string* value) {
+  sub.add_option("--addresses", *value,
+                 "Where a snapshot's segments go: at the addresses the real driver gave them "
+                 "(recorded, the default for a snapshot) or by the simulator's own rule "
+                 "(simulated, the only choice for a request trace)")
+      ->type_name("WHERE")
+      ->check(CLI::IsMember({"simulated", "recorded"}));
+}
+
+std::optional<bool> RecordedAddressesFlag(const std::string& value) {
+  if (value.empty()) return std::nullopt;
+  return value == "recorded";
+}
+
+Result<bool> UseRecordedAddresses(std::optional<bool> wanted, bool snapshot,
+                                  const std::string& path) {
+  const bool recorded = wanted.value_or(snapshot);
+  if (recorded && !snapshot) {
+    return Status::InvalidArgument(
+        fmt::format("{}: --addresses recorded needs a PyTorch memory snapshot; a request trace "
+                    "records no segment addresses",
+                    path));
+  }
+  return recorded;
+}
+
 model::ConfigVersion TorchVersion(const std::string& value) {
   if (value == "1.13") return model::ConfigVersion::kV1_13;
   if (value == "2") return model::ConfigVersion::kV2;
@@ -312,26 +338,24 @@ Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const s
   return std::optional<std::uint64_t>(*size);
 }
 
-Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
+Result<std::vector<Event>> ReadRequestEvents(OpenedInput& input, const std::string& path,
                                              const model::AllocatorRules& rules,
-                                             std::vector<std::string>* notes) {
-  Result<OpenedInput> opened = OpenInput(path);
-  if (!opened.ok()) return opened.status();
+                                             std::vector<std::string>* notes,
+                                             std::vector<std::int32_t> drop_ooms) {
   std::vector<Event> events;
-  std::vector<std::string> local_notes;
-  if (notes == nullptr) notes = &local_notes;
-  if (opened->snapshot != nullptr) {
-    sources::SnapshotRequests requests(*opened->snapshot, rules, [&](const Event& e) -> Status {
+  if (input.snapshot != nullptr) {
+    sources::SnapshotRequests requests(*input.snapshot, rules, [&](const Event& e) -> Status {
       events.push_back(e);
       return Status::Ok();
     });
+    requests.DropOoms(std::move(drop_ooms));
     Result<std::uint64_t> read = ReadSnapshotEvents(
-        *opened->snapshot, [&](const Event& e) { return requests.Consume(e); }, notes);
+        *input.snapshot, [&](const Event& e) { return requests.Consume(e); }, notes);
     if (!read.ok()) return read.status();
     requests.AddNotes(notes);
     return events;
   }
-  TraceReader& reader = *opened->reader;
+  TraceReader& reader = *input.reader;
   if (reader.header().kind == TraceKind::kAllocator) {
     return Status::InvalidArgument(fmt::format(
         "{}: this is an allocator trace; a replay takes a request trace (`fragscope convert {} "

@@ -61,6 +61,16 @@ Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const s
 void AddTorchVersionOption(CLI::App& sub, std::string* value);
 model::ConfigVersion TorchVersion(const std::string& value);
 
+/// --addresses recorded|simulated: where a snapshot's segments go (replay, tune).
+void AddAddressesOption(CLI::App& sub, std::string* value);
+/// --addresses as given: "recorded" true, "simulated" false, unset (empty) nullopt.
+std::optional<bool> RecordedAddressesFlag(const std::string& value);
+/// Whether a replay puts segments at the recorded addresses: `wanted` (unset: yes for a
+/// snapshot, no for a request trace, which records none). Yes for a request trace is an error
+/// naming `path`.
+Result<bool> UseRecordedAddresses(std::optional<bool> wanted, bool snapshot,
+                                  const std::string& path);
+
 /// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
 int BadInput(std::string_view message);
 /// Prints "fragscope: <message>" to stderr and returns kExitFailure (output could not be made).
@@ -167,14 +177,17 @@ Result<std::uint64_t> ReadAllEvents(TraceReader& reader,
                                     Status* status_out = nullptr,
                                     const std::function<void(const Event&)>& prefetch = {});
 
-/// The request events of `path`, held in memory, for replays that run several times (tune,
-/// explain): a request trace's events as they are (segment events refused: that is an
-/// allocator trace), or a snapshot's requests rebuilt by SnapshotRequests for an allocator with
-/// `rules` (its recorded OOMs kept as the requests that failed). `notes` (optional) receives
-/// what a snapshot's rebuild assumed. Errors name the path.
-Result<std::vector<Event>> ReadRequestEvents(const std::string& path,
+/// The request events of an opened input (`path` names it in messages), held in memory, for
+/// replays that run several times (tune, explain): a request trace's events as they are
+/// (segment events refused: that is an allocator trace), or a snapshot's requests rebuilt by
+/// SnapshotRequests for an allocator with `rules` (its recorded OOMs kept as the requests that
+/// failed, except on the `drop_ooms` devices: replayed with unlimited memory, the request would
+/// succeed there). `notes` receives what a snapshot's rebuild assumed and the entries it
+/// skipped. Errors name the path.
+Result<std::vector<Event>> ReadRequestEvents(OpenedInput& input, const std::string& path,
                                              const model::AllocatorRules& rules,
-                                             std::vector<std::string>* notes = nullptr);
+                                             std::vector<std::string>* notes,
+                                             std::vector<std::int32_t> drop_ooms = {});
 
 }  // namespace fragscope::cli
 

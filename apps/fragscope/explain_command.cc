@@ -131,7 +131,14 @@ int RunExplain(const ExplainFlags& flags) {
           index + 1, target.message.line));
     }
     std::vector<std::string> notes;
-    Result<std::vector<Event>> events = ReadRequestEvents(replay_path, current->Rules(), &notes);
+    Result<OpenedInput> opened = OpenInput(replay_path);
+    if (!opened.ok()) return BadInput(opened.status().message());
+    // A snapshot's segments go where the real driver put them, as in `replay`.
+    if (opened->snapshot != nullptr) {
+      options.addresses = sources::RecordedSegmentAddresses(*opened->snapshot);
+    }
+    Result<std::vector<Event>> events =
+        ReadRequestEvents(*opened, replay_path, current->Rules(), &notes);
     if (!events.ok()) return BadInput(events.status().message());
     Result<analysis::Verification> verified = analysis::VerifyRemedies(*events, options, &target);
     if (!verified.ok()) {

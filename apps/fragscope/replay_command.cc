@@ -20,6 +20,7 @@
 #include "model/request_extractor.h"
 #include "model/request_replayer.h"
 #include "sinks/report/replay_report.h"
+#include "snapshot_replay.h"
 
 namespace fragscope::cli {
 namespace {
@@ -121,62 +122,31 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   std::string conf_text = request.alloc_conf ? *request.alloc_conf : HeaderConf(header);
   // A snapshot: its requests are replayed under the settings it recorded (unless told), after
   // a first pass over the recorded run for its peaks and OOMs.
-  std::unique_ptr<analysis::TraceAnalyzer> recorded;
   std::optional<analysis::AnalysisResult> real;
   std::vector<std::int32_t> unlimited_devices;
   std::map<std::int32_t, model::RecordedAddresses> address_plans;  // --addresses recorded
-  const bool recorded_addresses = request.recorded_addresses.value_or(snapshot != nullptr);
-  if (recorded_addresses && snapshot == nullptr) {
-    return Status::InvalidArgument(
-        fmt::format("{}: --addresses recorded needs a PyTorch memory snapshot; a request trace "
-                    "records no segment addresses",
-                    path));
-  }
+  Result<bool> use_recorded =
+      UseRecordedAddresses(request.recorded_addresses, snapshot != nullptr, path);
+  if (!use_recorded.ok()) return use_recorded.status();
+  const bool recorded_addresses = *use_recorded;
   if (snapshot != nullptr) {
     header.kind = TraceKind::kRequest;
     header.allocator_settings.clear();
     if (!request.alloc_conf) conf_text = snapshot->RecordedConf(&notes);
-    analysis::AnalysisOptions recorded_options;
-    recorded_options.keep_layout = false;
-    Result<std::unique_ptr<analysis::TraceAnalyzer>> r =
-        analysis::TraceAnalyzer::Create(reader.header(), recorded_options);
-    if (!r.ok()) return Status::InvalidArgument(fmt::format("{}: {}", path, r.status().message()));
-    recorded = std::move(*r);
-    Result<std::uint64_t> read = ReadSnapshotEvents(
-        *snapshot, [&](const Event& e) { return recorded->Consume(e); }, &notes);
-    if (!read.ok()) return Status::InvalidArgument(read.status().message());
-    snapshot->Rewind();
-    real = recorded->Finish(path);
+    Result<analysis::AnalysisResult> analyzed = AnalyzeRecordedRun(*snapshot, path, &notes);
+    if (!analyzed.ok()) return analyzed.status();
+    real = std::move(*analyzed);
     if (recorded_addresses) address_plans = sources::RecordedSegmentAddresses(*snapshot);
     if (!capacity) {
-      // The device's size is not recorded. A device that ran out of memory tells it, as the
-      // allocator saw it: reserved + the driver's free bytes at its first OOM (memory used
-      // by others counts as part of neither).
+      const RecordedCapacities found =
+          CapacitiesFromRecordedOoms(*real, header, "are replayed with unlimited memory", &notes);
       for (DeviceInfo& d : header.devices) {
-        const analysis::DeviceReport* report = nullptr;
-        for (const analysis::DeviceReport& x : real->devices) {
-          if (x.device == d.device) report = &x;
-        }
-        if (report != nullptr && !report->oom_diagnoses.empty() &&
-            report->oom_diagnoses.front().device_free) {
-          const analysis::OomDiagnosis& o = report->oom_diagnoses.front();
-          d.capacity_bytes = o.reserved + *o.device_free;
-          notes.push_back(fmt::format(
-              "device {}: capacity taken from its recorded OOM: reserved {} + driver free {} = "
-              "{} (--capacity overrides)",
-              d.device, FormatBytes(o.reserved), FormatBytes(*o.device_free),
-              FormatBytes(*d.capacity_bytes)));
-        } else {
-          d.capacity_bytes = analysis::kUnlimitedCapacity;
-          unlimited_devices.push_back(d.device);
-        }
+        const auto known = found.bytes.find(d.device);
+        d.capacity_bytes =
+            known == found.bytes.end() ? analysis::kUnlimitedCapacity : known->second;
       }
+      unlimited_devices = found.unknown;
       if (header.devices.empty()) capacity = analysis::kUnlimitedCapacity;  // an empty snapshot
-      if (!unlimited_devices.empty()) {
-        notes.push_back(
-            "a snapshot does not record the device's capacity: devices without a recorded OOM "
-            "are replayed with unlimited memory (give --capacity to test a size)");
-      }
     }
   }
   Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf_text, version);
@@ -342,8 +312,9 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     d.segments = sim->MemorySnapshot();
     if (const auto plan = address_plans.find(device); plan != address_plans.end()) {
       notes.push_back(fmt::format(
-          "device {}: recorded segment addresses taken: {} of {}; refused (in use, or out of "
-          "the modelled range): {}; any other segment was placed by the simulator",
+          "device {}: recorded segment addresses taken: {} of {}; refused (overlapping a "
+          "segment still held, or reaching the simulator's own address range): {}; any other "
+          "segment was placed by the simulator",
           device, sim->pinned_segments(), plan->second.recorded(), sim->unpinned_segments()));
     }
     replay.devices.push_back(std::move(d));
@@ -393,7 +364,7 @@ int RunReplay(const ReplayFlags& flags) {
   request.version = TorchVersion(flags.torch_version);
   request.continue_after_oom = flags.continue_after_oom;
   request.emit = flags.emit;
-  if (!flags.addresses.empty()) request.recorded_addresses = flags.addresses == "recorded";
+  request.recorded_addresses = RecordedAddressesFlag(flags.addresses);
   request.threads = flags.threads;
   ApplyReportFlags(flags.report, &request.options);
   if (flags.forecast) {
@@ -445,12 +416,7 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_option("--emit", flags->emit,
                   "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst)")
       ->type_name("OUT");
-  sub->add_option("--addresses", flags->addresses,
-                  "Where a snapshot's segments go: at the addresses the real driver gave them "
-                  "(recorded, the default for a snapshot) or by the simulator's own rule "
-                  "(simulated, the only choice for a request trace)")
-      ->type_name("WHERE")
-      ->check(CLI::IsMember({"simulated", "recorded"}));
+  AddAddressesOption(*sub, &flags->addresses);
   sub->add_option("--threads", flags->threads,
                   "2: analyze the simulated events on a second thread while simulating (same "
                   "report, sooner); 1: one thread; 0: 2 if the machine has 2+ hardware threads")

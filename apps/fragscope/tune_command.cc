@@ -1,17 +1,23 @@
 #include "tune_command.h"
 
+#include <algorithm>
+#include <cctype>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "analysis/replay_result.h"
 #include "analysis/tune.h"
 #include "cli_util.h"
 #include "common/units.h"
 #include "fragscope/trace.h"
+#include "snapshot_replay.h"
 
 namespace fragscope::cli {
 namespace {
@@ -21,6 +27,7 @@ struct TuneFlags {
   std::string capacity;
   std::string used_by_others;
   std::vector<std::string> settings;
+  std::string addresses;  // empty: recorded for a snapshot
   std::string torch_version = "newest";
   unsigned threads = 0;
   bool min_capacity = false;
@@ -29,7 +36,7 @@ struct TuneFlags {
 };
 
 constexpr std::string_view kDescription =
-    "Rank allocator settings (PYTORCH_CUDA_ALLOC_CONF) by replaying a request trace";
+    "Rank allocator settings (PYTORCH_CUDA_ALLOC_CONF) by replaying a request trace or snapshot";
 
 constexpr std::string_view kFooter =
     R"(Replays the trace through the caching-allocator simulator once per setting, in parallel,
@@ -46,22 +53,52 @@ unset/32/64/128/256/512 x roundup_power2_divisions 0/4/8 x garbage_collection_th
 --min-capacity also finds, by bisection to 2 MiB, the smallest device each setting runs on
 without an OOM (about 15 more replays per setting).
 
-The trace is held in memory (about 100 bytes per event) so that every thread replays it.
+TRACE may be a PyTorch memory snapshot: its requests are rebuilt as `fragscope replay` does
+(the state before its history first, then the history; docs/snapshots.md), and the settings it
+recorded join the grid, marked "recorded". Without --capacity, a device that ran out of memory
+in the recorded run keeps the size its OOM reveals (reserved + the driver's free bytes), so the
+table shows which settings would have avoided that OOM; devices without a recorded OOM get
+unlimited memory, and the table ranks by peak reserved. Segments go where the real driver put
+them (--addresses simulated: the simulator's own placement), as in `replay`.
+
+The requests are held in memory (about 100 bytes per event) so that every thread replays them.
 
 Examples:
   fragscope tune trace.jsonl.gz --capacity 24GiB
   fragscope tune trace.jsonl.gz --capacity 24GiB --min-capacity --json
   fragscope tune trace.jsonl.gz --capacity 16GiB --setting "" --setting expandable_segments:True
+  fragscope tune oom_snapshot.pickle
+  fragscope tune snapshot.pickle --min-capacity
 
 Exit status: 0 if some setting runs without an OOM, 1 if none does, 2 for bad input.)";
 
 std::string ConfText(const std::string& conf) { return conf.empty() ? "(defaults)" : conf; }
 
+// "24.00 GiB", or per device when a snapshot's recorded OOMs gave sizes: "device 1: 78.51 GiB
+// from its recorded OOM; devices 0, 2: unlimited memory".
+std::string CapacityText(const analysis::TuneOptions& options,
+                         const std::vector<std::int32_t>& unknown) {
+  auto size = [](std::uint64_t bytes) {
+    return bytes >= analysis::kUnlimitedCapacity ? std::string("unlimited memory")
+                                                 : FormatBytes(bytes);
+  };
+  if (options.device_capacity_bytes.empty()) return size(options.capacity_bytes);
+  std::string text;
+  for (const auto& [device, bytes] : options.device_capacity_bytes) {
+    text += fmt::format("{}device {}: {} from its recorded OOM", text.empty() ? "" : "; ", device,
+                        FormatBytes(bytes));
+  }
+  if (!unknown.empty()) {
+    text += fmt::format("; device{} {}: {}", unknown.size() == 1 ? "" : "s",
+                        fmt::join(unknown, ", "), size(options.capacity_bytes));
+  }
+  return text;
+}
+
 int RunTune(const TuneFlags& flags) {
   analysis::TuneOptions options;
-  Result<std::uint64_t> capacity = ParseSize(flags.capacity);
-  if (!capacity.ok()) return BadInput("--capacity: " + capacity.status().message());
-  options.capacity_bytes = *capacity;
+  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
   if (!flags.used_by_others.empty()) {
     Result<std::uint64_t> u = ParseSize(flags.used_by_others);
     if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
@@ -72,30 +109,71 @@ int RunTune(const TuneFlags& flags) {
   options.threads = flags.threads;
   options.find_min_capacity = flags.min_capacity;
 
-  Result<std::unique_ptr<TraceReader>> opened = TraceReader::Open(flags.path);
+  Result<OpenedInput> opened = OpenInput(flags.path);
   if (!opened.ok()) return BadInput(opened.status().message());
-  TraceReader& reader = **opened;
-  if (reader.header().kind == TraceKind::kAllocator) {
-    return BadInput(
-        fmt::format("{}: this is an allocator trace; tune takes a request trace", flags.path));
+  sources::SnapshotReader* snapshot = opened->snapshot;
+  Result<bool> recorded_addresses =
+      UseRecordedAddresses(RecordedAddressesFlag(flags.addresses), snapshot != nullptr, flags.path);
+  if (!recorded_addresses.ok()) return BadInput(recorded_addresses.status().message());
+  if (snapshot == nullptr && !*capacity) {
+    return BadInput(fmt::format(
+        "{}: a request trace needs --capacity SIZE (the device to replay on)", flags.path));
   }
-  std::vector<Event> events;
-  Result<std::uint64_t> read = ReadAllEvents(reader, [&](const Event& e) -> Status {
-    if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentFree ||
-        e.action == Action::kSegmentMap || e.action == Action::kSegmentUnmap) {
-      return Status::Corruption(fmt::format("{} in a request trace", ActionName(e.action)));
+  options.capacity_bytes = capacity->value_or(analysis::kUnlimitedCapacity);
+
+  // A snapshot: its requests are rebuilt for the allocator that made them (its recorded
+  // settings), which also join the grid; its recorded OOMs give device sizes.
+  std::vector<std::string> notes;
+  std::optional<std::string> recorded_conf;
+  std::optional<model::AllocatorConfig> recorded_config;
+  auto is_recorded = [&](const std::string& conf) {
+    if (!recorded_config) return false;
+    Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(conf, options.version);
+    return c.ok() && *c == *recorded_config;
+  };
+  model::AllocatorRules rules;
+  std::vector<std::int32_t> unknown_devices;  // of a snapshot without --capacity: unlimited
+  if (snapshot != nullptr) {
+    recorded_conf = snapshot->RecordedConf(&notes);
+    Result<model::AllocatorConfig> recorded =
+        model::ParseAllocatorConfig(*recorded_conf, options.version);
+    if (!recorded.ok()) {
+      return BadInput(
+          fmt::format("{}:1: allocator_settings: {}", flags.path, recorded.status().message()));
     }
-    events.push_back(e);
-    return Status::Ok();
-  });
+    recorded_config = *recorded;
+    rules = recorded->Rules();
+    if (options.settings.empty()) {
+      options.settings = analysis::DefaultTuneGrid();
+      if (std::none_of(options.settings.begin(), options.settings.end(), is_recorded)) {
+        options.settings.push_back(*recorded_conf);
+      }
+    }
+    if (!*capacity) {
+      Result<analysis::AnalysisResult> real = AnalyzeRecordedRun(*snapshot, flags.path, &notes);
+      if (!real.ok()) return BadInput(real.status().message());
+      RecordedCapacities found = CapacitiesFromRecordedOoms(*real, snapshot->header(),
+                                                            "are given unlimited memory", &notes);
+      options.device_capacity_bytes = std::move(found.bytes);
+      unknown_devices = std::move(found.unknown);
+    }
+    if (*recorded_addresses) options.addresses = sources::RecordedSegmentAddresses(*snapshot);
+  }
+  // On unlimited memory a recorded OOM's request would succeed; it is left out there, as in
+  // `replay`.
+  Result<std::vector<Event>> read =
+      ReadRequestEvents(*opened, flags.path, rules, &notes, unknown_devices);
   if (!read.ok()) return BadInput(read.status().message());
+  const std::vector<Event>& events = *read;
 
   Result<std::vector<analysis::TuneOutcome>> tuned = analysis::Tune(events, options);
   if (!tuned.ok()) return BadInput(fmt::format("{}: {}", flags.path, tuned.status().message()));
   const std::vector<analysis::TuneOutcome>& ranked = *tuned;
-  const analysis::TuneOutcome* baseline = nullptr;
+  const analysis::TuneOutcome* baseline = nullptr;  // PyTorch's defaults, if tried
+  const analysis::TuneOutcome* recorded = nullptr;  // a snapshot's recorded settings
   for (const analysis::TuneOutcome& o : ranked) {
     if (o.conf.empty()) baseline = &o;
+    if (recorded == nullptr && is_recorded(o.conf)) recorded = &o;
   }
   const analysis::TuneOutcome& best = ranked.front();
 
@@ -107,12 +185,21 @@ int RunTune(const TuneFlags& flags) {
     j["schema_version"] = 1;
     j["trace"] = flags.path;
     j["capacity_bytes"] = options.capacity_bytes;
+    Json own = Json::object();
+    for (const auto& [device, bytes] : options.device_capacity_bytes) {
+      own[std::to_string(device)] = bytes;
+    }
+    j["device_capacity_bytes"] = std::move(own);
     j["used_by_others_bytes"] = options.used_by_others_bytes;
     j["request_events"] = events.size();
+    j["recorded_alloc_conf"] = recorded_conf ? Json(*recorded_conf) : Json(nullptr);
     Json rows = Json::array();
+    Json default_row = nullptr;
+    Json recorded_row = nullptr;
     for (const analysis::TuneOutcome& o : ranked) {
       Json r = Json::object();
       r["alloc_conf"] = o.conf;
+      r["recorded"] = &o == recorded;
       r["oom"] = o.oom;
       r["oom_event_index"] = o.oom ? Json(o.oom_event) : Json(nullptr);
       r["oom_step"] = o.oom && o.oom_step >= 0 ? Json(o.oom_step) : Json(nullptr);
@@ -122,77 +209,83 @@ int RunTune(const TuneFlags& flags) {
       r["num_alloc_retries"] = o.num_alloc_retries;
       r["num_device_alloc"] = o.num_device_alloc;
       r["min_capacity_bytes"] = o.min_capacity ? Json(*o.min_capacity) : Json(nullptr);
+      if (&o == baseline) default_row = r;
+      if (&o == recorded) recorded_row = r;
       rows.push_back(std::move(r));
     }
     j["ranked"] = std::move(rows);
     j["recommended"] = best.oom ? Json(nullptr) : Json(best.conf);
-    j["default"] = nullptr;  // the row of "" (PyTorch's defaults), if it was tried
-    for (const Json& r : j["ranked"]) {
-      if (r["alloc_conf"] == "") j["default"] = r;
-    }
+    j["default"] = std::move(default_row);
+    j["recorded"] = std::move(recorded_row);
+    j["notes"] = notes;
     out = j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
   } else {
+    const std::string capacity_text = CapacityText(options, unknown_devices);
     out += fmt::format(
         "fragscope tune: {} ({} request events) on {} ({} used by others), "
         "{} settings\n\n",
-        flags.path, events.size(), FormatBytes(options.capacity_bytes),
-        FormatBytes(options.used_by_others_bytes), ranked.size());
+        flags.path, events.size(), capacity_text, FormatBytes(options.used_by_others_bytes),
+        ranked.size());
     out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>6}  {:>7}{}  {}\n", "rank", "result",
                        "peak reserved", "peak allocated", "waste", "retries",
                        flags.min_capacity ? "  min capacity" : "", "PYTORCH_CUDA_ALLOC_CONF");
     const std::size_t shown = flags.rows == 0 ? ranked.size() : std::min(flags.rows, ranked.size());
     for (std::size_t i = 0; i < ranked.size(); ++i) {
       const analysis::TuneOutcome& o = ranked[i];
-      if (i >= shown && &o != baseline) continue;
+      if (i >= shown && &o != baseline && &o != recorded) continue;
       const std::string result =
           o.oom ? (o.oom_step >= 0 ? fmt::format("OOM step {}", o.oom_step) : std::string("OOM"))
                 : std::string("fits");
-      out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>5.1f}%  {:>7}{}  {}\n", i + 1, result,
-                         FormatBytes(o.peak_reserved), FormatBytes(o.peak_allocated),
+      out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>5.1f}%  {:>7}{}  {}{}\n", i + 1,
+                         result, FormatBytes(o.peak_reserved), FormatBytes(o.peak_allocated),
                          100.0 * o.waste_at_peak, o.num_alloc_retries,
                          flags.min_capacity
                              ? fmt::format("  {:>12}", o.min_capacity ? FormatBytes(*o.min_capacity)
                                                                       : std::string("-"))
                              : std::string(),
-                         ConfText(o.conf));
+                         ConfText(o.conf), &o == recorded ? "  (recorded)" : "");
     }
     if (shown < ranked.size()) {
       out += fmt::format("  ({} more settings; --rows 0 shows all, --json lists all)\n",
                          ranked.size() - shown);
     }
     out += "\n";
+    // How the best setting compares with `other`, named `name` ("the defaults").
+    auto against = [&](const analysis::TuneOutcome& other, std::string_view name) {
+      if (other.oom) {
+        return fmt::format(
+            "  {}{} run out of memory at request event {}{}; this setting fits, with a peak "
+            "reserved of {}.\n",
+            static_cast<char>(std::toupper(static_cast<unsigned char>(name[0]))), name.substr(1),
+            other.oom_event,
+            other.oom_step >= 0 ? fmt::format(" (step {})", other.oom_step) : std::string(),
+            FormatBytes(best.peak_reserved));
+      }
+      const std::uint64_t saved =
+          other.peak_reserved > best.peak_reserved ? other.peak_reserved - best.peak_reserved : 0;
+      return fmt::format("  Saves {} of peak reserved memory against {} ({} -> {}, {:.1f}%).\n",
+                         FormatBytes(saved), name, FormatBytes(other.peak_reserved),
+                         FormatBytes(best.peak_reserved),
+                         other.peak_reserved == 0 ? 0.0
+                                                  : 100.0 * static_cast<double>(saved) /
+                                                        static_cast<double>(other.peak_reserved));
+    };
     if (best.oom) {
       out += fmt::format(
           "  No setting avoids the out-of-memory error on {}: the job needs a "
-          "larger device or less memory (smaller batch, shorter sequences).\n",
-          FormatBytes(options.capacity_bytes));
+          "larger device or less memory (smaller batch, shorter sequences){}.\n",
+          capacity_text,
+          flags.min_capacity ? "; the min capacity column says how large"
+                             : std::string("; --min-capacity finds how large"));
     } else {
       out += fmt::format("  Recommended: PYTORCH_CUDA_ALLOC_CONF={}\n",
                          best.conf.empty() ? "\"\" (the defaults are best)" : best.conf);
-      if (baseline != nullptr && baseline != &best) {
-        if (baseline->oom) {
-          out += fmt::format(
-              "  The defaults run out of memory at request event {}{}; this "
-              "setting fits, with a peak reserved of {}.\n",
-              baseline->oom_event,
-              baseline->oom_step >= 0 ? fmt::format(" (step {})", baseline->oom_step)
-                                      : std::string(),
-              FormatBytes(best.peak_reserved));
-        } else {
-          const std::uint64_t saved = baseline->peak_reserved > best.peak_reserved
-                                          ? baseline->peak_reserved - best.peak_reserved
-                                          : 0;
-          out += fmt::format(
-              "  Saves {} of peak reserved memory against the defaults ({} -> {}, "
-              "{:.1f}%).\n",
-              FormatBytes(saved), FormatBytes(baseline->peak_reserved),
-              FormatBytes(best.peak_reserved),
-              baseline->peak_reserved == 0 ? 0.0
-                                           : 100.0 * static_cast<double>(saved) /
-                                                 static_cast<double>(baseline->peak_reserved));
-        }
+      if (baseline != nullptr && baseline != &best) out += against(*baseline, "the defaults");
+      if (recorded != nullptr && recorded != baseline && recorded != &best) {
+        out += against(*recorded, "the recorded settings");
       }
     }
+    for (const std::string& note : notes) out += fmt::format("  note: {}\n", note);
   }
   const int written = WriteReport(out);
   if (written != kExitOk) return written;
@@ -205,12 +298,14 @@ Command AddTuneCommand(CLI::App& app) {
   auto flags = std::make_shared<TuneFlags>();
   CLI::App* sub = app.add_subcommand("tune", std::string(kDescription));
   sub->footer(std::string(kFooter));
-  sub->add_option("TRACE", flags->path, "Request trace: JSON Lines, plain, .gz or .zst")
+  sub->add_option("TRACE", flags->path,
+                  "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")
       ->required();
-  sub->add_option("--capacity", flags->capacity, "Device memory of the virtual GPU")
+  sub->add_option("--capacity", flags->capacity,
+                  "Device memory of the virtual GPU (required for a request trace; a snapshot's "
+                  "recorded OOMs give it)")
       ->type_name("SIZE")
-      ->required()
       ->check(ByteSize(1));
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch: CUDA context, NCCL, other processes")
@@ -219,6 +314,7 @@ Command AddTuneCommand(CLI::App& app) {
   sub->add_option("--setting", flags->settings,
                   "A PYTORCH_CUDA_ALLOC_CONF to try (repeat; replaces the default grid)")
       ->type_name("CONF");
+  AddAddressesOption(*sub, &flags->addresses);
   AddTorchVersionOption(*sub, &flags->torch_version);
   sub->add_option("--threads", flags->threads, "Worker threads (0 = one per hardware thread)")
       ->type_name("N")

@@ -443,6 +443,7 @@ Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
   tune.used_by_others_bytes = options.used_by_others_bytes;
   tune.version = options.version;
   tune.threads = options.threads;
+  tune.addresses = options.addresses;
   auto combined = [&](const std::string& conf) {
     if (options.current_conf.empty()) return conf;
     return options.current_conf + "," + conf;

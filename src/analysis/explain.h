@@ -8,6 +8,7 @@
 #define FRAGSCOPE_ANALYSIS_EXPLAIN_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "fragscope/oom_message.h"
 #include "fragscope/status.h"
 #include "model/alloc_conf.h"
+#include "model/recorded_addresses.h"
 
 namespace fragscope::analysis {
 
@@ -92,6 +94,8 @@ struct VerifyOptions {
   std::string current_conf;                // the job's own PYTORCH_CUDA_ALLOC_CONF
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   unsigned threads = 0;
+  /// A snapshot's recorded segment addresses per device (TuneOptions::addresses).
+  std::map<std::int32_t, model::RecordedAddresses> addresses;
 };
 
 /// What the replay under the job's own settings did, for the report.

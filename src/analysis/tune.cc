@@ -21,16 +21,26 @@ struct RunResult {
   std::unique_ptr<model::RequestReplayer> replayer;  // the finished run, for WouldMatch
 };
 
-// One replay of the whole trace on a device of `capacity` bytes.
+// One replay of the whole trace on devices of `capacity` bytes, or with the options' own
+// sizes (`capacity` unset).
 RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorConfig& config,
-                     const TuneOptions& options, std::uint64_t capacity) {
+                     const TuneOptions& options, std::optional<std::uint64_t> capacity) {
   RunResult r;
-  auto sim_options = [&](std::int32_t) {
+  auto sim_options = [&](std::int32_t device) {
     model::SimOptions o;
     o.config = config;
     o.version = options.version;
-    o.driver.capacity_bytes = capacity;
+    o.driver.capacity_bytes = options.capacity_bytes;
+    if (capacity) {
+      o.driver.capacity_bytes = *capacity;
+    } else if (const auto own = options.device_capacity_bytes.find(device);
+               own != options.device_capacity_bytes.end()) {
+      o.driver.capacity_bytes = own->second;
+    }
     o.driver.used_by_others_bytes = options.used_by_others_bytes;
+    if (const auto plan = options.addresses.find(device); plan != options.addresses.end()) {
+      plan->second.Attach(&o.driver);
+    }
     return o;
   };
   r.replayer = std::make_unique<model::RequestReplayer>(sim_options, model::OomPolicy::kStop,
@@ -190,7 +200,7 @@ Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
         std::lock_guard<std::mutex> lock(mu);
         if (!pick(&f, &i)) return;
       }
-      RunResult r = ReplayOnce(events, configs[i], options, options.capacity_bytes);
+      RunResult r = ReplayOnce(events, configs[i], options, std::nullopt);
       std::vector<std::size_t> settled;  // members this run stands for
       {
         std::lock_guard<std::mutex> lock(mu);

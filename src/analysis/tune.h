@@ -7,6 +7,7 @@
 #define FRAGSCOPE_ANALYSIS_TUNE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,11 +15,18 @@
 #include "fragscope/event.h"
 #include "fragscope/status.h"
 #include "model/alloc_conf.h"
+#include "model/recorded_addresses.h"
 
 namespace fragscope::analysis {
 
 struct TuneOptions {
   std::uint64_t capacity_bytes = 0;
+  /// Devices of another size than capacity_bytes (a snapshot's devices whose recorded OOM
+  /// tells theirs). The bisection of find_min_capacity gives every device the same size.
+  std::map<std::int32_t, std::uint64_t> device_capacity_bytes;
+  /// Where each device's segments go: the addresses the real driver gave them (a snapshot's,
+  /// model/recorded_addresses.h); devices without an entry use the simulator's own placement.
+  std::map<std::int32_t, model::RecordedAddresses> addresses;
   std::uint64_t used_by_others_bytes = 0;
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   /// PYTORCH_CUDA_ALLOC_CONF strings to try; empty: DefaultTuneGrid(). "" is the default.

@@ -128,8 +128,8 @@ def test_replay_snapshot_at_the_recorded_addresses():
     report = json.loads(r.stdout)
     [device] = report["devices"]
     assert [s["address"] for s in device["segments"]] == [segment["address"]]
-    assert any("recorded segment addresses taken: 1 of 1; refused (in use, or out of the "
-               "modelled range): 0" in n for n in report["notes"]), report["notes"]
+    assert any("recorded segment addresses taken: 1 of 1; refused (overlapping a segment "
+               "still held, or reaching the simulator's own address range): 0" in n for n in report["notes"]), report["notes"]
     [f] = report["fidelity"]
     assert (f["recorded_addresses"], f["addresses_taken"]) == (1, 1)
     assert run("replay", SMALL, "--json", "--addresses", "recorded").stdout == r.stdout

@@ -160,7 +160,10 @@ def test_retries_are_counted_in_the_timeline_with_two_threads():
      "allocator trace"),
     (["replay", "tests/data/cli/bad_unknown_action.jsonl", "--capacity", "1GiB"],
      "bad_unknown_action.jsonl:"),
-    (["tune", FRAG], "--capacity"),
+    (["tune", FRAG], "a request trace needs --capacity"),
+    (["tune", "tests/data/cli/allocator_basic.jsonl", "--capacity", "1GiB"], "allocator trace"),
+    (["tune", "tests/data/snapshots/truncated.pickle"], "truncated.pickle"),
+    (["tune", "tests/data/snapshots/malicious.pickle"], "malicious.pickle"),
     (["tune", FRAG, "--capacity", "64MiB", "--setting", "garbage_collection_threshold:2"],
      "garbage_collection_threshold"),
 ])
@@ -267,3 +270,80 @@ def test_emit_write_failure_ends_the_replay(tmp_path, threads):
     assert r.returncode == 2, r.stderr.decode()
     assert "sim.jsonl.tmp: write failed: File too large" in r.stderr.decode()
     assert not out.exists() and not (tmp_path / "sim.jsonl.tmp").exists()
+
+
+# tests/data/snapshots/g2_oom.pickle (tools/make_snapshot_fixtures.py): 50 MiB stay live when a
+# 180 MiB request fails with 150 MiB free on the driver, so the device held 50 + 150 = 200 MiB
+# and the job would have needed 50 + 180 = 230 MiB.
+OOM_SNAPSHOT = "tests/data/snapshots/g2_oom.pickle"
+
+
+def test_tune_snapshot_takes_the_size_its_recorded_oom_reveals():
+    r = run("tune", OOM_SNAPSHOT, "--min-capacity", "--json")
+    assert r.returncode == 1, r.stderr.decode()  # a shortage: no setting avoids it
+    j = json.loads(r.stdout)
+    assert j["device_capacity_bytes"] == {"0": 200 * MiB}
+    assert j["recorded_alloc_conf"] == ""  # no settings recorded: PyTorch's defaults
+    rec = j["recorded"]
+    assert rec["recorded"] is True and rec == j["default"]
+    assert [row["alloc_conf"] for row in j["ranked"] if row["recorded"]] == [""]
+    assert len(j["ranked"]) == 72  # the recorded settings are in the grid already
+    assert rec["min_capacity_bytes"] == 230 * MiB
+    # The recorded settings fail where `replay` of the snapshot fails, at the recorded OOM.
+    _, replayed = run_json("replay", OOM_SNAPSHOT)
+    assert rec["oom"] is True
+    assert rec["oom_event_index"] == replayed["oom"]["event_index"]
+    assert any("capacity taken from its recorded OOM" in n for n in j["notes"]), j["notes"]
+
+
+@pytest.mark.parametrize("capacity, rc", [("230MiB", 0), ("228MiB", 1)])
+def test_tune_snapshot_on_a_given_device(capacity, rc):
+    r = run("tune", OOM_SNAPSHOT, "--capacity", capacity, "--setting", "")
+    assert r.returncode == rc, r.stderr.decode()
+    text = r.stdout.decode()
+    assert f"on {capacity[:3]}.0 MiB (0 B used by others)" in text, text
+    assert ("Recommended: PYTORCH_CUDA_ALLOC_CONF=\"\"" in text) == (rc == 0), text
+
+
+def test_tune_snapshot_without_an_oom_ranks_on_unlimited_memory():
+    snapshot = "tests/data/snapshots/g4_expandable.pickle"
+    rc, j = run_json("tune", snapshot)
+    assert rc == 0
+    assert j["capacity_bytes"] == 1 << 50 and j["device_capacity_bytes"] == {}
+    assert all(not row["oom"] for row in j["ranked"])
+    [rec] = [row for row in j["ranked"] if row["recorded"]]
+    assert rec["alloc_conf"] == j["recorded_alloc_conf"] == "expandable_segments:True"
+    # The same requests, settings and addresses as `replay` of the snapshot: the same peak.
+    _, replayed = run_json("replay", snapshot)
+    [device] = replayed["devices"]
+    assert rec["peak_reserved_bytes"] == device["memory_stats"]["reserved_bytes.all.peak"]
+    assert any("unlimited memory" in n for n in j["notes"]), j["notes"]
+
+
+def test_tune_snapshot_adds_its_recorded_settings_to_the_grid(tmp_path):
+    snapshot = json.load(open(os.path.join(SOURCE_DIR, "tests/data/snapshots/g3_snapshot.json")))
+    snapshot["allocator_settings"]["max_split_size"] = 96 * MiB  # not in the default grid
+    path = tmp_path / "split96.json"
+    path.write_text(json.dumps(snapshot))
+    rc, j = run_json("tune", str(path))
+    assert rc == 0
+    assert j["recorded_alloc_conf"] == "max_split_size_mb:96"
+    assert len(j["ranked"]) == 73
+    assert j["recorded"]["alloc_conf"] == "max_split_size_mb:96"
+    # --setting replaces the grid, recorded settings included.
+    rc, j = run_json("tune", str(path), "--setting", "", "--setting", "expandable_segments:True")
+    assert [row["alloc_conf"] for row in j["ranked"]].count("max_split_size_mb:96") == 0
+    assert j["recorded"] is None
+    text = run("tune", str(path)).stdout.decode()
+    assert "max_split_size_mb:96  (recorded)" in text, text
+
+
+def test_tune_addresses():
+    r = run("tune", FRAG, "--capacity", "64MiB", "--addresses", "recorded")
+    assert r.returncode == 2
+    assert "--addresses recorded needs a PyTorch memory snapshot" in r.stderr.decode()
+    r = run("tune", OOM_SNAPSHOT, "--addresses", "elsewhere")
+    assert r.returncode == 2
+    _, recorded = run_json("tune", OOM_SNAPSHOT, "--setting", "")
+    _, simulated = run_json("tune", OOM_SNAPSHOT, "--setting", "", "--addresses", "simulated")
+    assert recorded == simulated  # one segment at a time: nothing for the placement to decide

@@ -111,3 +111,25 @@ def test_real_snapshot_replays_into_its_recorded_segments(name):
         assert f["segment_agreement"] == 1.0, (f["device"], f)
         assert f["sim_reserved_bytes"] == f["real_reserved_bytes"]
         assert f["sim_peak_reserved_bytes"] == f["real_peak_reserved_bytes"]
+
+
+@pytest.mark.parametrize("name", ["constructorsun_memory_snapshot.pickle",
+                                  "nesta_memory_snapshot.json"])
+def test_tune_of_a_real_oom_snapshot_reproduces_its_oom(name):
+    # The two real snapshots whose history ends in an OOM. `tune` gives the failing device the
+    # size its OOM reveals, and under the recorded settings the replay fails at the request
+    # that failed in the recorded run, as `replay` does.
+    path = os.path.join(REAL, name)
+    replay = json.loads(subprocess.run([BIN, "replay", path, "--json", "--no-map"],
+                                       capture_output=True, timeout=300).stdout)
+    [conf] = {d["alloc_conf"] for d in replay["devices"]}
+    proc = subprocess.run([BIN, "tune", path, "--json", "--setting", conf],
+                          capture_output=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr.decode()
+    tuned = json.loads(proc.stdout)
+    [row] = tuned["ranked"]
+    assert row["recorded"] is True
+    assert row["oom"] is True
+    assert row["oom_event_index"] == replay["ooms"][0]["event_index"]
+    failing = str(replay["ooms"][0]["device"])
+    assert list(tuned["device_capacity_bytes"]) == [failing]

@@ -1,0 +1,88 @@
+// Tune's per-device sizes (a snapshot's devices whose recorded OOM tells their capacity). The
+// CLI tests (tests/cli/test_replay.py) cover the grid, the ranking and snapshots end to end.
+#include "analysis/tune.h"
+
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+constexpr std::uint64_t MiB = kMiB;
+
+Event Alloc(std::int32_t device, std::uint64_t id, std::uint64_t size) {
+  Event e;
+  e.action = Action::kAlloc;
+  e.device = device;
+  e.addr = id;
+  e.size = size;
+  return e;
+}
+
+// Device 0 asks for 9 MiB, device 1 for 30 MiB. A request over 1 MiB and under 10 MiB gets a
+// 20 MiB segment; from 10 MiB up, its size rounded up to 2 MiB. So device 0 reserves 20 MiB and
+// device 1 exactly 30 MiB.
+const std::vector<Event> kTwoDevices = {Alloc(0, 1, 9 * MiB), Alloc(1, 2, 30 * MiB)};
+
+TuneOptions OneSetting() {
+  TuneOptions o;
+  o.settings = {""};
+  o.threads = 1;
+  o.capacity_bytes = 1024 * MiB;
+  return o;
+}
+
+TEST(TuneTest, EveryDeviceHasTheCommonCapacityUnlessItsOwnIsGiven) {
+  Result<std::vector<TuneOutcome>> fits = Tune(kTwoDevices, OneSetting());
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  EXPECT_FALSE(fits->front().oom);
+  EXPECT_EQ(fits->front().peak_reserved, 30 * MiB);  // the device with the highest peak
+
+  // Device 1 on 29 MiB: its 30 MiB segment cannot be had, at its first request (event 1).
+  TuneOptions small = OneSetting();
+  small.device_capacity_bytes[1] = 29 * MiB;
+  Result<std::vector<TuneOutcome>> oom = Tune(kTwoDevices, small);
+  ASSERT_TRUE(oom.ok()) << oom.status().ToString();
+  EXPECT_TRUE(oom->front().oom);
+  EXPECT_EQ(oom->front().oom_event, 1u);
+
+  // Device 0 on 19 MiB instead: its 20 MiB segment fails at event 0; device 1 is not limited.
+  TuneOptions other = OneSetting();
+  other.device_capacity_bytes[0] = 19 * MiB;
+  Result<std::vector<TuneOutcome>> first = Tune(kTwoDevices, other);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->front().oom);
+  EXPECT_EQ(first->front().oom_event, 0u);
+}
+
+TEST(TuneTest, TheMinimumCapacityIsOneSizeForEveryDevice) {
+  // Device 1 takes two 12 MiB segments, frees the first block, then asks for 14 MiB: a third
+  // segment (the cached 12 MiB block is too small), 38 MiB reserved with room enough. On a
+  // smaller device the failed cudaMalloc releases the cached 12 MiB segment and retries, so
+  // 12 + 14 = 26 MiB is the least it needs; device 0 needs 20 MiB.
+  std::vector<Event> events = {Alloc(0, 1, 9 * MiB), Alloc(1, 2, 12 * MiB), Alloc(1, 3, 12 * MiB)};
+  Event free_first;
+  free_first.action = Action::kFreeRequested;
+  free_first.device = 1;
+  free_first.addr = 2;
+  events.push_back(free_first);
+  events.push_back(Alloc(1, 4, 14 * MiB));
+
+  // Given 25 MiB of its own, device 1 runs out of memory; the bisection gives every device the
+  // size it tries instead, and both fit from 26 MiB.
+  TuneOptions o = OneSetting();
+  o.device_capacity_bytes[1] = 25 * MiB;
+  o.find_min_capacity = true;
+  Result<std::vector<TuneOutcome>> tuned = Tune(events, o);
+  ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+  EXPECT_TRUE(tuned->front().oom);
+  EXPECT_EQ(tuned->front().oom_event, 4u);
+  ASSERT_TRUE(tuned->front().min_capacity.has_value());
+  EXPECT_EQ(*tuned->front().min_capacity, 26 * MiB);
+}
+
+}  // namespace
+}  // namespace fragscope::analysis
