@@ -191,7 +191,11 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   out_header.allocator_settings.clear();
   for (DeviceInfo& d : out_header.devices) {
     const model::SimOptions o = sim_options(d.device);
-    d.capacity_bytes = o.driver.capacity_bytes;
+    // An unlimited device has no size to report: the analysis reads it as unknown (its max
+    // allocatable is then the largest cached block, not a petabyte).
+    d.capacity_bytes = o.driver.capacity_bytes >= analysis::kUnlimitedCapacity
+                           ? std::nullopt
+                           : std::optional<std::uint64_t>(o.driver.capacity_bytes);
     d.used_by_others_bytes = o.driver.used_by_others_bytes;
   }
   if (out_header.devices.empty()) {

@@ -347,3 +347,18 @@ def test_tune_addresses():
     _, recorded = run_json("tune", OOM_SNAPSHOT, "--setting", "")
     _, simulated = run_json("tune", OOM_SNAPSHOT, "--setting", "", "--addresses", "simulated")
     assert recorded == simulated  # one segment at a time: nothing for the placement to decide
+
+
+def test_replay_on_unlimited_memory_reports_no_device_size():
+    # A snapshot without a recorded OOM replays on an unlimited device; the analysis of the
+    # simulated run must not report that stand-in size (2^50 bytes) as the GPU's capacity, nor
+    # count it as free device memory in "max allocatable".
+    snapshot = "tests/data/snapshots/g4_expandable.pickle"
+    _, j = run_json("replay", snapshot, "--no-map")
+    [device] = j["analysis"]["devices"]
+    assert device["capacity_bytes"] is None
+    assert device["final"]["device_free_bytes"] is None
+    assert device["min_max_allocatable"]["bytes"] < 1 << 30
+    text = run("replay", snapshot, "--no-map").stdout.decode()
+    assert "virtual GPU of unlimited memory" in text
+    assert "1048576" not in text
