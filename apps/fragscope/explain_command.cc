@@ -24,7 +24,7 @@ struct ExplainFlags {
   std::string snapshot;
   std::string capacity;
   std::string used_by_others;
-  std::string alloc_conf;
+  std::optional<std::string> alloc_conf;  // unset: a snapshot's recorded settings, else ""
   std::string torch_version = "newest";
   std::size_t error = 0;  // 1-based; 0: the first with figures
   unsigned threads = 0;
@@ -53,8 +53,9 @@ Repeated copies of one message (same text and rank) are reported once.
 With --trace (a request trace) or --snapshot (a PyTorch memory snapshot) the job's requests
 are replayed through the caching-allocator simulator on the device the message describes
 (total capacity, minus the memory outside PyTorch's cache), once with the current settings
-(--alloc-conf) and once per proposed allocator setting, and the remedies are re-ranked by the
-measured result: fits or still OOM, peak reserved, fragmentation at the OOM point.
+(--alloc-conf; for a snapshot, by default the settings it recorded) and once per proposed
+allocator setting, and the remedies are re-ranked by the measured result: fits or still OOM,
+peak reserved, fragmentation at the OOM point.
 
 docs/explain.md has the formulas and the supported wordings with their PyTorch versions.
 
@@ -78,7 +79,8 @@ int RunExplain(const ExplainFlags& flags) {
   if (!flags.trace.empty() && !flags.snapshot.empty()) {
     return BadInput("give --trace or --snapshot, not both");
   }
-  Result<model::AllocatorConfig> current = model::ParseAllocatorConfig(flags.alloc_conf, version);
+  Result<model::AllocatorConfig> current =
+      model::ParseAllocatorConfig(flags.alloc_conf.value_or(""), version);
   if (!current.ok()) return BadInput("--alloc-conf: " + current.status().message());
 
   Result<sources::OomTextScan> scan = sources::ReadOomText(flags.path);
@@ -118,7 +120,7 @@ int RunExplain(const ExplainFlags& flags) {
     analysis::VerifyOptions options;
     options.version = version;
     options.threads = flags.threads;
-    options.current_conf = flags.alloc_conf;
+    options.current_conf = flags.alloc_conf.value_or("");
     if (target.figures) {
       options.capacity_bytes = target.figures->total;
       options.used_by_others_bytes = target.figures->outside;
@@ -133,9 +135,18 @@ int RunExplain(const ExplainFlags& flags) {
     std::vector<std::string> notes;
     Result<OpenedInput> opened = OpenInput(replay_path);
     if (!opened.ok()) return BadInput(opened.status().message());
-    // A snapshot's segments go where the real driver put them, as in `replay`.
+    // A snapshot's segments go where the real driver put them, and the job's own settings are
+    // those it recorded unless --alloc-conf says otherwise, as in `replay`.
     if (opened->snapshot != nullptr) {
       options.addresses = sources::RecordedSegmentAddresses(*opened->snapshot);
+      if (!flags.alloc_conf) {
+        options.current_conf = opened->snapshot->RecordedConf(&notes);
+        current = model::ParseAllocatorConfig(options.current_conf, version);
+        if (!current.ok()) {
+          return BadInput(
+              fmt::format("{}:1: allocator_settings: {}", replay_path, current.status().message()));
+        }
+      }
     }
     Result<std::vector<Event>> events =
         ReadRequestEvents(*opened, replay_path, current->Rules(), &notes);
@@ -197,8 +208,10 @@ Command AddExplainCommand(CLI::App& app) {
                   "Memory outside PyTorch for the replay (default: total - free - reserved)")
       ->type_name("SIZE")
       ->check(ByteSize(0));
-  sub->add_option("--alloc-conf", flags->alloc_conf,
-                  "The job's own PYTORCH_CUDA_ALLOC_CONF (remedies are added to it)")
+  sub->add_option(
+         "--alloc-conf", flags->alloc_conf,
+         "The job's own PYTORCH_CUDA_ALLOC_CONF, to which remedies are added (default: the "
+         "snapshot's recorded settings, else PyTorch's defaults)")
       ->type_name("STR");
   sub->add_option("--error", flags->error,
                   "Which message the replay checks, 1-based (default: the first with figures)")

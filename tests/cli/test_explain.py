@@ -322,3 +322,19 @@ def test_help_teaches():
     out = r.stdout.decode()
     assert "Examples:" in out
     assert "--trace" in out and "--snapshot" in out
+
+
+def test_snapshot_replays_under_its_recorded_settings():
+    # g4_expandable.pickle recorded expandable_segments:True: that is the job's own setting
+    # unless --alloc-conf says otherwise (as `replay` of the snapshot does).
+    snapshot = "tests/data/snapshots/g4_expandable.pickle"
+    doc = explain_json(MESSAGE, "--snapshot", snapshot, "--capacity", "8GiB")
+    assert doc["verification"]["current_alloc_conf"] == "expandable_segments:True"
+    doc = explain_json(MESSAGE, "--snapshot", snapshot, "--capacity", "8GiB", "--alloc-conf", "")
+    assert doc["verification"]["current_alloc_conf"] == ""
+    # A snapshot that records no settings: PyTorch's defaults, and a note says so.
+    doc = explain_json(MESSAGE, "--snapshot", "tests/data/snapshots/g2_oom.pickle",
+                       "--capacity", "8GiB")
+    assert doc["verification"]["current_alloc_conf"] == ""
+    notes = [n for e in doc["errors"] for n in e["notes"]]
+    assert any("records no allocator settings" in n for n in notes), notes
