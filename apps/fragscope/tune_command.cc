@@ -230,9 +230,11 @@ int RunTune(const TuneFlags& flags) {
                        "peak reserved", "peak allocated", "waste", "retries",
                        flags.min_capacity ? "  min capacity" : "", "PYTORCH_CUDA_ALLOC_CONF");
     const std::size_t shown = flags.rows == 0 ? ranked.size() : std::min(flags.rows, ranked.size());
+    std::size_t printed = 0;  // the first `shown`, then the defaults' and recorded rows
     for (std::size_t i = 0; i < ranked.size(); ++i) {
       const analysis::TuneOutcome& o = ranked[i];
       if (i >= shown && &o != baseline && &o != recorded) continue;
+      ++printed;
       const std::string result =
           o.oom ? (o.oom_step >= 0 ? fmt::format("OOM step {}", o.oom_step) : std::string("OOM"))
                 : std::string("fits");
@@ -245,9 +247,10 @@ int RunTune(const TuneFlags& flags) {
                              : std::string(),
                          ConfText(o.conf), &o == recorded ? "  (recorded)" : "");
     }
-    if (shown < ranked.size()) {
-      out += fmt::format("  ({} more settings; --rows 0 shows all, --json lists all)\n",
-                         ranked.size() - shown);
+    if (printed < ranked.size()) {
+      const std::size_t hidden = ranked.size() - printed;
+      out += fmt::format("  ({} more setting{}; --rows 0 shows all, --json lists all)\n", hidden,
+                         hidden == 1 ? "" : "s");
     }
     out += "\n";
     // How the best setting compares with `other`, named `name` ("the defaults").

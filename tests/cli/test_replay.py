@@ -362,3 +362,16 @@ def test_replay_on_unlimited_memory_reports_no_device_size():
     text = run("replay", snapshot, "--no-map").stdout.decode()
     assert "virtual GPU of unlimited memory" in text
     assert "1048576" not in text
+
+
+def test_tune_counts_the_rows_it_leaves_out():
+    # --rows 1 prints the best row, and the defaults' row wherever it ranks; the footer counts
+    # only the rows left out.
+    r = run("tune", FRAG, "--capacity", "70MiB", "--rows", "1", "--setting", "max_split_size_mb:64",
+            "--setting", "expandable_segments:True", "--setting", "")
+    lines = r.stdout.decode().splitlines()
+    printed = [line for line in lines if line[:6].strip().isdigit()]
+    assert any(line.endswith("(defaults)") for line in printed), lines
+    hidden = 3 - len(printed)
+    assert hidden >= 1, lines
+    assert f"({hidden} more setting{'' if hidden == 1 else 's'};" in r.stdout.decode(), lines
