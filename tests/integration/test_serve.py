@@ -77,7 +77,9 @@ class Daemon:
             if m:
                 self.port = int(m.group(1))
                 break
-            if "--listen" in extra and os.path.exists(self.sock):
+            # The socket file appears at bind(), a moment before listen(): a client connecting
+            # in between is refused. The daemon logs this line once the socket accepts.
+            if "--listen" in extra and re.search(r"agent socket \S+ \(mode", text):
                 break
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited with {self.proc.returncode}:\n{text}")
