@@ -6,9 +6,10 @@ one JSON object.
 
     from fragscope_agent import AgentClient
     agent = AgentClient("/run/fragscope/agent.sock", job="llm-7b", rank=0)
-    # every N steps:
+    # every N steps: memory_stats() and the block-level view from memory_snapshot()
+    agent.send_torch_state(step)
+    # or hand-made samples:
     agent.send_memory_stats(torch.cuda.memory_stats(dev), device_uuid=uuid, step=step)
-    # or any dict of AgentSample fields:
     agent.send_sample({"device_uuid": uuid, "reserved_bytes": 1 << 30, "step": step})
 
 The client keeps one connection open (the daemon drops a process's series when its
@@ -23,6 +24,7 @@ import os
 import socket
 import struct
 import time
+import warnings
 
 MAGIC = b"FSAG"
 VERSION = 1
@@ -81,6 +83,94 @@ def sample_from_memory_stats(stats: dict, **fields) -> dict:
     return sample
 
 
+# PyTorch's caching-allocator constants (shared/spec/pytorch-caching-allocator.md §4; the same
+# as src/model/allocator_rules.h).
+SMALL_SIZE = 1 << 20  # requests of at most 1 MiB go to the small pool
+SMALL_BUFFER = 2 << 20  # a small-pool segment
+MIN_LARGE_ALLOC = 10 << 20  # below this a large request takes a 20 MiB segment
+ROUND_LARGE = 2 << 20  # larger segments are the request rounded up to 2 MiB
+
+
+def largest_request_for_new_segment(budget: int) -> int:
+    """The largest request a new segment of at most `budget` bytes of device memory serves."""
+    if budget >= MIN_LARGE_ALLOC:
+        return budget // ROUND_LARGE * ROUND_LARGE
+    if budget >= SMALL_BUFFER:
+        return SMALL_SIZE
+    return 0
+
+
+def summarize_segments(segments, device=None, device_free_bytes=None) -> dict:
+    """The block-level sample fields from the segments of torch.cuda.memory_snapshot() (or of
+    a snapshot file's "segments"): reserved/allocated/active/requested/cached-free bytes,
+    fragmentation_ratio, largest_free_block, max_allocatable and the free-block histogram, by
+    the formulas of docs/metrics.md (`fragscope analyze` reports the same numbers for the same
+    segments). `device`: keep only that device's segments (memory_snapshot() lists every
+    device's). `device_free_bytes`: the driver's free memory (torch.cuda.mem_get_info()[0]);
+    without it max_allocatable counts cached blocks only. Raises ValueError on a malformed
+    segment or block."""
+    reserved = allocated = active = requested = releasable = 0
+    largest = {"small": 0, "large": 0}
+    free_sizes = []
+    for i, seg in enumerate(segments):
+        try:
+            if device is not None and seg.get("device", device) != device:
+                continue
+            pool = "small" if seg.get("segment_type") == "small" else "large"
+            total = int(seg["total_size"])
+            blocks = seg.get("blocks") or []
+            reserved += total
+            if len(blocks) == 1 and blocks[0].get("state") == "inactive":
+                releasable += total
+            for b in blocks:
+                size = int(b["size"])
+                state = b.get("state")
+                if state == "active_allocated":
+                    allocated += size
+                    active += size
+                    requested += int(b.get("requested_size", size))
+                elif state == "active_pending_free":
+                    active += size
+                elif state == "inactive":
+                    free_sizes.append(size)
+                    largest[pool] = max(largest[pool], size)
+                else:
+                    raise ValueError(f"block state {state!r}")
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"segment {i}: {e!r}") from None
+    cached_free = reserved - allocated
+    # A large-pool block serves requests > 1 MiB up to its size; a small-pool one <= 1 MiB.
+    max_allocatable = max(largest["large"] if largest["large"] > SMALL_SIZE else 0,
+                          min(largest["small"], SMALL_SIZE))
+    if device_free_bytes is not None:
+        # After a failed cudaMalloc the allocator frees its wholly free segments and retries.
+        max_allocatable = max(max_allocatable, largest_request_for_new_segment(
+            max(0, int(device_free_bytes)) + releasable))
+    counts, totals = free_block_histogram(free_sizes)
+    return {
+        "reserved_bytes": reserved,
+        "allocated_bytes": allocated,
+        "active_bytes": active,
+        "requested_bytes": requested,
+        "cached_free_bytes": cached_free,
+        "fragmentation_ratio": cached_free / reserved if reserved else 0.0,
+        "largest_free_block": max(largest.values()),
+        "max_allocatable": max_allocatable,
+        "free_block_count": counts,
+        "free_block_bytes": totals,
+    }
+
+
+def torch_device_uuid(torch, device: int):
+    """NVML's UUID ("GPU-...") of a CUDA device as PyTorch knows it (device properties have a
+    uuid since PyTorch 2.3), or None. Under MIG pass the instance's "MIG-..." UUID yourself."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith(("GPU-", "MIG-")) else "GPU-" + text
+
+
 class AgentClient:
     """One process's connection to the daemon. Not thread-safe: one per sending thread."""
 
@@ -95,6 +185,7 @@ class AgentClient:
         self.timeout = timeout
         self.sock = None
         self.last_error = None
+        self._warned = False
 
     def connect(self):
         if self.sock is None:
@@ -148,6 +239,43 @@ class AgentClient:
     def send_memory_stats(self, stats: dict, **fields) -> bool:
         """Sends torch.cuda.memory_stats(device) plus fields (device_uuid=... is required)."""
         return self.send_sample(sample_from_memory_stats(stats, **fields))
+
+
+    def send_torch_state(self, step: int, device=None, *, torch=None, snapshot=True,
+                         device_uuid=None, **fields) -> bool:
+        """Reads what PyTorch's caching allocator holds on `device` (an int or torch.device;
+        default the current device) and sends it: memory_stats() (current and peak bytes,
+        retries, OOMs), the driver's free memory, and with snapshot=True the block-level fields
+        from torch.cuda.memory_snapshot() (summarize_segments: largest free block, max
+        allocatable, free-block histogram). The snapshot walks every block of every device, and
+        with memory history recording on it converts the history too: send every N steps, not
+        every step. Returns False, never raises, when the daemon is down or torch fails (the
+        reason in `last_error`; a warning the first time)."""
+        try:
+            if torch is None:
+                import torch
+            index = device if isinstance(device, int) else getattr(device, "index", None)
+            if index is None:
+                index = torch.cuda.current_device()
+            free, _total = torch.cuda.mem_get_info(index)
+            sample = sample_from_memory_stats(torch.cuda.memory_stats(index))
+            if snapshot:
+                sample.update(summarize_segments(torch.cuda.memory_snapshot(), device=index,
+                                                 device_free_bytes=free))
+            uuid = device_uuid or torch_device_uuid(torch, index)
+            if uuid is None:
+                raise ValueError("this PyTorch gives no device UUID: pass device_uuid='GPU-...' "
+                                 "(nvidia-smi -L)")
+        except Exception as e:  # monitoring never stops training
+            self.last_error = e
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"fragscope_agent: cannot read the allocator state: {e!r}",
+                              RuntimeWarning, stacklevel=2)
+            return False
+        sample.update(device_uuid=uuid, device_index=index, step=step)
+        sample.update(fields)
+        return self.send_sample(sample)
 
 
 def send_sample(sample: dict, path=None) -> bool:

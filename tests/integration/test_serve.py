@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import urllib.parse
 import urllib.request
 
@@ -154,6 +155,33 @@ def full_sample(step=5, **over):
         free_block_bytes=sizes, forecast_level="warning", steps_to_oom=40)
     s.update(over)
     return s
+
+
+def test_torch_state_reaches_metrics(daemon):
+    # send_torch_state reads torch.cuda (a stand-in here: Debian's PyTorch has no CUDA) and the
+    # daemon accepts what it builds: a 20 MiB segment with a 6 MiB gap, 1 MiB of driver free.
+    MiB = 1 << 20
+    segment = {"device": 0, "segment_type": "large", "total_size": 20 * MiB, "blocks": [
+        {"size": 6 * MiB, "state": "inactive", "requested_size": 0},
+        {"size": 14 * MiB, "state": "active_allocated", "requested_size": 14 * MiB - 5}]}
+    cuda = types.SimpleNamespace(
+        current_device=lambda: 0, mem_get_info=lambda d: (MiB, 80 << 30),
+        memory_stats=lambda d: {"reserved_bytes.all.current": 20 * MiB,
+                                "allocated_bytes.all.current": 14 * MiB, "num_ooms": 0},
+        memory_snapshot=lambda: [segment],
+        get_device_properties=lambda d: types.SimpleNamespace(uuid=UUID[len("GPU-"):]))
+    with fragscope_agent.AgentClient(daemon.sock, pid=77) as agent:
+        assert agent.send_torch_state(12, torch=types.SimpleNamespace(cuda=cuda))
+        daemon.wait_metric("fragscope_process_step", 12, pid="77")
+        m = daemon.metrics()
+        labels = {"pid": "77", "UUID": UUID}
+        assert value(m, "fragscope_process_reserved_bytes", **labels) == 20 * MiB
+        assert value(m, "fragscope_process_requested_bytes", **labels) == 14 * MiB - 5
+        assert value(m, "fragscope_process_largest_free_block_bytes", **labels) == 6 * MiB
+        assert value(m, "fragscope_process_max_allocatable_bytes", **labels) == 6 * MiB
+        assert value(m, "fragscope_process_fragmentation_ratio", **labels) == 0.3
+        assert value(m, "fragscope_process_free_blocks", size_bucket="4MiB-8MiB", **labels) == 1
+        assert value(m, "fragscope_agent_samples_rejected_total", reason="malformed") == 0
 
 
 def test_help_teaches_with_examples():
