@@ -273,7 +273,7 @@ class AgentClient:
                 warnings.warn(f"fragscope_agent: cannot read the allocator state: {e!r}",
                               RuntimeWarning, stacklevel=2)
             return False
-        sample.update(device_uuid=uuid, device_index=index, step=step)
+        sample.update(device_uuid=uuid, device_index=index, step=step, device_free_bytes=free)
         sample.update(fields)
         return self.send_sample(sample)
 

@@ -51,6 +51,7 @@ struct ServeFlags {
   std::string history;    // empty: the XDG default; "none": no history
   std::string alerts;     // alert rules (TOML); empty: none
   bool dry_run_hooks = false;
+  bool no_forecast = false;
 };
 
 constexpr std::string_view kDescription =
@@ -68,6 +69,13 @@ A malformed, oversized or too-fast message closes that agent's connection and is
 (fragscope_agent_samples_rejected_total{reason}); other agents are not disturbed. A process
 that disconnects, or stays silent longer than --expiry, leaves the metrics. No GPU or no
 NVML is not an error: fragscope_nvml_available is 0 with the reason.
+
+A sample that carries a step but no forecast level of its own gets the daemon's: the OOM
+forecaster (docs/forecast.md, "In the daemon") follows each process and device from its
+samples, against the memory the process may use (reserved + the driver's free memory, when the
+agent sends device_free_bytes), and fills fragscope_process_forecast_level and
+fragscope_process_steps_to_oom; moves into and out of warning are logged. --no-forecast
+turns it off.
 
 GPU facts come from NVML (--nvml-lib; kept open, retried once a minute while absent) joined with
 /proc/driver/nvidia (--proc-root) by UUID (docs/gpu-sources.md).
@@ -361,6 +369,12 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   agent_options.expiry =
       std::chrono::milliseconds(static_cast<std::int64_t>(flags.expiry_seconds * 1000));
   agent_options.on_sample = daemon.hooks().on_sample;
+  std::unique_ptr<ProcessForecasts> forecasts;
+  if (!flags.no_forecast) {
+    forecasts =
+        std::make_unique<ProcessForecasts>([&daemon](std::string_view m) { daemon.AgentLog(m); });
+    agent_options.prepare = [f = forecasts.get()](agent::AgentSample& s) { f->Prepare(s); };
+  }
   agent_options.log = [&daemon](std::string_view m) { daemon.AgentLog(m); };
   agent::AgentServer agents(agent_options, &daemon.registry());
   if (Status s = agents.Start(); !s.ok()) {
@@ -497,6 +511,9 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
       ->type_name("FILE");
   sub->add_flag("--dry-run-hooks", flags->dry_run_hooks,
                 "Log the alerts' deliveries instead of running hooks and webhooks");
+  sub->add_flag("--no-forecast", flags->no_forecast,
+                "Do not forecast OOMs for agents that send no forecast of their own (their "
+                "forecast level then stays unknown)");
   return {sub, [flags, hooks = std::move(hooks)] { return RunServe(*flags, hooks); }};
 }
 

@@ -22,6 +22,48 @@ std::int64_t NowUs() {
 
 }  // namespace
 
+analysis::LiveForecasts DefaultLiveForecasts(std::size_t max_series) {
+  // The defaults are valid, so Create cannot fail here.
+  return std::move(analysis::LiveForecasts::Create(analysis::ForecastOptions{}, max_series))
+      .value();
+}
+
+ProcessForecasts::ProcessForecasts(LogFn log)
+    : live_(DefaultLiveForecasts(kMaxSeries)), log_(std::move(log)) {}
+
+void ProcessForecasts::Prepare(agent::AgentSample& sample) {
+  if (sample.forecast_level != RiskLevel::kUnknown || sample.step < 0) return;  // the agent's own
+  analysis::LiveSample live;
+  live.step = sample.step;
+  analysis::TimelineSample& w = live.window;
+  w.reserved_bytes = sample.reserved_bytes;
+  w.allocated_bytes = sample.allocated_bytes;
+  w.live_requested_bytes = sample.requested_bytes;
+  w.cached_free_bytes = sample.cached_free_bytes;
+  w.fragmentation_ratio = sample.fragmentation_ratio;
+  w.largest_free_block = sample.largest_free_block;
+  w.max_allocatable = sample.max_allocatable;
+  w.stranded_bytes = sample.stranded_bytes;
+  w.peak_reserved_bytes = sample.peak_reserved_bytes;
+  w.peak_allocated_bytes = sample.peak_allocated_bytes;
+  // Set against what can be obtained now only when the agent reports that (block level).
+  bool block_level = sample.max_allocatable > 0 || sample.largest_free_block > 0;
+  for (std::uint64_t n : sample.free_block_count) block_level |= n > 0;
+  w.largest_request = block_level ? sample.largest_request_bytes : 0;
+  live.retries_total = sample.num_alloc_retries;
+  if (sample.device_free_bytes)
+    live.capacity_bytes = sample.reserved_bytes + *sample.device_free_bytes;
+  const analysis::LiveVerdict v =
+      live_.Observe(fmt::format("{} {}", sample.pid, sample.device_uuid), live);
+  sample.forecast_level = v.point.level;
+  if (v.point.steps_to_oom) sample.steps_to_oom = static_cast<std::int64_t>(*v.point.steps_to_oom);
+  const bool alarm = v.point.level >= RiskLevel::kWarning;
+  if (log_ && alarm != (v.previous >= RiskLevel::kWarning)) {
+    log_(fmt::format("forecast: pid {} on {}, step {}: {}: {}", sample.pid, sample.device_uuid,
+                     sample.step, RiskLevelName(v.point.level), v.point.reason));
+  }
+}
+
 GpuSource::GpuSource(const std::string& nvml_lib, const std::string& proc_root) {
   if (!nvml_lib.empty()) nvml_options_.library_paths = {nvml_lib};
   if (!proc_root.empty()) procfs_options_.root = proc_root;

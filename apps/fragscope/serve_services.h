@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "analysis/live_forecast.h"
 #include "fragscope/status.h"
 #include "sinks/alerts/alert_config.h"
 #include "sinks/alerts/alert_engine.h"
@@ -69,6 +70,23 @@ class SampleRecorder {
   std::uint64_t written_ = 0;
   std::uint64_t dropped_ = 0;  // since the last Flush(), for its log line; guarded by mu_
   std::atomic<std::uint64_t> dropped_total_{0};
+};
+
+/// The daemon's own forecast (docs/forecast.md, "In the daemon"): a sample whose agent sends no
+/// forecast level but a step gets the forecaster's verdict for its (process, device) series.
+/// The device's capacity for the process is reserved + the driver's free memory when the agent
+/// sends `device_free_bytes`. Logs each series' moves into and out of warning or worse.
+/// Prepare() runs on the agent server's thread only.
+class ProcessForecasts {
+ public:
+  /// At most this many series are followed; the least recently updated is dropped first.
+  static constexpr std::size_t kMaxSeries = 4096;
+  explicit ProcessForecasts(LogFn log);
+  void Prepare(agent::AgentSample& sample);
+
+ private:
+  analysis::LiveForecasts live_;
+  LogFn log_;
 };
 
 /// The alert rules of a config file, evaluated every tick against the latest samples and GPU

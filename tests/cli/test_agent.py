@@ -211,7 +211,7 @@ def test_send_torch_state(tmp_path):
     first, second, third = receiver.samples
     assert first["device_uuid"] == "GPU-6c1d2b3a-0000-4000-8000-00000000beef"
     assert (first["pid"], first["job"], first["rank"], first["step"]) == (4321, "llm", 3, 100)
-    assert first["device_index"] == 0
+    assert first["device_index"] == 0 and first["device_free_bytes"] == 7 * MiB
     assert first["peak_reserved_bytes"] == 40 * MiB and first["num_alloc_retries"] == 2
     assert first["largest_free_block"] == 6 * MiB
     assert first["max_allocatable"] == 10 * MiB  # the driver's 7 MiB + 4 MiB releasable

@@ -184,6 +184,43 @@ def test_torch_state_reaches_metrics(daemon):
         assert value(m, "fragscope_agent_samples_rejected_total", reason="malformed") == 0
 
 
+def leak_sample(step):
+    """A process whose peak grows 8 MiB a step from 6 GiB on a 10 GiB device (no forecast)."""
+    peak = (6 << 30) + step * (8 << 20)
+    return fragscope_agent.sample_from_memory_stats(
+        {"reserved_bytes.all.current": peak + (512 << 20), "allocated_bytes.all.current": peak // 2,
+         "reserved_bytes.all.peak": peak + (512 << 20), "allocated_bytes.all.peak": peak,
+         "num_alloc_retries": 0},
+        device_uuid=UUID, step=step, device_free_bytes=(10 << 30) - peak - (512 << 20))
+
+
+def test_daemon_forecasts_for_agents_that_send_none(workdir):
+    d = Daemon(workdir)
+    try:
+        with fragscope_agent.AgentClient(d.sock, pid=501) as agent:
+            for step in range(0, 200, 10):
+                assert agent.send_sample(leak_sample(step))
+            d.wait_metric("fragscope_process_step", 190, pid="501")
+            m = d.metrics()
+            assert value(m, "fragscope_process_forecast_level", pid="501") >= 3
+            assert value(m, "fragscope_process_steps_to_oom", pid="501") > 0
+    finally:
+        assert d.stop() == 0
+    log = d.read_log()
+    assert re.search(r"forecast: pid 501 on GPU-\S+, step 1[5-9]0: (warning|critical): ~\d+ steps "
+                     r"to OOM: peak allocated grows", log), log
+    # --no-forecast: the level stays what the agent sent (nothing: unknown).
+    d = Daemon(workdir, "--no-forecast")
+    try:
+        with fragscope_agent.AgentClient(d.sock, pid=502) as agent:
+            for step in range(0, 200, 10):
+                assert agent.send_sample(leak_sample(step))
+            d.wait_metric("fragscope_process_step", 190, pid="502")
+            assert value(d.metrics(), "fragscope_process_forecast_level", pid="502") == 0
+    finally:
+        assert d.stop() == 0
+
+
 def test_help_teaches_with_examples():
     out = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True, timeout=10)
     assert out.returncode == 0

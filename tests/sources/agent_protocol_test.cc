@@ -135,11 +135,13 @@ TEST(AgentProtocolTest, RoundTripKeepsEveryField) {
   s.free_block_count[63] = 1;
   s.forecast_level = RiskLevel::kCritical;
   s.steps_to_oom = 17;
+  s.device_free_bytes = 0;  // a full device: known, and zero
   Result<AgentSample> back = DecodeSample(EncodeSampleJson(s));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(EncodeSampleJson(*back), EncodeSampleJson(s));
   EXPECT_EQ(back->reserved_bytes, s.reserved_bytes);
   EXPECT_EQ(back->steps_to_oom, 17);
+  EXPECT_EQ(back->device_free_bytes, 0u);
   EXPECT_EQ(back->forecast_level, RiskLevel::kCritical);
 }
 
@@ -150,6 +152,7 @@ TEST(AgentProtocolTest, DefaultsForAbsentFields) {
   EXPECT_EQ(s->step, -1);
   EXPECT_EQ(s->forecast_level, RiskLevel::kUnknown);
   EXPECT_FALSE(s->steps_to_oom.has_value());
+  EXPECT_FALSE(s->device_free_bytes.has_value());
 }
 
 TEST(AgentProtocolTest, ErrorsNameTheField) {
@@ -175,6 +178,8 @@ TEST(AgentProtocolTest, ErrorsNameTheField) {
       {R"({"pid":1,"device_uuid":"G","forecast_level":"bad"})", "\"forecast_level\""},
       {R"({"pid":1,"device_uuid":"G","steps_to_oom":-3})", "\"steps_to_oom\""},
       {R"({"pid":1,"device_uuid":"G","rank":-2})", "\"rank\": -2"},
+      {R"({"pid":1,"device_uuid":"G","device_free_bytes":-1})", "\"device_free_bytes\": -1"},
+      {R"({"pid":1,"device_uuid":"G","device_free_bytes":"1"})", "\"device_free_bytes\": expected"},
       {R"({"pid":1,"device_uuid":"G","free_block_count":[1,-1]})", "bucket 1"},
       {R"({"pid":1,"device_uuid":"G","job":"a\nb"})", "\"job\": control character"},
       {R"({"pid":1,"device_uuid":"G","job":[[[1]]]})", "nests deeper"},

@@ -36,7 +36,8 @@ using analysis::AlertRule;
 const std::vector<AlertMetricInfo>& AlertMetrics() {
   using K = AlertMetricKind;
   static const std::vector<AlertMetricInfo> kMetrics = {
-      {"forecast_level", K::kLevel, false, "the agent's forecast: ok, watch, warning, critical"},
+      {"forecast_level", K::kLevel, false,
+       "the forecast (the agent's, else the daemon's): ok, watch, warning, critical"},
       {"steps_to_oom", K::kCount, false, "forecast steps until an OOM (absent when unknown)"},
       {"fragmentation_ratio", K::kRatio, false, "(reserved - allocated) / reserved"},
       {"largest_free_block", K::kBytes, false, "largest free block in the cache"},

@@ -199,6 +199,11 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
     }
     s->fragmentation_ratio = r;
   }
+  if (const auto it = obj.find("device_free_bytes"); it != obj.end() && !it->is_null()) {
+    std::uint64_t free = 0;
+    FRAGSCOPE_RETURN_IF_ERROR(ReadInt(obj, "device_free_bytes", 0, &free));
+    s->device_free_bytes = free;
+  }
   FRAGSCOPE_RETURN_IF_ERROR(ReadBuckets(obj, "free_block_count", &s->free_block_count));
   FRAGSCOPE_RETURN_IF_ERROR(ReadBuckets(obj, "free_block_bytes", &s->free_block_bytes));
   FRAGSCOPE_RETURN_IF_ERROR(ReadLevel(obj, &s->forecast_level));
@@ -344,6 +349,11 @@ std::string EncodeSampleJson(const AgentSample& s) {
     obj["steps_to_oom"] = *s.steps_to_oom;
   } else {
     obj["steps_to_oom"] = nullptr;
+  }
+  if (s.device_free_bytes) {
+    obj["device_free_bytes"] = *s.device_free_bytes;
+  } else {
+    obj["device_free_bytes"] = nullptr;
   }
   return obj.dump();
 }

@@ -51,6 +51,9 @@ struct AgentSample {
   /// would still fit: the signal of a fragmentation OOM.
   std::uint64_t largest_request_bytes = 0;
   double fragmentation_ratio = 0;
+  /// The driver's free memory on the device (torch.cuda.mem_get_info()[0]); with
+  /// reserved_bytes it gives what the process may use, for the daemon's forecast.
+  std::optional<std::uint64_t> device_free_bytes;
   std::array<std::uint64_t, kFreeBlockBuckets> free_block_count{};  // per bucket
   std::array<std::uint64_t, kFreeBlockBuckets> free_block_bytes{};  // per bucket
   // The agent's forecast (docs/forecast.md).

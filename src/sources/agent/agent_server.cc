@@ -213,6 +213,7 @@ void AgentServer::Run() {
                                sample.status().message())});
         return false;
       }
+      if (options_.prepare) options_.prepare(*sample);
       registry_->Accept(*sample, c.id, now);
       if (options_.on_sample) options_.on_sample(*sample);
     }

@@ -45,6 +45,9 @@ struct AgentServerOptions {
   /// Called on the server thread for every accepted sample (the seam for history writes and
   /// alert evaluation). Must not block for long: every agent waits behind it.
   std::function<void(const AgentSample&)> on_sample;
+  /// Called on the server thread for every decoded sample before it is stored (and before
+  /// on_sample): the seam where the daemon fills in its own forecast. Must not block.
+  std::function<void(AgentSample&)> prepare;
   /// Diagnostics (connection rejected and why); rate-limited by the caller if it wishes.
   std::function<void(std::string_view)> log;
 };
