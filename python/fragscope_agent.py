@@ -242,15 +242,18 @@ class AgentClient:
 
 
     def send_torch_state(self, step: int, device=None, *, torch=None, snapshot=True,
-                         device_uuid=None, **fields) -> bool:
+                         reset_peaks=False, device_uuid=None, **fields) -> bool:
         """Reads what PyTorch's caching allocator holds on `device` (an int or torch.device;
         default the current device) and sends it: memory_stats() (current and peak bytes,
         retries, OOMs), the driver's free memory, and with snapshot=True the block-level fields
         from torch.cuda.memory_snapshot() (summarize_segments: largest free block, max
         allocatable, free-block histogram). The snapshot walks every block of every device, and
         with memory history recording on it converts the history too: send every N steps, not
-        every step. Returns False, never raises, when the daemon is down or torch fails (the
-        reason in `last_error`; a warning the first time)."""
+        every step. reset_peaks=True calls torch.cuda.reset_peak_memory_stats() after reading,
+        so each sample's peaks cover the steps since the previous one (what the daemon's
+        forecaster reads best), at the price of the program's own max_memory_allocated().
+        Returns False, never raises, when the daemon is down or torch fails (the reason in
+        `last_error`; a warning the first time)."""
         try:
             if torch is None:
                 import torch
@@ -262,6 +265,8 @@ class AgentClient:
             if snapshot:
                 sample.update(summarize_segments(torch.cuda.memory_snapshot(), device=index,
                                                  device_free_bytes=free))
+            if reset_peaks:
+                torch.cuda.reset_peak_memory_stats(index)
             uuid = device_uuid or torch_device_uuid(torch, index)
             if uuid is None:
                 raise ValueError("this PyTorch gives no device UUID: pass device_uuid='GPU-...' "

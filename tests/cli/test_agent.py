@@ -188,7 +188,10 @@ def fake_torch(uuid="6c1d2b3a-0000-4000-8000-00000000beef", fail=None):
                 4 * MiB + 512 * 1024, "reserved_bytes.all.peak": 40 * MiB,
                 "allocated_bytes.all.peak": 30 * MiB, "num_alloc_retries": 2, "num_ooms": 0}
 
+    resets = []
     cuda = types.SimpleNamespace(
+        resets=resets,
+        reset_peak_memory_stats=resets.append,
         current_device=lambda: 0,
         mem_get_info=lambda device: (7 * MiB, 80 * 1024 * MiB),
         memory_stats=memory_stats,
@@ -204,8 +207,10 @@ def test_send_torch_state(tmp_path):
     torch = fake_torch()
     assert client.send_torch_state(100, torch=torch)
     assert client.send_torch_state(150, torch=torch, snapshot=False, forecast_level="watch")
+    assert torch.cuda.resets == []
     assert client.send_torch_state(200, types.SimpleNamespace(index=1), torch=torch,
-                                   device_uuid="MIG-abc")
+                                   device_uuid="MIG-abc", reset_peaks=True)
+    assert torch.cuda.resets == [1]
     client.close()
     receiver.close()
     first, second, third = receiver.samples
