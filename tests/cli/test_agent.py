@@ -82,6 +82,36 @@ def test_summary_agrees_with_analyze(path):
         assert mine == histogram, where
 
 
+STATES = {"allocated": "active_allocated", "pending_free": "active_pending_free",
+          "free": "inactive"}
+
+
+@pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                    reason="FRAGSCOPE_BIN is not set to the built fragscope")
+@pytest.mark.parametrize("trace", ["allocator_basic.jsonl", "two_devices.jsonl"])
+def test_max_allocatable_with_the_driver_agrees_with_analyze(trace):
+    # Snapshots give no device size; these allocator traces do. Their final layout, rewritten
+    # as memory_snapshot() segments, with analyze's device free memory, must give analyze's
+    # max allocatable: the driver part and the releasable segments included.
+    out = subprocess.run([BIN, "analyze", os.path.join(SOURCE_DIR, "tests/data/cli", trace),
+                          "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    checked = 0
+    for dev in json.loads(out.stdout)["devices"]:
+        segments = [{"device": dev["device"], "segment_type": s["pool"], "total_size":
+                     s["size_bytes"], "blocks": [
+                         {"size": b["size_bytes"], "state": STATES[b["state"]],
+                          "requested_size": b["requested_bytes"] or 0} for b in s["blocks"]]}
+                    for s in dev["layout"]]
+        final = dev["final"]
+        got = fragscope_agent.summarize_segments(segments, device_free_bytes=final[
+            "device_free_bytes"])
+        assert got["max_allocatable"] == final["max_allocatable_bytes"], dev["device"]
+        assert got["largest_free_block"] == final["all"]["largest_free_block_bytes"]
+        checked += final["device_free_bytes"] is not None
+    assert checked >= 1
+
+
 def seg(device, kind, blocks, **extra):
     """A memory_snapshot() segment of (size, state[, requested]) blocks."""
     out = []
