@@ -111,10 +111,13 @@ def agent_worker(sock, first, count, rate, seconds, queue):
             delay = target - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            # No forecast of the agent's own, as send_torch_state sends: the daemon runs its
+            # forecaster on every sample (docs/forecast.md, "In the daemon").
             ok = client.send_sample({
                 "device_uuid": f"GPU-soak-{i % 8}", "step": k, "reserved_bytes": 1 << 30,
-                "allocated_bytes": k, "largest_free_block": 1 << 20,
-                "free_block_count": [0] * 20 + [k % 7], "forecast_level": "ok"})
+                "allocated_bytes": k, "peak_allocated_bytes": (1 << 29) + k,
+                "largest_free_block": 1 << 20, "max_allocatable": 1 << 20,
+                "device_free_bytes": 1 << 32, "free_block_count": [0] * 20 + [k % 7]})
             if ok:
                 n += 1
             else:
