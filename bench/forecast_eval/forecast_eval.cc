@@ -3,10 +3,14 @@
 // and the synthetic workloads of synthetic.cc) it finds the smallest device capacity that fits
 // by bisection, replays the trace through the simulator at capacities below and above it, runs
 // the forecaster (every 1 and every 50 steps) over each replay, and prints one table row per
-// (workload, capacity, sampling period) and the totals against the targets.
+// (workload, capacity, mode) and the totals against the targets. The "live" modes run the
+// daemon's forecaster (analysis::LiveForecasts) on what an agent would send every N steps:
+// state at the end of the step, PyTorch's since-start peaks ("liveN") or peaks since the
+// previous sample ("liveNr", reset_peaks=True), cumulative retries, the capacity as
+// reserved + driver free.
 //
 // Usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]
-//                      [--no-synthetic] [--every A,B] [--verbose]
+//                      [--no-synthetic] [--every A,B] [--live A,B] [--verbose]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "analysis/forecast.h"
+#include "analysis/live_forecast.h"
 #include "analysis/replay_result.h"
 #include "analysis/trace_analyzer.h"
 #include "common/units.h"
@@ -155,12 +160,77 @@ struct Run {
   double factor = 0;
   std::optional<std::int64_t> oom_step;
   std::string kind = "-";
-  std::map<std::uint64_t, analysis::DeviceForecast> forecasts;  // by sampling period
+  std::map<std::string, analysis::DeviceForecast> forecasts;  // by mode
 };
 
-Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity,
-                     const std::vector<std::uint64_t>& periods,
+// A forecast mode: the analyzer's forecaster sampling every N steps ("N"), or the daemon's on an
+// agent's samples every N steps ("liveN", with reset peaks "liveNr").
+struct Mode {
+  std::string name;
+  std::uint64_t every = 1;
+  bool live = false;
+  bool reset_peaks = false;
+};
+
+// The daemon's forecaster over the samples an agent would send from a replay's per-step
+// timeline: one after every step s with s % every == 0, before `oom_step` (the failing step's
+// sample is never sent).
+analysis::DeviceForecast LiveForecast(const std::vector<analysis::TimelineSample>& timeline,
+                                      std::optional<std::int64_t> oom_step, std::uint64_t capacity,
+                                      const Mode& mode, const analysis::ForecastOptions& options) {
+  analysis::DeviceForecast out;
+  out.every = mode.every;
+  auto live = analysis::LiveForecasts::Create(options, 1);
+  if (!live.ok()) return out;
+  std::uint64_t peak_allocated = 0, peak_reserved = 0, retries = 0;
+  std::optional<RiskLevel> level;
+  for (const analysis::TimelineSample& row : timeline) {
+    if (row.step_last < 0) {  // setup: before the first step; its peaks still count
+      peak_allocated = std::max(peak_allocated, row.peak_allocated_bytes);
+      peak_reserved = std::max(peak_reserved, row.peak_reserved_bytes);
+      retries += row.alloc_retries;
+      continue;
+    }
+    if (oom_step && row.step_last >= *oom_step) break;
+    peak_allocated = std::max(peak_allocated, row.peak_allocated_bytes);
+    peak_reserved = std::max(peak_reserved, row.peak_reserved_bytes);
+    retries += row.alloc_retries;
+    if (static_cast<std::uint64_t>(row.step_last) % mode.every != 0) continue;
+    analysis::LiveSample s;
+    s.step = row.step_last;
+    s.window = row;
+    s.window.peak_allocated_bytes = peak_allocated;
+    s.window.peak_reserved_bytes = peak_reserved;
+    s.window.peak_live_requested_bytes = 0;  // memory_stats has no such peak
+    s.window.largest_request = 0;            // the agent does not know it
+    s.window.segment_frees = 0;
+    s.window.stranded_bytes = 0;  // nor the stranding threshold
+    s.retries_total = retries;
+    s.capacity_bytes = capacity;
+    const analysis::LiveVerdict v = live->Observe("run", s);
+    ++out.samples;
+    out.steps_covered = static_cast<std::uint64_t>(row.step_last) + 1;
+    if (!level || v.point.level != *level) out.changes.push_back(v.point);
+    level = v.point.level;
+    if (v.point.level >= RiskLevel::kWarning && !out.first_warning_step) {
+      out.first_warning_step = row.step_last;
+    }
+    if (mode.reset_peaks) peak_allocated = peak_reserved = 0;
+  }
+  return out;
+}
+
+Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity, const std::vector<Mode>& modes,
                      const analysis::ForecastOptions& base) {
+  std::vector<std::uint64_t> periods;
+  bool any_live = false;
+  for (const Mode& m : modes) {
+    if (m.live) {
+      any_live = true;
+    } else {
+      periods.push_back(m.every);
+    }
+  }
   TraceHeader header;
   header.kind = TraceKind::kAllocator;
   header.devices.push_back(DeviceInfo{0, "virtual-gpu", capacity, std::nullopt});
@@ -175,6 +245,14 @@ Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity,
     if (!a.ok()) return a.status();
     analyzers.push_back(std::move(*a));
   }
+  if (any_live) {  // the whole per-step timeline, for the agents' samples
+    analysis::AnalysisOptions options;
+    options.keep_layout = false;
+    options.max_timeline_samples = std::size_t{1} << 22;
+    auto a = analysis::TraceAnalyzer::Create(header, options);
+    if (!a.ok()) return a.status();
+    analyzers.push_back(std::move(*a));
+  }
   Status sink_status;
   model::RequestReplayer replayer([&](std::int32_t) { return SimAt(capacity); },
                                   model::OomPolicy::kStop,
@@ -184,6 +262,14 @@ Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity,
                                       if (!s.ok() && sink_status.ok()) sink_status = s;
                                     }
                                   });
+  // Allocation retries from the simulator, as `replay` and `check` give them.
+  for (auto& a : analyzers) {
+    a->SetAllocRetrySource([&replayer](std::int32_t device) -> std::optional<std::uint64_t> {
+      const model::CachingAllocatorSim* sim = replayer.sim(device);
+      if (sim == nullptr) return std::nullopt;
+      return static_cast<std::uint64_t>(std::max<std::int64_t>(sim->stats().num_alloc_retries, 0));
+    });
+  }
   Status s = replayer.ConsumeAll(w.events);
   if (!sink_status.ok()) return sink_status;
   if (!s.ok() && s.code() != StatusCode::kOutOfMemory) return s;
@@ -197,7 +283,20 @@ Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity,
     if (!d.oom_diagnoses.empty()) {
       run.kind = std::string(analysis::OomCauseName(d.oom_diagnoses.front().cause));
     }
-    if (d.forecast) run.forecasts[periods[i]] = *d.forecast;
+    if (d.forecast) run.forecasts[fmt::format("{}", periods[i])] = *d.forecast;
+  }
+  if (any_live) {
+    analysis::AnalysisResult result = analyzers.back()->Finish(w.name);
+    if (!result.devices.empty()) {
+      const analysis::DeviceReport& d = result.devices.front();
+      if (!d.oom_diagnoses.empty()) {
+        run.kind = std::string(analysis::OomCauseName(d.oom_diagnoses.front().cause));
+      }
+      for (const Mode& m : modes) {
+        if (m.live)
+          run.forecasts[m.name] = LiveForecast(d.timeline, run.oom_step, capacity, m, base);
+      }
+    }
   }
   return run;
 }
@@ -257,7 +356,7 @@ std::vector<std::uint64_t> ParseList(const std::string& text) {
 int Usage() {
   std::fputs(
       "usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]\n"
-      "                     [--no-synthetic] [--every A,B] [--verbose]\n"
+      "                     [--no-synthetic] [--every A,B] [--live A,B] [--verbose]\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",
@@ -275,6 +374,7 @@ int main(int argc, char** argv) {
   bool synthetic = true;
   bool verbose = false;
   std::vector<std::uint64_t> periods = {1, 50};
+  std::vector<std::uint64_t> live_periods = {10, 50};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -293,6 +393,9 @@ int main(int argc, char** argv) {
     } else if (a == "--every" && (v = value())) {
       periods = ParseList(*v);
       if (periods.empty() || std::count(periods.begin(), periods.end(), 0u) > 0) return Usage();
+    } else if (a == "--live" && (v = value())) {
+      live_periods = ParseList(*v);
+      if (std::count(live_periods.begin(), live_periods.end(), 0u) > 0) return Usage();
     } else if (a == "--verbose") {
       verbose = true;
     } else if (a == "--no-synthetic") {
@@ -332,6 +435,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  std::vector<Mode> modes;
+  for (std::uint64_t every : periods) modes.push_back({fmt::format("{}", every), every});
+  for (std::uint64_t every : live_periods) {
+    modes.push_back({fmt::format("live{}", every), every, true, false});
+    modes.push_back({fmt::format("live{}r", every), every, true, true});
+  }
   const analysis::ForecastOptions defaults;
   // The first step at which the demand trend can exist: warm-up plus the history a trend needs,
   // and at least three closed demand blocks. An OOM needs this plus the required lead to be
@@ -339,8 +448,8 @@ int main(int argc, char** argv) {
   const auto history_step = static_cast<std::int64_t>(
       std::max(defaults.warmup_steps + defaults.trend_min_steps, 3 * defaults.block_steps - 1));
   // Totals by set ("captured": trace files, "synthetic": synthetic.cc, "all") and period.
-  std::map<std::pair<std::string, std::uint64_t>, Totals> totals;
-  fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", "workload",
+  std::map<std::pair<std::string, std::size_t>, Totals> totals;  // by set and mode index
+  fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>7} {:>7} {:>10} {:>6} {:>8}\n", "workload",
              "steps", "capacity", "x fit", "OOM step", "every", "kind", "first warn", "lead",
              "false/1k");
   for (const Workload& w : workloads) {
@@ -360,13 +469,14 @@ int main(int argc, char** argv) {
           factor < 0 ? fails
                      : static_cast<std::uint64_t>(std::llround(static_cast<double>(*fit) * factor));
       if (factor < 0) factor = static_cast<double>(fails) / static_cast<double>(*fit);
-      auto run = ReplayAt(w, capacity, periods, defaults);
+      auto run = ReplayAt(w, capacity, modes, defaults);
       if (!run.ok()) {
         std::fprintf(stderr, "forecast_eval: %s at %s: %s\n", w.name.c_str(),
                      FormatBytes(capacity).c_str(), run.status().message().c_str());
         continue;
       }
-      for (std::uint64_t every : periods) {
+      for (std::size_t mode = 0; mode < modes.size(); ++mode) {
+        const std::string& every = modes[mode].name;
         const analysis::DeviceForecast& f = run->forecasts[every];
         Totals tally;
         Totals& t = tally;
@@ -402,7 +512,7 @@ int main(int argc, char** argv) {
           t.clean_episodes += episodes;
         }
         for (const std::string set : {w.synthetic ? "synthetic" : "captured", "all"}) {
-          Totals& sum = totals[{set, every}];
+          Totals& sum = totals[{set, mode}];
           sum.frag_ooms += t.frag_ooms;
           sum.frag_in_time += t.frag_in_time;
           sum.frag_warned += t.frag_warned;
@@ -417,7 +527,7 @@ int main(int argc, char** argv) {
           sum.clean_steps += t.clean_steps;
           sum.clean_episodes += t.clean_episodes;
         }
-        fmt::print("{:<28} {:>6} {:>10} {:>9.4f} {:>13} {:>5} {:>7} {:>10} {:>6} {:>8}\n", w.name,
+        fmt::print("{:<28} {:>6} {:>10} {:>9.4f} {:>13} {:>7} {:>7} {:>10} {:>6} {:>8}\n", w.name,
                    w.steps, FormatBytes(capacity), factor, oom, every, run->kind, first, lead,
                    rate);
         if (verbose) {
@@ -439,9 +549,10 @@ int main(int argc, char** argv) {
                   : fmt::format("{:.0f}%", 100.0 * static_cast<double>(a) / static_cast<double>(b));
   };
   for (const auto& [key, t] : totals) {
-    const auto& [set, every] = key;
+    const std::string& set = key.first;
+    const std::string& every = modes[key.second].name;
     fmt::print(
-        "{:<9} every {:>3}: fragmentation OOMs warned in time {}/{} ({}; target >= 90%), warned "
+        "{:<9} every {:>7}: fragmentation OOMs warned in time {}/{} ({}; target >= 90%), warned "
         "at all {}/{}; where a lead is possible {}/{} ({}); after history {}/{} ({}); shortage "
         "OOMs warned in time {}/{}; runs that never fail: {} runs, {} steps, {} warning episodes "
         "= {:.2f} per 1000 steps (target <= 1)\n",
