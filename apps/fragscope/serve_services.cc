@@ -20,13 +20,13 @@ std::int64_t NowUs() {
       .count();
 }
 
-}  // namespace
-
 analysis::LiveForecasts DefaultLiveForecasts(std::size_t max_series) {
   // The defaults are valid, so Create cannot fail here.
   return std::move(analysis::LiveForecasts::Create(analysis::ForecastOptions{}, max_series))
       .value();
 }
+
+}  // namespace
 
 ProcessForecasts::ProcessForecasts(LogFn log)
     : live_(DefaultLiveForecasts(kMaxSeries)), log_(std::move(log)) {}
@@ -51,8 +51,11 @@ void ProcessForecasts::Prepare(agent::AgentSample& sample) {
   for (std::uint64_t n : sample.free_block_count) block_level |= n > 0;
   w.largest_request = block_level ? sample.largest_request_bytes : 0;
   live.retries_total = sample.num_alloc_retries;
-  if (sample.device_free_bytes)
-    live.capacity_bytes = sample.reserved_bytes + *sample.device_free_bytes;
+  if (sample.device_free_bytes) {  // saturating: the values come from outside
+    const std::uint64_t free = *sample.device_free_bytes;
+    live.capacity_bytes =
+        sample.reserved_bytes > UINT64_MAX - free ? UINT64_MAX : sample.reserved_bytes + free;
+  }
   const analysis::LiveVerdict v =
       live_.Observe(fmt::format("{} {}", sample.pid, sample.device_uuid), live);
   sample.forecast_level = v.point.level;
