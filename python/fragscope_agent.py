@@ -243,8 +243,8 @@ class AgentClient:
 
     def send_torch_state(self, step: int, device=None, *, torch=None, snapshot=True,
                          reset_peaks=False, device_uuid=None, **fields) -> bool:
-        """Reads what PyTorch's caching allocator holds on `device` (an int or torch.device;
-        default the current device) and sends it: memory_stats() (current and peak bytes,
+        """Reads what PyTorch's caching allocator holds on `device` (an int, a torch.device or
+        "cuda:N"; default the current device) and sends it: memory_stats() (current and peak bytes,
         retries, OOMs), the driver's free memory, and with snapshot=True the block-level fields
         from torch.cuda.memory_snapshot() (summarize_segments: largest free block, max
         allocatable, free-block histogram). The snapshot walks every block of every device, and
@@ -257,6 +257,8 @@ class AgentClient:
         try:
             if torch is None:
                 import torch
+            if isinstance(device, str):  # "cuda:1"
+                device = torch.device(device)
             index = device if isinstance(device, int) else getattr(device, "index", None)
             if index is None:
                 index = torch.cuda.current_device()

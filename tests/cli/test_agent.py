@@ -227,7 +227,11 @@ def fake_torch(uuid="6c1d2b3a-0000-4000-8000-00000000beef", fail=None):
         memory_stats=memory_stats,
         memory_snapshot=lambda: SEGMENTS,
         get_device_properties=lambda device: types.SimpleNamespace(uuid=uuid))
-    return types.SimpleNamespace(cuda=cuda)
+    def device(text):  # torch.device("cuda:N")
+        kind, _, index = text.partition(":")
+        return types.SimpleNamespace(type=kind, index=int(index) if index else None)
+
+    return types.SimpleNamespace(cuda=cuda, device=device)
 
 
 def test_send_torch_state(tmp_path):
@@ -241,9 +245,10 @@ def test_send_torch_state(tmp_path):
     assert client.send_torch_state(200, types.SimpleNamespace(index=1), torch=torch,
                                    device_uuid="MIG-abc", reset_peaks=True)
     assert torch.cuda.resets == [1]
+    assert client.send_torch_state(250, "cuda:1", torch=torch, device_uuid="GPU-x")
     client.close()
     receiver.close()
-    first, second, third = receiver.samples
+    first, second, third, fourth = receiver.samples
     assert first["device_uuid"] == "GPU-6c1d2b3a-0000-4000-8000-00000000beef"
     assert (first["pid"], first["job"], first["rank"], first["step"]) == (4321, "llm", 3, 100)
     assert first["device_index"] == 0 and first["device_free_bytes"] == 7 * MiB
@@ -259,6 +264,8 @@ def test_send_torch_state(tmp_path):
     assert third["device_index"] == 1 and third["device_uuid"] == "MIG-abc"
     # Its 64 MiB segment is wholly free: with the driver's 7 MiB a new 70 MiB segment fits.
     assert third["largest_free_block"] == 64 * MiB and third["max_allocatable"] == 70 * MiB
+    # A device string, as torch.device takes it.
+    assert fourth["device_index"] == 1 and fourth["step"] == 250
 
 
 def test_send_torch_state_never_raises(tmp_path):
