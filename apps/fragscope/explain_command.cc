@@ -13,6 +13,7 @@
 #include "common/units.h"
 #include "model/alloc_conf.h"
 #include "sinks/report/explain_report.h"
+#include "snapshot_replay.h"
 #include "sources/oom_text/oom_text_scanner.h"
 
 namespace fragscope::cli {
@@ -140,12 +141,11 @@ int RunExplain(const ExplainFlags& flags) {
     if (opened->snapshot != nullptr) {
       options.addresses = sources::RecordedSegmentAddresses(*opened->snapshot);
       if (!flags.alloc_conf) {
-        options.current_conf = opened->snapshot->RecordedConf(&notes);
-        current = model::ParseAllocatorConfig(options.current_conf, version);
-        if (!current.ok()) {
-          return BadInput(
-              fmt::format("{}:1: allocator_settings: {}", replay_path, current.status().message()));
-        }
+        Result<RecordedSettings> recorded =
+            ReadRecordedSettings(*opened->snapshot, replay_path, version, &notes);
+        if (!recorded.ok()) return BadInput(recorded.status().message());
+        options.current_conf = recorded->conf;
+        current = recorded->config;
       }
     }
     Result<std::vector<Event>> events =

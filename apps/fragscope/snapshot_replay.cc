@@ -11,6 +11,20 @@
 
 namespace fragscope::cli {
 
+Result<RecordedSettings> ReadRecordedSettings(sources::SnapshotReader& snapshot,
+                                              const std::string& path, model::ConfigVersion version,
+                                              std::vector<std::string>* notes) {
+  RecordedSettings out;
+  out.conf = snapshot.RecordedConf(notes);
+  Result<model::AllocatorConfig> parsed = model::ParseAllocatorConfig(out.conf, version);
+  if (!parsed.ok()) {
+    return Status::InvalidArgument(
+        fmt::format("{}:1: allocator_settings: {}", path, parsed.status().message()));
+  }
+  out.config = *parsed;
+  return out;
+}
+
 Result<analysis::AnalysisResult> AnalyzeRecordedRun(sources::SnapshotReader& snapshot,
                                                     const std::string& path,
                                                     std::vector<std::string>* notes) {

@@ -134,15 +134,12 @@ int RunTune(const TuneFlags& flags) {
   model::AllocatorRules rules;
   std::vector<std::int32_t> unknown_devices;  // of a snapshot without --capacity: unlimited
   if (snapshot != nullptr) {
-    recorded_conf = snapshot->RecordedConf(&notes);
-    Result<model::AllocatorConfig> recorded =
-        model::ParseAllocatorConfig(*recorded_conf, options.version);
-    if (!recorded.ok()) {
-      return BadInput(
-          fmt::format("{}:1: allocator_settings: {}", flags.path, recorded.status().message()));
-    }
-    recorded_config = *recorded;
-    rules = recorded->Rules();
+    Result<RecordedSettings> recorded =
+        ReadRecordedSettings(*snapshot, flags.path, options.version, &notes);
+    if (!recorded.ok()) return BadInput(recorded.status().message());
+    recorded_conf = recorded->conf;
+    recorded_config = recorded->config;
+    rules = recorded->config.Rules();
     if (options.settings.empty()) {
       options.settings = analysis::DefaultTuneGrid();
       if (std::none_of(options.settings.begin(), options.settings.end(), is_recorded)) {

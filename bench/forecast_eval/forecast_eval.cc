@@ -185,17 +185,14 @@ analysis::DeviceForecast LiveForecast(const std::vector<analysis::TimelineSample
   std::uint64_t peak_allocated = 0, peak_reserved = 0, retries = 0;
   std::optional<RiskLevel> level;
   for (const analysis::TimelineSample& row : timeline) {
-    if (row.step_last < 0) {  // setup: before the first step; its peaks still count
-      peak_allocated = std::max(peak_allocated, row.peak_allocated_bytes);
-      peak_reserved = std::max(peak_reserved, row.peak_reserved_bytes);
-      retries += row.alloc_retries;
-      continue;
-    }
     if (oom_step && row.step_last >= *oom_step) break;
     peak_allocated = std::max(peak_allocated, row.peak_allocated_bytes);
     peak_reserved = std::max(peak_reserved, row.peak_reserved_bytes);
     retries += row.alloc_retries;
-    if (static_cast<std::uint64_t>(row.step_last) % mode.every != 0) continue;
+    // The setup window (before the first step) sends nothing; its peaks and retries count.
+    if (row.step_last < 0 || static_cast<std::uint64_t>(row.step_last) % mode.every != 0) {
+      continue;
+    }
     analysis::LiveSample s;
     s.step = row.step_last;
     s.window = row;

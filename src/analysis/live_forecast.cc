@@ -81,11 +81,4 @@ LiveVerdict LiveForecasts::Observe(const std::string& key, const LiveSample& sam
   return verdict;
 }
 
-void LiveForecasts::Forget(const std::string& key) {
-  const auto found = series_.find(key);
-  if (found == series_.end()) return;
-  order_.erase(found->second);
-  series_.erase(found);
-}
-
 }  // namespace fragscope::analysis

@@ -50,8 +50,6 @@ class LiveForecasts {
   /// verdict again (a repeated sample adds nothing); a smaller one starts the series afresh, as
   /// does a capacity that becomes known or changes by more than 1%.
   LiveVerdict Observe(const std::string& key, const LiveSample& sample);
-  /// Drops a series (its process went away).
-  void Forget(const std::string& key);
   std::size_t size() const { return series_.size(); }
 
  private:
