@@ -101,6 +101,9 @@ int RunExplain(const ExplainFlags& flags) {
   bool any_explained = false;
   for (const OomMessage& m : scan->messages) {
     report.errors.push_back(analysis::ExplainOom(m));
+    if (flags.alloc_conf) {
+      analysis::OmitRemediesInEffect(*current, "--alloc-conf", version, &report.errors.back());
+    }
     const analysis::OomExplanation& last = report.errors.back();
     any_explained = any_explained || (last.figures.has_value() && last.figures_agree);
   }
@@ -146,6 +149,9 @@ int RunExplain(const ExplainFlags& flags) {
         if (!recorded.ok()) return BadInput(recorded.status().message());
         options.current_conf = recorded->conf;
         current = recorded->config;
+        for (analysis::OomExplanation& e : report.errors) {
+          analysis::OmitRemediesInEffect(*current, "the snapshot's recorded settings", version, &e);
+        }
       }
     }
     Result<std::vector<Event>> events =

@@ -45,9 +45,12 @@ struct OomProcess {
 /// unit, so a figure is exact only to half a hundredth of its unit (e.g. +-5 KiB for MiB).
 /// A figure the message does not give is nullopt.
 struct OomMessage {
-  std::uint64_t line = 0;            // 1-based line of the input where the message starts
-  std::uint64_t last_line = 0;       // last line it spans (wrapped messages)
-  std::string backend;               // "CUDA", "HIP" (ROCm builds) or "XPU"
+  std::uint64_t line = 0;       // 1-based line of the input where the message starts
+  std::uint64_t last_line = 0;  // last line it spans (wrapped messages)
+  std::string backend;          // "CUDA", "HIP" (ROCm builds) or "XPU"
+  /// Quoted without its first sentence (from "Tried to allocate" on): `backend` is inferred
+  /// from the hint's variable or wording ("CUDA" when nothing says otherwise).
+  bool quoted = false;
   std::string exception;             // "torch.OutOfMemoryError", "RuntimeError", ... ("" if none)
   std::optional<std::int64_t> rank;  // "[rank3]:" or "rank=3" on the message's line
   std::optional<std::int64_t> gpu;   // "GPU 3" of the message
@@ -58,7 +61,7 @@ struct OomMessage {
   std::optional<std::uint64_t> free;           // free on the device (driver), after release
   std::optional<std::uint64_t> allocated;      // allocated by PyTorch (+ private-pool cache, 2.4+)
   std::optional<std::uint64_t> reserved;       // reserved in total by PyTorch (classic wording)
-  std::optional<std::uint64_t> unallocated;    // reserved by PyTorch but unallocated (2.1+)
+  std::optional<std::uint64_t> unallocated;    // reserved but unallocated (2.1+; 1.0-1.3 "cached")
   std::optional<std::uint64_t> private_pools;  // "with X allocated in private pools" (2.4+)
   std::optional<std::uint64_t> allowed;        // "X allowed;" (per-process memory fraction)
   std::optional<std::uint64_t> this_process;   // "this process has X memory in use" (2.1+)

@@ -60,9 +60,10 @@ bool IsXpu(const OomExplanation& e) { return e.message.backend == "XPU"; }
 // The environment variable a remedy names: the one the message's own hint names
 // (PYTORCH_HIP_ALLOC_CONF for a "HIP out of memory" message; ROCm builds read it when
 // PYTORCH_CUDA_ALLOC_CONF is unset, docs/explain.md). XPU messages name none; PyTorch's XPU
-// allocator reads the shared PYTORCH_ALLOC_CONF (older XPU builds: PYTORCH_XPU_ALLOC_CONF).
+// allocator reads PYTORCH_XPU_ALLOC_CONF (builds with the shared parser also read
+// PYTORCH_ALLOC_CONF).
 std::string_view ConfVariable(const OomExplanation& e) {
-  if (IsXpu(e)) return "PYTORCH_ALLOC_CONF";
+  if (IsXpu(e)) return "PYTORCH_XPU_ALLOC_CONF";
   return e.message.backend == "HIP" ? "PYTORCH_HIP_ALLOC_CONF" : "PYTORCH_CUDA_ALLOC_CONF";
 }
 
@@ -79,8 +80,8 @@ void AddExpandable(OomExplanation* e, const OomFigures& f) {
       B(f.unallocated));
   if (IsXpu(*e)) {
     why +=
-        "; on XPU it needs a build whose SYCL runtime maps virtual memory (older XPU builds "
-        "read PYTORCH_XPU_ALLOC_CONF instead)";
+        "; on XPU it needs a build whose SYCL runtime maps virtual memory (builds with "
+        "PyTorch's shared allocator config read PYTORCH_ALLOC_CONF too)";
   } else if (e->message.wording == OomWording::kClassic) {
     why += "; needs PyTorch 2.1 or newer (this message's wording is from 2.0 or older)";
   }
@@ -136,9 +137,22 @@ void AddRecordSnapshot(OomExplanation* e) {
 // Whether PyTorch's reserved and free figures together exceed the GPU's total by more than
 // the printing can explain. Each figure is printed with two decimals in the largest unit it
 // reaches (at least 1.00), so it is off by at most 0.5%; 2% of the total covers three of them.
-bool Contradictory(const OomFigures& f) {
+bool BeyondTheCard(const OomFigures& f) {
   const std::uint64_t used = f.reserved + f.free;
   return used < f.reserved || used > f.total + f.total / 50;  // the first: overflow
+}
+
+// Figures beyond the card are Windows' WDDM "sysmem fallback" (the driver moved allocations to
+// shared system memory once the card's own memory was full) when they show that state: a card
+// of some size (T > 0), its own memory full (F within the 2% printing slack of T, i.e. about
+// nothing free), and PyTorch's allocated within its reserved. Anything else beyond the card — a
+// total of 0, free memory beside more than the card reserved — is a garbled message (a figure
+// cut in two by stray characters parses into such numbers). docs/explain.md, "Figures beyond
+// the card".
+bool SysmemFallback(const OomFigures& f, const OomMessage& m) {
+  if (f.total == 0 || f.free > f.total / 50) return false;
+  if (m.allocated && *m.allocated > f.reserved + f.reserved / 50) return false;
+  return true;
 }
 
 void AddFixedShapes(OomExplanation* e) {
@@ -224,7 +238,10 @@ std::vector<std::string> MissingFigures(const OomMessage& m) {
   return missing;
 }
 
-OomExplanation ExplainOom(const OomMessage& message) {
+namespace {
+
+// The verdict and the remedies it calls for (ExplainOom adds those of the device's state).
+OomExplanation Decide(const OomMessage& message) {
   OomExplanation e;
   e.message = message;
   e.missing = MissingFigures(message);
@@ -250,8 +267,33 @@ OomExplanation ExplainOom(const OomMessage& message) {
     AddSmallerBatch(&e, 0);
     return e;
   }
-  const OomFigures& f = *e.figures;
-  if (Contradictory(f)) {
+  OomFigures& f = *e.figures;
+  if (message.quoted) {
+    e.notes.push_back(fmt::format(
+        "the message is quoted from \"Tried to allocate\" on; its backend ({}) is taken from "
+        "what the text names",
+        message.backend));
+  }
+  if (message.wording == OomWording::kClassic && !message.reserved && message.unallocated) {
+    e.notes.push_back(
+        "PyTorch 1.0-1.3 wording: \"cached\" is memory PyTorch reserved but had not allocated "
+        "(U), so reserved R = allocated + cached");
+  }
+  if (BeyondTheCard(f) && SysmemFallback(f, message)) {
+    f.sysmem_fallback = f.reserved + f.free - f.total;
+    e.notes.push_back(fmt::format(
+        "PyTorch held {} on a card of {}: the {} beyond the card lived in shared system memory. "
+        "On Windows (and WSL2) NVIDIA's WDDM driver lets allocations spill there once the "
+        "card's own memory is full (\"CUDA - Sysmem Fallback Policy\", drivers 536.40 and "
+        "newer); kernels reach it over PCIe, so a job in this state runs many times slower "
+        "long before it runs out of memory",
+        B(f.reserved), B(f.total), B(f.sysmem_fallback)));
+    e.reasons.push_back(fmt::format(
+        "R + F = {} > T = {} with F about 0: the card was full and {} had spilled to system "
+        "memory (sysmem fallback)",
+        B(f.reserved + f.free), B(f.total), B(f.sysmem_fallback)));
+  }
+  if (BeyondTheCard(f) && !f.sysmem_fallback) {
     // A garbled line (a figure cut in two, stray characters) can parse into figures no GPU
     // shows; a verdict drawn from them would be confident and wrong.
     e.verdict = OomVerdict::kUndetermined;
@@ -259,7 +301,8 @@ OomExplanation ExplainOom(const OomMessage& message) {
     e.missing.emplace_back("figures that agree with each other");
     e.summary = fmt::format(
         "undetermined: the figures contradict each other ({} reserved and {} free on a GPU of "
-        "{}); the message is probably garbled",
+        "{}, which neither a GPU nor Windows' sysmem fallback shows); the message is probably "
+        "garbled",
         B(f.reserved), B(f.free), B(f.total));
     e.reasons.push_back(fmt::format("R + F = {} > T = {}", B(f.reserved + f.free), B(f.total)));
     AddRecordSnapshot(&e);
@@ -393,31 +436,18 @@ OomExplanation ExplainOom(const OomMessage& message) {
     AddSmallerBatch(&e, f.tried - with_pools);
     return e;
   }
-  if (!f.others && f.tried <= with_pools + f.outside) {
-    e.verdict = OomVerdict::kUndetermined;
-    e.missing.emplace_back("memory of other processes");
-    e.summary = fmt::format(
-        "undetermined: the {} outside PyTorch's cache would cover the {} missing, but the message "
-        "does not say how much of it other processes held rather than this process's CUDA "
-        "context and libraries",
-        B(f.outside), B(f.tried - with_pools));
-    e.reasons.push_back(fmt::format("H + U + P + O = {} >= S = {} > H + U + P = {}",
-                                    B(with_pools + f.outside), B(f.tried), B(with_pools)));
-    e.remedies.push_back({"check_other_processes", "",
-                          "Look for other processes on the GPU (nvidia-smi) and stop or move "
-                          "them; PyTorch 2.1+ lists them in this message",
-                          fmt::format("{} of the device was outside PyTorch's cache", B(f.outside)),
-                          std::nullopt});
-    if (f.unallocated * 20 >= f.tried) AddExpandable(&e, f);
-    AddSmallerBatch(&e, f.tried - with_pools);
-    return e;
-  }
+  // Shortage: even every byte free on the device and cached by PyTorch (and, when listed,
+  // other processes' memory) would not hold the request. Whatever holds the rest of the card
+  // outside PyTorch's cache does not change that verdict; the report says what it can be.
   e.verdict = OomVerdict::kShortage;
   const std::uint64_t reachable = with_pools + f.others.value_or(0);
+  const std::uint64_t missing = f.tried - reachable;
   e.summary = fmt::format(
-      "shortage: the {} request exceeds everything that could be freed up ({}); the job needs "
-      "{} more",
-      B(f.tried), B(reachable), B(f.tried - reachable));
+      "shortage: the {} request exceeds the {} free on the device plus the {} PyTorch had "
+      "cached{}; the job needs {} more",
+      B(f.tried), B(f.headroom), B(f.unallocated + f.private_pools),
+      f.others ? fmt::format(" and the {} other processes held", B(*f.others)) : std::string(),
+      B(missing));
   if (message.allowed && f.tried <= f.free + f.unallocated) {
     e.summary += fmt::format(
         " under the per-process memory fraction ({} allowed); the device itself had room",
@@ -425,15 +455,78 @@ OomExplanation ExplainOom(const OomMessage& message) {
   }
   e.reasons.push_back(fmt::format("S = {} > H + U + P{} = {}", B(f.tried),
                                   f.others ? " + others" : "", B(reachable)));
-  AddSmallerBatch(&e, f.tried - reachable);
+  // Memory outside PyTorch's cache that no listed process accounts for.
+  const std::uint64_t unexplained = Sub(f.outside, f.others.value_or(0));
+  if (unexplained > 0) {
+    e.reasons.push_back(fmt::format(
+        "{} of the device was outside PyTorch's cache{}: {}this process's CUDA context, NCCL "
+        "buffers, cuBLAS/cuDNN workspaces, or memory allocated beside PyTorch's allocator "
+        "(cudaMalloc from other libraries)",
+        B(unexplained), f.others ? " beyond the listed processes" : "",
+        f.others ? "" : "other processes, "));
+  }
+  AddSmallerBatch(&e, missing);
   e.remedies.push_back(
       {"larger_gpu", "",
        fmt::format("Use a GPU with at least {} (or shard the model: FSDP, "
                    "tensor parallelism)",
-                   B(f.total + (f.tried - reachable))),
-       fmt::format("total {} + the {} missing", B(f.total), B(f.tried - reachable)), std::nullopt});
+                   B(std::max(f.total, f.reserved + f.free) + missing)),
+       fmt::format("{} {} + the {} missing", f.sysmem_fallback ? "reserved + free" : "total",
+                   B(std::max(f.total, f.reserved + f.free)), B(missing)),
+       std::nullopt});
+  if (unexplained > 0) {
+    e.remedies.push_back(
+        {"see_outside_memory", "",
+         fmt::format("See what holds the {} outside PyTorch's cache: nvidia-smi "
+                     "--query-compute-apps=pid,used_memory --format=csv (or `fragscope gpus`) "
+                     "lists each process's memory; inside the job, {}.mem_get_info() minus "
+                     "{}.memory_reserved() is what others and this process's non-PyTorch "
+                     "memory take",
+                     B(unexplained), TorchModule(e), TorchModule(e)),
+         f.others ? "the message lists other processes, but they do not account for all of it"
+                  : "this wording does not say how much of it other processes held",
+         std::nullopt});
+  }
   if (f.unallocated * 20 >= f.tried) AddExpandable(&e, f);
   return e;
+}
+
+}  // namespace
+
+OomExplanation ExplainOom(const OomMessage& message) {
+  OomExplanation e = Decide(message);
+  if (e.figures && e.figures->sysmem_fallback > 0) {
+    e.remedies.push_back(
+        {"sysmem_fallback", "",
+         fmt::format("In the NVIDIA Control Panel (Manage 3D settings), set \"CUDA - Sysmem "
+                     "Fallback Policy\" to \"Prefer No Sysmem Fallback\" for the job's "
+                     "python.exe, and size the job to the card's own {}",
+                     B(e.figures->total)),
+         fmt::format("the {} that spilled to system memory was served over PCIe; without the "
+                     "fallback the job fails fast at the card's size instead of crawling",
+                     B(e.figures->sysmem_fallback)),
+         std::nullopt});
+  }
+  return e;
+}
+
+void OmitRemediesInEffect(const model::AllocatorConfig& current, std::string_view source,
+                          model::ConfigVersion version, OomExplanation* explanation) {
+  const std::string base = model::ToConfString(current);
+  std::vector<Remedy> kept;
+  for (Remedy& r : explanation->remedies) {
+    if (!r.alloc_conf.empty()) {
+      const Result<model::AllocatorConfig> with = model::ParseAllocatorConfig(
+          base.empty() ? r.alloc_conf : base + "," + r.alloc_conf, version);
+      if (with.ok() && *with == current) {
+        explanation->notes.push_back(
+            fmt::format("{} is not proposed: the job already has it ({})", r.alloc_conf, source));
+        continue;
+      }
+    }
+    kept.push_back(std::move(r));
+  }
+  explanation->remedies = std::move(kept);
 }
 
 Result<Verification> VerifyRemedies(const std::vector<Event>& requests,

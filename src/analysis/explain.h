@@ -24,7 +24,7 @@ namespace fragscope::analysis {
 
 enum class OomVerdict : std::uint8_t {
   kFragmentation,   // free + cached-but-unallocated >= the request: memory was there, in pieces
-  kShortage,        // not enough even if every cached byte and other processes' memory joined
+  kShortage,        // free + cached-but-unallocated < the request, whoever holds the rest
   kOtherProcesses,  // would have fit without the memory other processes held
   kUndetermined,    // the message lacks a figure the decision needs (see missing)
 };
@@ -62,6 +62,9 @@ struct OomFigures {
   std::uint64_t outside = 0;        // O = T - F - R: device memory outside this process's cache
   std::optional<std::uint64_t> others;    // memory of other processes, when the message lists it
   std::optional<std::uint64_t> self_pid;  // a "Process P" entry taken to be this process
+  /// R + F − T when the figures exceed the card in the pattern of Windows' WDDM "sysmem
+  /// fallback" (docs/explain.md, "Figures beyond the card"); 0 otherwise.
+  std::uint64_t sysmem_fallback = 0;
 };
 
 struct OomExplanation {
@@ -87,6 +90,13 @@ std::vector<std::string> MissingFigures(const OomMessage& message);
 /// The verdict and ranked remedies for one message. Never fails: a message without its
 /// figures gets kUndetermined and `missing`.
 OomExplanation ExplainOom(const OomMessage& message);
+
+/// Drops the remedies whose allocator setting the job already has: those that, applied on top
+/// of `current` (PyTorch's parse, `version`), leave it unchanged. Each dropped one becomes a
+/// note naming `source` ("--alloc-conf", "the snapshot's recorded settings"). A remedy that
+/// does not parse under `version` is kept.
+void OmitRemediesInEffect(const model::AllocatorConfig& current, std::string_view source,
+                          model::ConfigVersion version, OomExplanation* explanation);
 
 struct VerifyOptions {
   std::uint64_t capacity_bytes = 0;        // the device: T of the message, or --capacity

@@ -102,10 +102,9 @@ TEST(ExplainTest, RemediesNameTheBackendsVariable) {
 TEST(ExplainTest, BoundaryRequestEqualToFreePlusCachedIsFragmentation) {
   const OomExplanation e = ExplainOom(Newer(100 * MiB, GiB, 40 * MiB, 500 * MiB, 60 * MiB));
   EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);
-  // One byte more: the 424 MiB outside PyTorch's cache would cover it, but the message does not
-  // say whose it is.
+  // One byte more: a shortage, whoever holds the 424 MiB outside PyTorch's cache.
   OomMessage m = Newer(100 * MiB + 1, GiB, 40 * MiB, 500 * MiB, 60 * MiB);
-  EXPECT_EQ(ExplainOom(m).verdict, OomVerdict::kUndetermined);
+  EXPECT_EQ(ExplainOom(m).verdict, OomVerdict::kShortage);
   // With a "this process" line and no other process, nobody else held it: shortage.
   m.this_process = 984 * MiB;
   EXPECT_EQ(ExplainOom(m).verdict, OomVerdict::kShortage);
@@ -154,13 +153,82 @@ TEST(ExplainTest, OwnProcessListedByPidIsNotCountedAsOther) {
   EXPECT_EQ(f.verdict, OomVerdict::kOtherProcesses);
 }
 
-TEST(ExplainTest, ClassicWordingCannotTellOtherProcessesFromTheContext) {
-  // S = 3 GiB; F + U = 1 + 1 GiB; outside = 16 - 1 - 12 = 3 GiB would cover it, but the
-  // classic wording does not list processes.
+TEST(ExplainTest, ShortageWhateverHoldsTheMemoryOutsideTheCache) {
+  // S = 3 GiB; F + U = 1 + 1 GiB; outside = 16 - 1 - 12 = 3 GiB would cover it, and the
+  // classic wording does not say who holds it (other processes, the CUDA context, NCCL,
+  // cuBLAS workspaces): the job lacked memory all the same.
   const OomExplanation e = ExplainOom(Classic(3 * GiB, 16 * GiB, GiB, 11 * GiB, 12 * GiB));
-  EXPECT_EQ(e.verdict, OomVerdict::kUndetermined);
-  EXPECT_EQ(e.missing, std::vector<std::string>{"memory of other processes"});
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_TRUE(e.missing.empty());
   EXPECT_EQ(e.figures->unallocated, GiB);
+  const Remedy* see = Find(e, "see_outside_memory");
+  ASSERT_NE(see, nullptr);
+  EXPECT_NE(see->action.find("nvidia-smi"), std::string::npos);
+  EXPECT_NE(see->action.find("torch.cuda.mem_get_info()"), std::string::npos);
+  EXPECT_NE(e.summary.find("needs 1024.00 MiB more"), std::string::npos) << e.summary;
+  // With every outside byte accounted for by listed processes there is nothing to look for.
+  OomMessage m = Newer(3 * GiB, 16 * GiB, GiB, 11 * GiB, GiB);
+  m.this_process = 12 * GiB;
+  m.processes = {{7, 3 * GiB}};
+  const OomExplanation o = ExplainOom(m);
+  EXPECT_EQ(o.verdict, OomVerdict::kOtherProcesses);
+}
+
+TEST(ExplainTest, FiguresBeyondTheCardWithNothingFreeAreSysmemFallback) {
+  // 13.5 GiB reserved on an 8 GiB card, 0 free: Windows' WDDM driver spilled 5.5 GiB.
+  const OomExplanation e =
+      ExplainOom(Classic(256 * MiB, 8 * GiB, 0, 13 * GiB, 13 * GiB + 512 * MiB));
+  EXPECT_TRUE(e.figures_agree);
+  EXPECT_EQ(e.figures->sysmem_fallback, 5 * GiB + 512 * MiB);
+  EXPECT_EQ(e.figures->outside, 0u);
+  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);  // U = 512 MiB >= S
+  EXPECT_NE(Find(e, "sysmem_fallback"), nullptr);
+  // Shortage under fallback: a GPU of at least R + F + missing.
+  const OomExplanation s = ExplainOom(Classic(2 * GiB, 8 * GiB, 0, 13 * GiB, 13 * GiB));
+  EXPECT_EQ(s.verdict, OomVerdict::kShortage);
+  EXPECT_NE(Find(s, "larger_gpu")->action.find("15.00 GiB"), std::string::npos);
+}
+
+TEST(ExplainTest, FiguresBeyondTheCardThatNoStateShowsAreGarbled) {
+  // A total of 0 bytes (a figure cut in two), free memory beside more than the card reserved,
+  // and allocated above reserved: no device, and no fallback, shows these.
+  for (const OomMessage& m : {Classic(2 * MiB, 0, 0, 1023 * GiB, 1023 * GiB),
+                              Classic(2 * GiB, 6 * GiB, 3 * GiB, 9 * GiB, 9 * GiB + 512 * MiB),
+                              Classic(2 * GiB, 8 * GiB, 0, 20 * GiB, 10 * GiB)}) {
+    const OomExplanation e = ExplainOom(m);
+    EXPECT_FALSE(e.figures_agree);
+    EXPECT_EQ(e.verdict, OomVerdict::kUndetermined);
+    EXPECT_EQ(e.figures->sysmem_fallback, 0u);
+  }
+}
+
+TEST(ExplainTest, RemediesTheJobAlreadyHasAreNotProposed) {
+  OomExplanation e = ExplainOom(Newer(2 * GiB, 16 * GiB, GiB, 13 * GiB, 1536 * MiB));
+  ASSERT_NE(Find(e, "expandable_segments"), nullptr);
+  const std::string split = Find(e, "max_split_size_mb")->alloc_conf;
+  Result<model::AllocatorConfig> current =
+      model::ParseAllocatorConfig("expandable_segments:True," + split);
+  ASSERT_TRUE(current.ok());
+  OmitRemediesInEffect(*current, "--alloc-conf", model::ConfigVersion::kNewest, &e);
+  EXPECT_EQ(Find(e, "expandable_segments"), nullptr);
+  EXPECT_EQ(Find(e, "max_split_size_mb"), nullptr);
+  EXPECT_NE(Find(e, "fixed_shapes"), nullptr);  // code changes stay
+  EXPECT_TRUE(std::any_of(e.notes.begin(), e.notes.end(), [](const std::string& n) {
+    return n.find("already has it (--alloc-conf)") != std::string::npos;
+  }));
+  // Another value of the same key is a different setting: still proposed.
+  OomExplanation f = ExplainOom(Newer(2 * GiB, 16 * GiB, GiB, 13 * GiB, 1536 * MiB));
+  OmitRemediesInEffect(*model::ParseAllocatorConfig("max_split_size_mb:512"), "--alloc-conf",
+                       model::ConfigVersion::kNewest, &f);
+  EXPECT_NE(Find(f, "max_split_size_mb"), nullptr);
+}
+
+TEST(ExplainTest, XpuRemediesNameTheXpuVariable) {
+  OomMessage m = Newer(2 * GiB, 16 * GiB, GiB, 13 * GiB, 1536 * MiB);
+  m.backend = "XPU";
+  const OomExplanation e = ExplainOom(m);
+  EXPECT_EQ(Find(e, "expandable_segments")->action,
+            "Set PYTORCH_XPU_ALLOC_CONF=expandable_segments:True");
 }
 
 TEST(ExplainTest, ClassicFragmentationNotesTheVersion) {

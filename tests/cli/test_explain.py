@@ -55,6 +55,13 @@ def explain_json(*args, stdin=None):
     ("xpu_estimated_free.txt", "fragmentation"),
     ("rounded_full.txt", "fragmentation"),  # R + F 0.1% above T: the printing's rounding
     ("json_log.jsonl", "fragmentation"),
+    ("classic_cached.txt", "fragmentation"),  # 1.0-1.3: "... free; M cached)"
+    ("classic_outside.txt", "shortage"),  # F + U < S, whoever holds the rest of the card
+    ("sysmem_fallback.txt", "fragmentation"),  # R > T: Windows' WDDM sysmem fallback
+    ("sysmem_fallback_shortage.txt", "shortage"),
+    ("quoted.txt", "fragmentation"),  # quoted from "Tried to allocate" on
+    ("quoted_classic.txt", "fragmentation"),
+    ("quoted_hip.txt", "fragmentation"),
 ])
 def test_verdict_of_each_wording(name, verdict):
     doc = explain_json(DATA + name)
@@ -106,14 +113,14 @@ def test_hip_messages_name_the_hip_variable(name):
         assert remedy["action"].startswith("Set PYTORCH_HIP_ALLOC_CONF="), remedy["action"]
 
 
-def test_xpu_messages_name_the_shared_variable_and_only_settings_xpu_reads():
-    # PyTorch's XPU allocator reads its settings through the shared PYTORCH_ALLOC_CONF and, of
-    # them, only expandable_segments (c10/xpu/XPUCachingAllocator.cpp: no max_split_size, no
-    # garbage collection), so no other setting is proposed.
+def test_xpu_messages_name_the_xpu_variable_and_only_settings_xpu_reads():
+    # PyTorch's XPU allocator reads PYTORCH_XPU_ALLOC_CONF and, of the settings, only
+    # expandable_segments (c10/xpu/XPUCachingAllocator.cpp: no max_split_size, no garbage
+    # collection), so no other setting is proposed.
     r = run(DATA + "xpu.txt")
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode()
-    assert "1. Set PYTORCH_ALLOC_CONF=expandable_segments:True" in out
+    assert "1. Set PYTORCH_XPU_ALLOC_CONF=expandable_segments:True" in out
     assert "PYTORCH_CUDA_ALLOC_CONF" not in out
     assert "(PyTorch 2.1)" not in out  # CUDA's version labels do not apply
     assert "PyTorch's XPU allocator" in out
@@ -338,3 +345,115 @@ def test_snapshot_replays_under_its_recorded_settings():
     assert doc["verification"]["current_alloc_conf"] == ""
     notes = [n for e in doc["errors"] for n in e["notes"]]
     assert any("records no allocator settings" in n for n in notes), notes
+
+
+def test_cached_wording_of_pytorch_1_0_to_1_3():
+    # "... 402.00 MiB free; 5.10 GiB cached)": cached is reserved but unallocated, so
+    # R = 4.20 + 5.10 GiB; a progress bar after the message on the same line is not part of it.
+    e = explain_json(DATA + "classic_cached.txt")["errors"][0]
+    assert e["wording"] == "classic"
+    fig = e["figures"]
+    assert fig["unallocated_bytes"] == round(5.10 * 1024 * MiB)
+    assert fig["reserved_bytes"] == round(4.20 * 1024 * MiB) + round(5.10 * 1024 * MiB)
+    assert e["stranded_bytes"] == round(5.10 * 1024 * MiB)
+    assert any("1.0-1.3" in n for n in e["notes"])
+    out = run(DATA + "classic_cached.txt").stdout.decode()
+    assert "PyTorch 1.0-1.3" in out
+
+
+def test_shortage_says_what_holds_memory_outside_the_cache():
+    # S = 3 GiB > F + U = 1.10 + 0.40 GiB. The 4.60 GiB outside PyTorch's cache would cover the
+    # rest, but whoever holds it (other processes, the CUDA context, NCCL, cuBLAS) the job
+    # lacked memory: a shortage, with where to look, not "undetermined".
+    e = explain_json(DATA + "classic_outside.txt")["errors"][0]
+    assert e["verdict"] == "shortage"
+    assert e["missing"] == []
+    ids = [r["id"] for r in e["remedies"]]
+    assert "see_outside_memory" in ids
+    see = e["remedies"][ids.index("see_outside_memory")]["action"]
+    for tool in ("nvidia-smi", "fragscope gpus", "torch.cuda.mem_get_info()"):
+        assert tool in see
+    text = " ".join(e["reasons"])
+    for holder in ("other processes", "CUDA context", "NCCL", "cuBLAS"):
+        assert holder in text
+    assert e["figures"]["outside_bytes"] == (round(15.90 * 1024 * MiB) - round(1.10 * 1024 * MiB)
+                                             - round(10.20 * 1024 * MiB))
+
+
+def test_figures_beyond_the_card_are_sysmem_fallback_not_garbage():
+    # 13.62 GiB reserved on an 8 GiB card with 0 bytes free: Windows' WDDM driver spilled to
+    # shared system memory. The verdict is what the figures support (U = 0.52 GiB >= 256 MiB).
+    r = run(DATA + "sysmem_fallback.txt")
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "Verdict: fragmentation" in out
+    assert "sysmem fallback" in out.lower() and "slower" in out
+    e = explain_json(DATA + "sysmem_fallback.txt")["errors"][0]
+    assert e["figures"]["sysmem_fallback_bytes"] == (round(13.62 * 1024 * MiB)
+                                                     - 8 * 1024 * MiB)
+    assert "sysmem_fallback" in [x["id"] for x in e["remedies"]]
+    e = explain_json(DATA + "sysmem_fallback_shortage.txt")["errors"][0]
+    assert e["verdict"] == "shortage"
+    assert e["figures"]["sysmem_fallback_bytes"] > 0
+    # The garbled total (0 bytes) stays refused: a card of 0 bytes is no state at all.
+    e = json.loads(run(DATA + "garbled_total.txt", "--json").stdout)["errors"][0]
+    assert e["figures"]["sysmem_fallback_bytes"] is None
+
+
+def test_garbled_figures_beyond_the_card_with_free_memory_are_refused():
+    # Free memory beside more reserved than the card holds: the driver spills only once the
+    # card is full, so this is no fallback state but a garbled message.
+    text = (b"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 6.00 GiB total "
+            b"capacity; 9.00 GiB already allocated; 3.00 GiB free; 9.50 GiB reserved in total by "
+            b"PyTorch)\n")
+    r = run("-", stdin=text)
+    assert r.returncode == 2
+    assert "figures contradict each other" in r.stdout.decode()
+
+
+@pytest.mark.parametrize("name,backend", [
+    ("quoted.txt", "CUDA"), ("quoted_classic.txt", "CUDA"), ("quoted_hip.txt", "HIP")])
+def test_message_quoted_without_its_first_sentence(name, backend):
+    e = explain_json(DATA + name)["errors"][0]
+    assert e["quoted"] is True
+    assert e["backend"] == backend
+    assert e["figures"]["tried_bytes"] is not None
+    assert any("quoted" in n for n in e["notes"])
+
+
+def test_quoted_phrase_inside_a_full_message_is_one_message():
+    # "CUDA out of memory. Tried to allocate ..." on one line, and wrapped before "Tried": one
+    # message each time, not a second quoted one; prose without a figure is no message.
+    text = open(os.path.join(SOURCE_DIR, DATA, "capacity_of_22.txt"), "rb").read()
+    doc = explain_json("-", stdin=text)
+    assert len(doc["errors"]) == 1 and doc["errors"][0]["quoted"] is False
+    wrapped = (b"RuntimeError: CUDA out of memory.\nTried to allocate 20.00 MiB (GPU 1; 3.95 GiB "
+               b"total capacity; 3.02 GiB already allocated; 12.44 MiB free; 3.10 GiB reserved "
+               b"in total by PyTorch)\n")
+    doc = explain_json("-", stdin=wrapped)
+    assert len(doc["errors"]) == 1 and doc["errors"][0]["quoted"] is False
+    r = run("-", stdin=b"Tried to allocate memory for the buffer, failed\n")
+    assert r.returncode == 2
+
+
+def test_remedies_never_propose_a_setting_the_job_has():
+    doc = explain_json(DATA + "capacity_of_22.txt", "--alloc-conf", "expandable_segments:True")
+    e = doc["errors"][0]
+    assert "expandable_segments" not in [r["id"] for r in e["remedies"]]
+    assert any("already has it (--alloc-conf)" in n for n in e["notes"])
+    # A different value of a setting is still a proposal.
+    doc = explain_json(DATA + "capacity_of_22.txt", "--alloc-conf", "max_split_size_mb:128")
+    ids = [r["id"] for r in doc["errors"][0]["remedies"]]
+    assert "max_split_size_mb" in ids and "expandable_segments" in ids
+    conf = [r["alloc_conf"] for r in doc["errors"][0]["remedies"] if r["id"] == "max_split_size_mb"]
+    doc = explain_json(DATA + "capacity_of_22.txt", "--alloc-conf", conf[0])
+    assert "max_split_size_mb" not in [r["id"] for r in doc["errors"][0]["remedies"]]
+
+
+def test_remedies_skip_the_snapshots_recorded_settings():
+    # g4_expandable.pickle recorded expandable_segments:True.
+    doc = explain_json(MESSAGE, "--snapshot", "tests/data/snapshots/g4_expandable.pickle",
+                       "--capacity", "8GiB")
+    e = doc["errors"][0]
+    assert "expandable_segments" not in [r["id"] for r in e["remedies"]]
+    assert any("snapshot's recorded settings" in n for n in e["notes"])

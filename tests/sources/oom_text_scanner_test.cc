@@ -417,5 +417,61 @@ TEST(OomTextScannerTest, ReadErrorsNameThePath) {
   EXPECT_NE(scan.status().message().find("/nonexistent/oom.log"), std::string::npos);
 }
 
+TEST(OomTextScannerTest, CachedWordingOf10To13) {
+  // "M cached)" is reserved but unallocated; the message ends at its parenthesis.
+  const OomTextScan scan = ScanOomText(
+      "RuntimeError: CUDA out of memory. Tried to allocate 1.72 GiB (GPU 0; 10.76 GiB total "
+      "capacity; 4.01 GiB already allocated; 356.00 MiB free; 5.54 GiB cached)   | 1/9 [00:00]\n"
+      "next line of the log\n");
+  ASSERT_EQ(scan.messages.size(), 1u);
+  const OomMessage& m = scan.messages[0];
+  EXPECT_EQ(m.wording, OomWording::kClassic);
+  EXPECT_FALSE(m.reserved);
+  ASSERT_TRUE(m.unallocated);
+  EXPECT_EQ(*m.unallocated, static_cast<std::uint64_t>(5.54 * 1024 * 1024 * 1024 + 0.5));
+  EXPECT_EQ(*m.Reserved(), *m.allocated + *m.unallocated);
+  EXPECT_EQ(m.last_line, 1u);
+  EXPECT_FALSE(m.text_truncated);
+}
+
+TEST(OomTextScannerTest, MessageQuotedFromTriedToAllocate) {
+  const OomTextScan scan = ScanOomText(
+      "it says:\n"
+      "> Tried to allocate 20.00 MiB (GPU 1; 3.95 GiB total capacity; 3.02 GiB already "
+      "allocated;\n"
+      "> 12.44 MiB free; 3.10 GiB reserved in total by PyTorch)\n"
+      "Tried to allocate memory, the buffer was too small\n"
+      "Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 63.98 GiB of which 600.00 MiB "
+      "is free. Of the allocated memory 58.10 GiB is allocated by PyTorch, and 2.40 GiB is "
+      "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
+      "setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n");
+  ASSERT_EQ(scan.messages.size(), 2u);
+  EXPECT_TRUE(scan.messages[0].quoted);
+  EXPECT_EQ(scan.messages[0].backend, "CUDA");
+  EXPECT_EQ(scan.messages[0].line, 2u);
+  EXPECT_EQ(scan.messages[0].last_line, 3u);
+  EXPECT_TRUE(scan.messages[0].reserved);
+  // "12.44 MiB free" wrapped to the start of a line is a figure, not a timestamp prefix.
+  ASSERT_TRUE(scan.messages[0].free);
+  EXPECT_EQ(*scan.messages[0].free, static_cast<std::uint64_t>(12.44 * 1024 * 1024 + 0.5));
+  EXPECT_EQ(scan.messages[1].backend, "HIP");
+  EXPECT_TRUE(scan.messages[1].unallocated);
+}
+
+TEST(OomTextScannerTest, TriedToAllocateInsideAFullMessageStartsNothing) {
+  // On the trigger's line, and on the line after a first sentence wrapped on its own.
+  const OomTextScan scan = ScanOomText(
+      "CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 1.00 GiB total capacity; 0 bytes "
+      "already allocated; 0 bytes free; 0 bytes reserved in total by PyTorch)\n"
+      "\n"
+      "RuntimeError: CUDA out of memory.\n"
+      "Tried to allocate 4.00 MiB (GPU 0; 1.00 GiB total capacity; 0 bytes already allocated; "
+      "0 bytes free; 0 bytes reserved in total by PyTorch)\n");
+  ASSERT_EQ(scan.messages.size(), 2u);
+  EXPECT_FALSE(scan.messages[0].quoted);
+  EXPECT_FALSE(scan.messages[1].quoted);
+  EXPECT_EQ(*scan.messages[1].tried, 4 * 1024 * 1024u);
+}
+
 }  // namespace
 }  // namespace fragscope::sources

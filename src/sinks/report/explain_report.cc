@@ -30,6 +30,10 @@ std::string WordingText(const OomMessage& m) {
   }
   switch (m.wording) {
     case OomWording::kClassic:
+      if (!m.reserved && m.unallocated) {
+        return "classic wording with \"cached\" (PyTorch 1.0-1.3: cached = reserved but "
+               "unallocated)";
+      }
       return m.hint_max_split ? "classic wording with the max_split_size_mb hint (PyTorch 1.10-2.0)"
                               : "classic wording without a hint (PyTorch 1.x before 1.10)";
     case OomWording::kCapacityOf:
@@ -108,7 +112,8 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
       out += fmt::format("  repeated {} times (also at line{}{})\n", m.repeats,
                          m.repeat_lines.size() > 1 ? "s" : "", lines);
     }
-    out += fmt::format("  wording: {}\n", WordingText(m));
+    out += fmt::format("  wording: {}{}\n", WordingText(m),
+                       m.quoted ? " (quoted from \"Tried to allocate\" on)" : "");
     if (e.figures) {
       const analysis::OomFigures& f = *e.figures;
       out += fmt::format("  tried to allocate {}; GPU total {}, free {}\n", B(f.tried), B(f.total),
@@ -183,6 +188,7 @@ std::string RenderExplainJson(const analysis::ExplainReport& report) {
     x["gpu"] = Opt(m.gpu);
     x["rank"] = Opt(m.rank);
     x["wording"] = OomWordingName(m.wording);
+    x["quoted"] = m.quoted;
     x["repeats"] = m.repeats;
     x["repeat_lines"] = m.repeat_lines;
     x["truncated"] = m.text_truncated;
@@ -205,6 +211,8 @@ std::string RenderExplainJson(const analysis::ExplainReport& report) {
     fig["processes"] = std::move(procs);
     fig["outside_bytes"] = e.figures ? Json(e.figures->outside) : Json(nullptr);
     fig["other_processes_bytes"] = e.figures ? Opt(e.figures->others) : Json(nullptr);
+    fig["sysmem_fallback_bytes"] =
+        e.figures && e.figures->sysmem_fallback ? Json(e.figures->sysmem_fallback) : Json(nullptr);
     x["figures"] = std::move(fig);
     x["verdict"] = analysis::OomVerdictName(e.verdict);
     x["summary"] = e.summary;

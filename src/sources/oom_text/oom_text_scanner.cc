@@ -51,7 +51,16 @@ struct Trigger {
 
 // "CUDA out of memory", "HIP out of memory" (ROCm builds hipify the text), "XPU out of memory",
 // and the CUDA runtime's own "CUDA error: out of memory" (no allocator figures).
-Trigger FindTrigger(std::string_view line) {
+//
+// A message quoted without its first sentence starts at "Tried to allocate {S}" (the figure
+// must follow, so prose such as "Tried to allocate memory" is no message): backend "" until
+// the text shows which (BackendOfQuoted). `bare` = false skips those starts, for the lines
+// that may go on with a message whose own "Tried to allocate" is still to come.
+constexpr std::string_view kTried = "Tried to allocate ";
+
+std::optional<std::uint64_t> SizeAfter(std::string_view text, std::size_t pos);
+
+Trigger FindTrigger(std::string_view line, bool bare = true) {
   static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kTriggers = {{
       {"CUDA out of memory", "CUDA"},
       {"HIP out of memory", "HIP"},
@@ -63,7 +72,27 @@ Trigger FindTrigger(std::string_view line) {
     const std::size_t p = line.find(text);
     if (p != std::string_view::npos && p < best.pos) best = {p, backend};
   }
+  if (!bare) return best;
+  for (std::size_t p = line.find(kTried); p != std::string_view::npos && p < best.pos;
+       p = line.find(kTried, p + 1)) {
+    // Part of a message begun earlier on the line ("CUDA out of memory. Tried ...") is not a
+    // start: only the backend triggers before it decide, and best.pos is the earliest of them.
+    if (SizeAfter(line, p + kTried.size())) {
+      best = {p, ""};
+      break;
+    }
+  }
   return best;
+}
+
+// The backend of a message quoted from "Tried to allocate" on, from what its text names.
+std::string_view BackendOfQuoted(std::string_view text) {
+  if (text.find("PYTORCH_HIP_ALLOC_CONF") != std::string_view::npos ||
+      text.find("notes/hip.html") != std::string_view::npos) {
+    return "HIP";
+  }
+  if (text.find("`empty_cache` to release") != std::string_view::npos) return "XPU";
+  return "CUDA";
 }
 
 // "[rank3]:", "rank=3", "rank 3", "[default3]:" (torchrun's per-worker prefix) in a line.
@@ -101,6 +130,24 @@ std::string ExceptionName(std::string_view prefix) {
   std::string_view word = prefix.substr(start, end - 1 - start);
   if (word.find("Error") == std::string_view::npos || word.size() > 80) return {};
   return std::string(word);
+}
+
+// Where the next message starts on `line` after the one starting at `pos` (npos: none). A
+// message begun by its backend's words owns the first "Tried to allocate" after them; a quoted
+// one (`quoted`) starts at its own.
+std::size_t NextStart(std::string_view line, std::size_t pos, bool quoted) {
+  std::size_t from = pos + 1;
+  if (!quoted) {
+    const Trigger backend = FindTrigger(line.substr(from), false);
+    const std::size_t own = line.find(kTried, from);
+    if (own == std::string_view::npos ||
+        (backend.pos != std::string_view::npos && from + backend.pos < own)) {
+      return backend.pos == std::string_view::npos ? backend.pos : from + backend.pos;
+    }
+    from = own + 1;
+  }
+  const Trigger next = FindTrigger(line.substr(from));
+  return next.pos == std::string_view::npos ? next.pos : from + next.pos;
 }
 
 // ---- Continuation lines ---------------------------------------------------------------------
@@ -154,6 +201,17 @@ std::string_view StripLogPrefix(std::string_view line) {
     std::size_t end = 0;
     while (end < line.size() && !IsSpace(line[end])) ++end;
     const std::string_view token = line.substr(0, end);
+    // A figure wrapped to the start of the line ("12.44 MiB free; ...") is text, not a
+    // timestamp: a size unit follows it.
+    if (IsTimestampToken(token)) {
+      std::size_t used = 0;
+      std::string_view rest = line.substr(end);
+      while (!rest.empty() && IsSpace(rest[0])) rest.remove_prefix(1);
+      if (!rest.empty() && IsAlpha(rest[0]) &&
+          ParsePrintedSize(std::string(token) + " " + std::string(rest.substr(0, 8)), &used)) {
+        return line;
+      }
+    }
     if (IsTimestampToken(token) || IsLevelToken(token) || token == "-") {
       line.remove_prefix(end);
       continue;
@@ -234,6 +292,9 @@ void ReadFigures(OomMessage* m) {
     m->allocated = SizeBeforePhrase(t, " already allocated", classic);
     m->free = SizeBeforePhrase(t, " free;", classic);
     m->reserved = SizeBeforePhrase(t, " reserved in total by PyTorch", classic);
+    // 1.0-1.3: "...; {F} free; {M} cached)", M = reserved but unallocated (the cache's free
+    // blocks), so reserved = A + M (MessageReserved).
+    if (!m->reserved) m->unallocated = SizeBeforePhrase(t, " cached)", classic);
   }
   // Newer: "GPU 0 has a total capacity of T of which F is free. ..." (2.1 printed "capacty").
   const std::size_t capacity_of = t.find(" has a total capac");
@@ -320,7 +381,11 @@ void OomTextScanner::AddLine(std::string_view line) {
     ++scan_.cut_lines;
   }
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  const Trigger trigger = FindTrigger(line);
+  // A line may go on with an open message that still lacks its "Tried to allocate" ("CUDA
+  // out of memory." wrapped before it): there that phrase continues, not starts, a message.
+  const bool bare =
+      !open_ || open_->complete || open_->may_end || open_->raw.find(kTried) != std::string::npos;
+  const Trigger trigger = FindTrigger(line, bare);
   if (open_) {
     const std::string_view stripped = StripLogPrefix(line);
     const bool continues =
@@ -340,16 +405,15 @@ void OomTextScanner::AddLine(std::string_view line) {
   std::size_t pos = trigger.pos;
   std::string_view backend = trigger.backend;
   while (true) {
-    const std::string_view rest = line.substr(pos + 1);
-    const Trigger next = FindTrigger(rest);
-    if (next.pos == std::string_view::npos) {
+    const std::size_t next = NextStart(line, pos, backend.empty());
+    if (next == std::string_view::npos) {
       Start(line, pos, backend);
       return;
     }
-    Start(line.substr(0, pos + 1 + next.pos), pos, backend);
+    Start(line.substr(0, next), pos, backend);
     Close(false);
-    pos = pos + 1 + next.pos;
-    backend = next.backend;
+    pos = next;
+    backend = FindTrigger(line.substr(pos)).backend;
   }
 }
 
@@ -412,7 +476,11 @@ void OomTextScanner::Append(std::string_view text) {
     open_->message.text_truncated = true;
     open_->complete = true;
   }
-  if (raw.find("reserved in total by PyTorch)") != std::string::npos) open_->may_end = true;
+  if (raw.find("reserved in total by PyTorch)") != std::string::npos ||
+      (raw.find(" total capacity;") != std::string::npos &&
+       raw.find(" cached)") != std::string::npos)) {
+    open_->may_end = true;  // the classic wording's end (1.0-1.3: "... cached)")
+  }
   if (raw.find("CUDA error: out of memory") == 0) open_->complete = true;  // no figures follow
 }
 
@@ -424,6 +492,10 @@ void OomTextScanner::Close(bool truncated) {
   while (!open.raw.empty() && open.raw.back() == ' ') open.raw.pop_back();
   m.text = std::move(open.raw);
   m.text_truncated = m.text_truncated || truncated;
+  if (m.backend.empty()) {
+    m.quoted = true;
+    m.backend = std::string(BackendOfQuoted(m.text));
+  }
   ReadFigures(&m);
   std::string key = fmt::format("{}\x1f{}", m.rank ? *m.rank : -1, m.text);
   if (auto it = seen_.find(key); it != seen_.end()) {
