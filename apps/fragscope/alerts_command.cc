@@ -23,6 +23,7 @@
 #include "sinks/alerts/alert_config.h"
 #include "sinks/alerts/alert_engine.h"
 #include "sinks/alerts/hook_runner.h"
+#include "sources/agent/agent_protocol.h"
 
 namespace fragscope::cli {
 namespace {
@@ -165,18 +166,26 @@ Result<agent::AgentSample> ReadSample(const nlohmann::json& obj, const std::stri
       {"peak_allocated_bytes", &s.peak_allocated_bytes},
       {"num_alloc_retries", &s.num_alloc_retries},
       {"num_ooms", &s.num_ooms},
-      {"cached_free_bytes", &s.cached_free_bytes},
-      {"largest_free_block", &s.largest_free_block},
-      {"max_allocatable", &s.max_allocatable},
-      {"stranded_bytes", &s.stranded_bytes},
       {"largest_request_bytes", &s.largest_request_bytes}};
   for (const auto& [key, field] : kBytes) {
     FRAGSCOPE_RETURN_IF_ERROR(ReadInteger(obj, where, key, field));
+  }
+  const std::pair<const char*, std::optional<std::uint64_t>*> kSummary[] = {
+      {"cached_free_bytes", &s.cached_free_bytes},
+      {"largest_free_block", &s.largest_free_block},
+      {"max_allocatable", &s.max_allocatable},
+      {"stranded_bytes", &s.stranded_bytes}};
+  for (const auto& [key, field] : kSummary) {  // absent: unknown, as on the agent socket
+    if (!obj.contains(key)) continue;
+    std::uint64_t v = 0;
+    FRAGSCOPE_RETURN_IF_ERROR(ReadInteger(obj, where, key, &v));
+    *field = v;
   }
   if (auto it = obj.find("fragmentation_ratio"); it != obj.end()) {
     if (!it->is_number()) return FieldError(where, "fragmentation_ratio", "expected a number");
     s.fragmentation_ratio = it->get<double>();
   }
+  agent::DeriveAgentSummary(obj.contains("reserved_bytes") && obj.contains("allocated_bytes"), &s);
   if (auto it = obj.find("forecast_level"); it != obj.end()) {
     std::optional<RiskLevel> level;
     if (it->is_string()) level = ParseRiskLevel(it->get<std::string>());

@@ -39,15 +39,17 @@ void ProcessForecasts::Prepare(agent::AgentSample& sample) {
   w.reserved_bytes = sample.reserved_bytes;
   w.allocated_bytes = sample.allocated_bytes;
   w.live_requested_bytes = sample.requested_bytes;
-  w.cached_free_bytes = sample.cached_free_bytes;
-  w.fragmentation_ratio = sample.fragmentation_ratio;
-  w.largest_free_block = sample.largest_free_block;
-  w.max_allocatable = sample.max_allocatable;
-  w.stranded_bytes = sample.stranded_bytes;
+  // Unknown summary figures (agent_sample.h) count as 0 here, as before they were optional.
+  w.cached_free_bytes = sample.cached_free_bytes.value_or(0);
+  w.fragmentation_ratio = sample.fragmentation_ratio.value_or(0.0);
+  w.largest_free_block = sample.largest_free_block.value_or(0);
+  w.max_allocatable = sample.max_allocatable.value_or(0);
+  w.stranded_bytes = sample.stranded_bytes.value_or(0);
   w.peak_reserved_bytes = sample.peak_reserved_bytes;
   w.peak_allocated_bytes = sample.peak_allocated_bytes;
   // Set against what can be obtained now only when the agent reports that (block level).
-  bool block_level = sample.max_allocatable > 0 || sample.largest_free_block > 0;
+  bool block_level =
+      sample.max_allocatable.value_or(0) > 0 || sample.largest_free_block.value_or(0) > 0;
   for (std::uint64_t n : sample.free_block_count) block_level |= n > 0;
   w.largest_request = block_level ? sample.largest_request_bytes : 0;
   live.retries_total = sample.num_alloc_retries;

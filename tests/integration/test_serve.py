@@ -281,6 +281,31 @@ def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
     assert lint.returncode in (0, 3) and not problems, lint.stdout + lint.stderr
 
 
+def test_unknown_summary_is_derived_or_left_out_not_zero(daemon):
+    # docs/formats.md's minimal sample: reserved 60 GiB, allocated 49 GiB and nothing of the
+    # snapshot summary. Cached free and the ratio follow from their definitions; max
+    # allocatable, largest free block and stranded bytes are unknown and have no series (they
+    # used to read 0: "no fragmentation" and a max allocatable that fires the critical rule).
+    with fragscope_agent.AgentClient(daemon.sock, job="bare", pid=5151) as agent:
+        assert agent.send_sample({"device_uuid": UUID, "step": 3, "reserved_bytes": 60 << 30,
+                                  "allocated_bytes": 49 << 30})
+        daemon.wait_metric("fragscope_agent_samples_received_total", 1)
+        m = daemon.metrics()
+        labels = {"pid": "5151", "job_name": "bare", "UUID": UUID}
+        assert value(m, "fragscope_process_reserved_bytes", **labels) == 60 << 30
+        assert value(m, "fragscope_process_cached_free_bytes", **labels) == 11 << 30
+        assert abs(value(m, "fragscope_process_fragmentation_ratio", **labels) - 11 / 60) < 1e-9
+        for name in ("fragscope_process_max_allocatable_bytes",
+                     "fragscope_process_largest_free_block_bytes",
+                     "fragscope_process_stranded_bytes"):
+            assert value(m, name, **labels) is None, name
+        # With the largest free block and the device's free memory, max allocatable is known.
+        assert agent.send_sample({"device_uuid": UUID, "step": 4, "reserved_bytes": 60 << 30,
+                                  "allocated_bytes": 49 << 30, "largest_free_block": 3 << 30,
+                                  "device_free_bytes": (5 << 30) + 12345})
+        daemon.wait_metric("fragscope_process_max_allocatable_bytes", 5 << 30, **labels)
+
+
 def test_unknown_path_is_404(daemon):
     with pytest.raises(urllib.error.HTTPError) as e:
         daemon.get("/nope")

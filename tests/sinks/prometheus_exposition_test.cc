@@ -138,6 +138,21 @@ TEST(ExpositionTest, ProcessSeriesCarryDcgmLabelsAndEscapedValues) {
   EXPECT_EQ(text.find("fragscope_process_steps_to_oom{" + other), std::string::npos);
 }
 
+TEST(ExpositionTest, UnknownSummaryFiguresAreLeftOutNotZero) {
+  // The sample of State() sends largest_free_block and fragmentation_ratio only: the other
+  // summary figures are unknown and have no series (a 0 would read as "no fragmentation").
+  NodeState state = TestState();
+  state.agents.resize(1);
+  const std::string text = RenderExposition(state);
+  EXPECT_EQ(text.find("fragscope_process_cached_free_bytes{"), std::string::npos) << text;
+  EXPECT_EQ(text.find("fragscope_process_max_allocatable_bytes{"), std::string::npos);
+  EXPECT_EQ(text.find("fragscope_process_stranded_bytes{"), std::string::npos);
+  EXPECT_NE(text.find("fragscope_process_largest_free_block_bytes{"), std::string::npos);
+  state.agents[0].sample.fragmentation_ratio.reset();
+  EXPECT_EQ(RenderExposition(state).find("fragscope_process_fragmentation_ratio{"),
+            std::string::npos);
+}
+
 TEST(ExpositionTest, GpuAndDaemonSeries) {
   const std::string text = RenderExposition(TestState());
   const std::string gpu =

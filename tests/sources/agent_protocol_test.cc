@@ -106,6 +106,40 @@ TEST(AgentProtocolTest, UnknownVersionAndTypeAreUnsupported) {
   }
 }
 
+TEST(AgentProtocolTest, UnknownSummaryIsDerivedOrLeftUnknown) {
+  // reserved 60 GiB, allocated 49 GiB, no summary: cached free and the ratio follow from their
+  // definitions; max_allocatable, largest free block and stranded stay unknown, not 0.
+  Result<AgentSample> s =
+      DecodeSample(R"({"pid":1,"device_uuid":"GPU-1","reserved_bytes":64424509440,)"
+                   R"("allocated_bytes":52613349376})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(s->cached_free_bytes);
+  EXPECT_EQ(*s->cached_free_bytes, 11ull << 30);
+  ASSERT_TRUE(s->fragmentation_ratio);
+  EXPECT_DOUBLE_EQ(*s->fragmentation_ratio, 11.0 / 60.0);
+  EXPECT_FALSE(s->max_allocatable);
+  EXPECT_FALSE(s->largest_free_block);
+  EXPECT_FALSE(s->stranded_bytes);
+  // With the largest free block and the device's free memory: max of the cached block and
+  // what a new segment of the free memory holds (2 MiB multiples).
+  s = DecodeSample(R"({"pid":1,"device_uuid":"GPU-1","reserved_bytes":100,"allocated_bytes":100,)"
+                   R"("largest_free_block":8388608,"device_free_bytes":104857601})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->max_allocatable, std::optional<std::uint64_t>(104857600));
+  EXPECT_EQ(s->fragmentation_ratio, std::optional<double>(0.0));
+  // Sent figures are kept as sent; null is unknown; no reserved: nothing to derive from.
+  s = DecodeSample(R"({"pid":1,"device_uuid":"GPU-1","reserved_bytes":10,"allocated_bytes":4,)"
+                   R"("cached_free_bytes":5,"fragmentation_ratio":null,"max_allocatable":null})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->cached_free_bytes, std::optional<std::uint64_t>(5));
+  EXPECT_EQ(s->fragmentation_ratio, std::optional<double>(0.5));
+  EXPECT_FALSE(s->max_allocatable);
+  s = DecodeSample(kMinimal);
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->cached_free_bytes);
+  EXPECT_FALSE(s->fragmentation_ratio);
+}
+
 TEST(AgentProtocolTest, RoundTripKeepsEveryField) {
   AgentSample s;
   s.pid = 4000000000u;

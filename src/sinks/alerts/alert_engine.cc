@@ -61,14 +61,18 @@ AlertObservation ObserveSample(const agent::AgentSample& s, const gpu::NodeGpuIn
   set("peak_allocated_bytes", static_cast<double>(s.peak_allocated_bytes));
   set("num_alloc_retries", static_cast<double>(s.num_alloc_retries));
   set("num_ooms", static_cast<double>(s.num_ooms));
-  set("cached_free_bytes", static_cast<double>(s.cached_free_bytes));
-  set("largest_free_block", static_cast<double>(s.largest_free_block));
-  set("max_allocatable", static_cast<double>(s.max_allocatable));
-  set("stranded_bytes", static_cast<double>(s.stranded_bytes));
+  // Unknown summary figures are left out (a rule on them does not fire), never read as 0.
+  auto set_known = [&](const char* name, const std::optional<std::uint64_t>& v) {
+    if (v) set(name, static_cast<double>(*v));
+  };
+  set_known("cached_free_bytes", s.cached_free_bytes);
+  set_known("largest_free_block", s.largest_free_block);
+  set_known("max_allocatable", s.max_allocatable);
+  set_known("stranded_bytes", s.stranded_bytes);
   if (s.largest_request_bytes > 0) {
     set("largest_request_bytes", static_cast<double>(s.largest_request_bytes));
   }
-  set("fragmentation_ratio", s.fragmentation_ratio);
+  if (s.fragmentation_ratio) set("fragmentation_ratio", *s.fragmentation_ratio);
   set("forecast_level", static_cast<double>(s.forecast_level));
   if (s.step >= 0) set("step", static_cast<double>(s.step));
   if (s.steps_to_oom) set("steps_to_oom", static_cast<double>(*s.steps_to_oom));

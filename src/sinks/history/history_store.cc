@@ -752,11 +752,12 @@ Status HistoryStore::AppendSamples(std::span<const ReceivedSample> samples) {
       ins.BindU(16, a.peak_allocated_bytes);
       ins.BindU(17, a.num_alloc_retries);
       ins.BindU(18, a.num_ooms);
-      ins.BindU(19, a.cached_free_bytes);
-      ins.BindU(20, a.largest_free_block);
-      ins.BindU(21, a.max_allocatable);
-      ins.BindU(22, a.stranded_bytes);
-      ins.Bind(23, a.fragmentation_ratio);
+      // The columns are NOT NULL: an unknown summary figure is stored as 0.
+      ins.BindU(19, a.cached_free_bytes.value_or(0));
+      ins.BindU(20, a.largest_free_block.value_or(0));
+      ins.BindU(21, a.max_allocatable.value_or(0));
+      ins.BindU(22, a.stranded_bytes.value_or(0));
+      ins.Bind(23, a.fragmentation_ratio.value_or(0.0));
       ins.Bind(24, static_cast<std::int64_t>(a.forecast_level));
       if (a.steps_to_oom) {
         ins.Bind(25, *a.steps_to_oom);

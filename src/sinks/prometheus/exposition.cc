@@ -281,6 +281,12 @@ std::string RenderExposition(const NodeState& state) {
       Family family;
       std::uint64_t agent::AgentSample::*field;
     };
+    // The block-level summary: a series only when the figure is known (sent by the agent or
+    // derived when the sample was decoded), so no dashboard or rule reads unknown as 0.
+    struct KnownGauge {
+      Family family;
+      std::optional<std::uint64_t> agent::AgentSample::*field;
+    };
     Gauge gauges[] = {
         {{"fragscope_process_reserved_bytes", "gauge",
           "Bytes the caching allocator holds from the driver (reserved_bytes.all.current)."},
@@ -300,6 +306,11 @@ std::string RenderExposition(const NodeState& state) {
         {{"fragscope_process_peak_allocated_bytes", "gauge",
           "Highest allocated_bytes since the process started or reset its peaks."},
          &agent::AgentSample::peak_allocated_bytes},
+        {{"fragscope_process_largest_request_bytes", "gauge",
+          "Largest allocation request since the agent's previous sample (0: not reported)."},
+         &agent::AgentSample::largest_request_bytes},
+    };
+    KnownGauge known_gauges[] = {
         {{"fragscope_process_cached_free_bytes", "gauge",
           "Reserved but unallocated bytes: free blocks inside the allocator's segments."},
          &agent::AgentSample::cached_free_bytes},
@@ -312,9 +323,6 @@ std::string RenderExposition(const NodeState& state) {
         {{"fragscope_process_stranded_bytes", "gauge",
           "Free bytes in gaps too small to serve any request seen (docs/metrics.md)."},
          &agent::AgentSample::stranded_bytes},
-        {{"fragscope_process_largest_request_bytes", "gauge",
-          "Largest allocation request since the agent's previous sample (0: not reported)."},
-         &agent::AgentSample::largest_request_bytes},
     };
     Family retries("fragscope_process_alloc_retries_total", "counter",
                    "Allocations that failed once and succeeded after freeing cached blocks "
@@ -356,9 +364,14 @@ std::string RenderExposition(const NodeState& state) {
       };
       const std::string rendered = RenderLabels(labels);
       for (Gauge& gauge : gauges) gauge.family.AddRendered(rendered, s.*gauge.field);
+      for (KnownGauge& gauge : known_gauges) {
+        if (const std::optional<std::uint64_t>& v = s.*gauge.field; v) {
+          gauge.family.AddRendered(rendered, *v);
+        }
+      }
       retries.AddRendered(rendered, s.num_alloc_retries);
       ooms.AddRendered(rendered, s.num_ooms);
-      frag.AddRendered(rendered, s.fragmentation_ratio);
+      if (s.fragmentation_ratio) frag.AddRendered(rendered, *s.fragmentation_ratio);
       std::string bucket_labels;
       for (int b = 0; b < agent::kFreeBlockBuckets; ++b) {
         const auto i = static_cast<std::size_t>(b);
@@ -379,6 +392,7 @@ std::string RenderExposition(const NodeState& state) {
       last.AddRendered(rendered, static_cast<double>(e.received_unix_ms) / 1000.0);
     }
     for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
+    for (const KnownGauge& gauge : known_gauges) gauge.family.Emit(&out);
     for (const Family* f :
          {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &samples, &step, &last}) {
       f->Emit(&out);

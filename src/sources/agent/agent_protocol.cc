@@ -1,6 +1,7 @@
 // The agent wire protocol (agent_protocol.h; docs/formats.md, "Agent protocol").
 #include "sources/agent/agent_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,8 +10,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "model/allocator_rules.h"
+
 namespace fragscope::agent {
 namespace {
+
+// A summary figure for the wire: null when unknown.
+template <typename T>
+nlohmann::json OrNull(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 
 using Json = nlohmann::json;
 
@@ -179,16 +188,26 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
       {"peak_allocated_bytes", &s->peak_allocated_bytes},
       {"num_alloc_retries", &s->num_alloc_retries},
       {"num_ooms", &s->num_ooms},
-      {"cached_free_bytes", &s->cached_free_bytes},
-      {"largest_free_block", &s->largest_free_block},
-      {"max_allocatable", &s->max_allocatable},
-      {"stranded_bytes", &s->stranded_bytes},
       {"largest_request_bytes", &s->largest_request_bytes},
   };
   for (const auto& [field, out] : counts) {
     FRAGSCOPE_RETURN_IF_ERROR(ReadInt(obj, field, 0, out));
   }
-  if (const auto it = obj.find("fragmentation_ratio"); it != obj.end()) {
+  // The block-level summary: absent or null = unknown (not 0).
+  const std::pair<const char*, std::optional<std::uint64_t>*> summary[] = {
+      {"cached_free_bytes", &s->cached_free_bytes},
+      {"largest_free_block", &s->largest_free_block},
+      {"max_allocatable", &s->max_allocatable},
+      {"stranded_bytes", &s->stranded_bytes},
+  };
+  for (const auto& [field, out] : summary) {
+    if (const auto it = obj.find(field); it != obj.end() && !it->is_null()) {
+      std::uint64_t v = 0;
+      FRAGSCOPE_RETURN_IF_ERROR(ReadInt(obj, field, 0, &v));
+      *out = v;
+    }
+  }
+  if (const auto it = obj.find("fragmentation_ratio"); it != obj.end() && !it->is_null()) {
     if (!it->is_number()) {
       return FieldError("fragmentation_ratio",
                         fmt::format("expected a number, got {}", it->type_name()));
@@ -204,6 +223,7 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
     FRAGSCOPE_RETURN_IF_ERROR(ReadInt(obj, "device_free_bytes", 0, &free));
     s->device_free_bytes = free;
   }
+  DeriveAgentSummary(obj.contains("reserved_bytes") && obj.contains("allocated_bytes"), s);
   FRAGSCOPE_RETURN_IF_ERROR(ReadBuckets(obj, "free_block_count", &s->free_block_count));
   FRAGSCOPE_RETURN_IF_ERROR(ReadBuckets(obj, "free_block_bytes", &s->free_block_bytes));
   FRAGSCOPE_RETURN_IF_ERROR(ReadLevel(obj, &s->forecast_level));
@@ -216,6 +236,27 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
 }
 
 }  // namespace
+
+void DeriveAgentSummary(bool reserved_known, AgentSample* s) {
+  if (!s->cached_free_bytes && reserved_known) {
+    s->cached_free_bytes =
+        s->reserved_bytes > s->allocated_bytes ? s->reserved_bytes - s->allocated_bytes : 0;
+  }
+  if (!s->fragmentation_ratio && reserved_known && s->cached_free_bytes) {
+    s->fragmentation_ratio = s->reserved_bytes == 0
+                                 ? 0.0
+                                 : std::min(1.0, static_cast<double>(*s->cached_free_bytes) /
+                                                     static_cast<double>(s->reserved_bytes));
+  }
+  if (!s->max_allocatable && s->largest_free_block && s->device_free_bytes) {
+    // max(cached part, driver part); the cached part is the largest free block (its pool is
+    // not sent), the driver part counts the device's free memory only (releasable cached
+    // segments are not sent): a lower bound of what docs/metrics.md defines.
+    s->max_allocatable =
+        std::max(*s->largest_free_block,
+                 model::AllocatorRules::LargestRequestForNewSegment(*s->device_free_bytes));
+  }
+}
 
 std::string_view RejectReasonName(RejectReason reason) {
   switch (reason) {
@@ -335,12 +376,12 @@ std::string EncodeSampleJson(const AgentSample& s) {
       {"peak_allocated_bytes", s.peak_allocated_bytes},
       {"num_alloc_retries", s.num_alloc_retries},
       {"num_ooms", s.num_ooms},
-      {"cached_free_bytes", s.cached_free_bytes},
-      {"largest_free_block", s.largest_free_block},
-      {"max_allocatable", s.max_allocatable},
-      {"stranded_bytes", s.stranded_bytes},
+      {"cached_free_bytes", OrNull(s.cached_free_bytes)},
+      {"largest_free_block", OrNull(s.largest_free_block)},
+      {"max_allocatable", OrNull(s.max_allocatable)},
+      {"stranded_bytes", OrNull(s.stranded_bytes)},
       {"largest_request_bytes", s.largest_request_bytes},
-      {"fragmentation_ratio", s.fragmentation_ratio},
+      {"fragmentation_ratio", OrNull(s.fragmentation_ratio)},
       {"free_block_count", s.free_block_count},
       {"free_block_bytes", s.free_block_bytes},
       {"forecast_level", std::string(RiskLevelName(s.forecast_level))},

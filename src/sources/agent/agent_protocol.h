@@ -88,8 +88,17 @@ class FrameDecoder {
 std::string EncodeFrame(std::string_view payload, std::uint16_t version = kProtocolVersion,
                         std::uint16_t type = kTypeSample);
 
-/// Parses one payload. Errors name the field ("field \"reserved_bytes\": ...").
+/// Parses one payload. Errors name the field ("field \"reserved_bytes\": ..."). Summary
+/// figures the agent leaves out (or sends as null) are derived where the sample allows
+/// (DeriveAgentSummary), else stay unknown.
 Result<AgentSample> DecodeSample(std::string_view payload);
+
+/// Fills the unknown summary figures that docs/metrics.md's definitions give from the rest of
+/// the sample: cached_free_bytes = reserved − allocated and fragmentation_ratio = cached free /
+/// reserved (when `reserved_known`: the sample gave reserved_bytes and allocated_bytes), and
+/// max_allocatable = max(largest_free_block, the largest request a new segment of
+/// device_free_bytes holds) when both are known. Sent figures are kept as sent.
+void DeriveAgentSummary(bool reserved_known, AgentSample* s);
 
 /// The JSON payload for `sample` (every field; what DecodeSample reads back unchanged).
 std::string EncodeSampleJson(const AgentSample& sample);

@@ -41,16 +41,18 @@ struct AgentSample {
   std::uint64_t peak_allocated_bytes = 0;  // allocated_bytes.all.peak
   std::uint64_t num_alloc_retries = 0;     // num_alloc_retries (cumulative)
   std::uint64_t num_ooms = 0;              // num_ooms (cumulative)
-  // Block-level summary (docs/metrics.md).
-  std::uint64_t cached_free_bytes = 0;
-  std::uint64_t largest_free_block = 0;
-  std::uint64_t max_allocatable = 0;
-  std::uint64_t stranded_bytes = 0;
+  // Block-level summary (docs/metrics.md). nullopt = unknown: the agent did not send it and
+  // it cannot be derived (DecodeAgentSample derives cached_free_bytes, fragmentation_ratio and
+  // max_allocatable where the sample allows; docs/exporter.md). Never read unknown as 0.
+  std::optional<std::uint64_t> cached_free_bytes;
+  std::optional<std::uint64_t> largest_free_block;
+  std::optional<std::uint64_t> max_allocatable;
+  std::optional<std::uint64_t> stranded_bytes;
   /// The largest allocation request the process made since its previous sample (0: unknown).
   /// Against largest_free_block and max_allocatable it tells whether the next such request
   /// would still fit: the signal of a fragmentation OOM.
   std::uint64_t largest_request_bytes = 0;
-  double fragmentation_ratio = 0;
+  std::optional<double> fragmentation_ratio;
   /// The driver's free memory on the device (torch.cuda.mem_get_info()[0]); with
   /// reserved_bytes it gives what the process may use, for the daemon's forecast.
   std::optional<std::uint64_t> device_free_bytes;
