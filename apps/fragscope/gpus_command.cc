@@ -52,6 +52,11 @@ nlohmann::json OrNull(const std::optional<T>& v) {
   return v.has_value() ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// A text NVML or the driver's files did not give: null, never "" (docs/gpu-sources.md).
+nlohmann::json TextOrNull(const std::string& v) {
+  return v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v);
+}
+
 nlohmann::json GpuJson(const gpu::GpuInfo& g) {
   nlohmann::json processes = nlohmann::json::array();
   for (const gpu::GpuProcess& p : g.processes) {
@@ -63,17 +68,17 @@ nlohmann::json GpuJson(const gpu::GpuInfo& g) {
   nlohmann::json mig = nlohmann::json::array();
   for (const gpu::MigInstance& m : g.mig_instances) {
     mig.push_back({{"index", m.index},
-                   {"uuid", m.uuid},
+                   {"uuid", TextOrNull(m.uuid)},
                    {"gpu_instance_id", OrNull(m.gpu_instance_id)},
                    {"compute_instance_id", OrNull(m.compute_instance_id)},
                    {"memory_total_bytes", OrNull(m.memory_total_bytes)},
                    {"memory_used_bytes", OrNull(m.memory_used_bytes)},
                    {"memory_free_bytes", OrNull(m.memory_free_bytes)}});
   }
-  return {{"uuid", g.uuid},
+  return {{"uuid", TextOrNull(g.uuid)},
           {"index", OrNull(g.index)},
-          {"pci_bus_id", g.pci_bus_id},
-          {"name", g.name},
+          {"pci_bus_id", TextOrNull(g.pci_bus_id)},
+          {"name", TextOrNull(g.name)},
           {"memory_total_bytes", OrNull(g.memory_total_bytes)},
           {"memory_used_bytes", OrNull(g.memory_used_bytes)},
           {"memory_free_bytes", OrNull(g.memory_free_bytes)},
@@ -84,16 +89,16 @@ nlohmann::json GpuJson(const gpu::GpuInfo& g) {
           {"processes", processes},
           {"mig_enabled", g.mig_enabled},
           {"mig_instances", mig},
-          {"model", g.model},
+          {"model", TextOrNull(g.model)},
           {"device_minor", OrNull(g.device_minor)},
-          {"firmware", g.firmware},
+          {"firmware", TextOrNull(g.firmware)},
           {"excluded", OrNull(g.excluded)},
-          {"bus_location", g.bus_location},
-          {"video_bios", g.video_bios},
-          {"bus_type", g.bus_type},
+          {"bus_location", TextOrNull(g.bus_location)},
+          {"video_bios", TextOrNull(g.video_bios)},
+          {"bus_type", TextOrNull(g.bus_type)},
           {"irq", OrNull(g.irq)},
-          {"dma_size", g.dma_size},
-          {"dma_mask", g.dma_mask},
+          {"dma_size", TextOrNull(g.dma_size)},
+          {"dma_mask", TextOrNull(g.dma_mask)},
           {"from_nvml", g.from_nvml},
           {"from_procfs", g.from_procfs},
           {"errors", g.errors}};
@@ -104,14 +109,14 @@ std::string NodeJson(const gpu::NodeGpuInfo& node, const std::string& proc_root)
   for (const gpu::GpuInfo& g : node.gpus) gpus.push_back(GpuJson(g));
   nlohmann::json out = {{"nvml",
                          {{"available", node.nvml_unavailable_reason.empty()},
-                          {"unavailable_reason", node.nvml_unavailable_reason},
-                          {"library", node.nvml_library},
-                          {"version", node.nvml_version}}},
+                          {"unavailable_reason", TextOrNull(node.nvml_unavailable_reason)},
+                          {"library", TextOrNull(node.nvml_library)},
+                          {"version", TextOrNull(node.nvml_version)}}},
                         {"procfs",
                          {{"root", proc_root},
                           {"available", node.procfs_unavailable_reason.empty()},
-                          {"unavailable_reason", node.procfs_unavailable_reason}}},
-                        {"driver_version", node.driver_version},
+                          {"unavailable_reason", TextOrNull(node.procfs_unavailable_reason)}}},
+                        {"driver_version", TextOrNull(node.driver_version)},
                         {"cuda_driver_version", OrNull(node.cuda_driver_version)},
                         {"errors", node.errors},
                         {"gpus", gpus}};

@@ -103,6 +103,15 @@ def test_json_keeps_gpus_only_proc_knows():
     assert excluded["excluded"] is True
     assert excluded["memory_total_bytes"] is None
     assert excluded["uuid"] == "GPU-deadbeef-0000-1111-2222-333333333333"
+    # What no source gave is null, never "": NVML does not know this GPU (no name, no PCI id
+    # from NVML), and NVML being available has no unavailable_reason.
+    assert doc["nvml"]["unavailable_reason"] is None
+    for g in gpus:
+        for key, value in g.items():
+            assert value != "", (key, g)
+    for key, value in list(doc["nvml"].items()) + list(doc["procfs"].items()):
+        assert value != "", key
+
 
 
 @needs_fake
