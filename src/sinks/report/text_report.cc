@@ -487,8 +487,8 @@ void RenderRequestNote(std::string* out) {
       "  This is a request trace: it records what the program asked for (tensor allocs and\n"
       "  frees), not how the caching allocator placed them. Allocator-level numbers (reserved,\n"
       "  fragmentation ratio, largest free block, stranded bytes, max allocatable, the memory\n"
-      "  map) need a replay through the caching-allocator simulator: `fragscope replay\n"
-      "  TRACE --capacity SIZE`.\n";
+      "  map) need a replay through the caching-allocator simulator: run `fragscope replay`\n"
+      "  on this trace, with --capacity SIZE for the GPU.\n";
 }
 
 void RenderRequestDevice(const AnalysisResult& r, const DeviceReport& d, const Styler& style,
