@@ -62,6 +62,7 @@ def explain_json(*args, stdin=None):
     ("quoted.txt", "fragmentation"),  # quoted from "Tried to allocate" on
     ("quoted_classic.txt", "fragmentation"),
     ("quoted_hip.txt", "fragmentation"),
+    ("newer_link.txt", "shortage"),
 ])
 def test_verdict_of_each_wording(name, verdict):
     doc = explain_json(DATA + name)
@@ -457,3 +458,11 @@ def test_remedies_skip_the_snapshots_recorded_settings():
     e = doc["errors"][0]
     assert "expandable_segments" not in [r["id"] for r in e["remedies"]]
     assert any("snapshot's recorded settings" in n for n in e["notes"])
+
+
+def test_newer_documentation_link_ends_the_message():
+    e = explain_json(DATA + "newer_link.txt")["errors"][0]
+    assert e["last_line"] == 1
+    assert e["truncated"] is False
+    assert e["message"].endswith("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+    assert "see_outside_memory" in [r["id"] for r in e["remedies"]]

@@ -458,8 +458,19 @@ void OomTextScanner::Append(std::string_view text) {
   // empty_cache advice. Anything after it on the line is not part of the message.
   constexpr std::string_view kCudaConfEnd = "Management and PYTORCH_CUDA_ALLOC_CONF";
   constexpr std::string_view kHipConfEnd = "Management and PYTORCH_HIP_ALLOC_CONF";
+  // Newer releases link other anchors ("…/notes/cuda.html#optimizing-memory-usage-with-
+  // pytorch-cuda-alloc-conf)", docs.pytorch.org): the link in parentheses after "Memory
+  // Management" ends the message whatever its address.
+  constexpr std::string_view kLinkStart = "See documentation for Memory Management (http";
+  const std::size_t link_start = raw.find(kLinkStart);
+  const std::size_t link_end = link_start == std::string::npos
+                                   ? std::string::npos
+                                   : raw.find(')', link_start + kLinkStart.size());
   if (const std::size_t link = raw.find("#environment-variables)"); link != std::string::npos) {
     raw.resize(link + 23);
+    open_->complete = true;
+  } else if (link_end != std::string::npos) {
+    raw.resize(link_end + 1);
     open_->complete = true;
   } else if (const std::size_t conf = raw.find(kCudaConfEnd); conf != std::string::npos) {
     raw.resize(conf + kCudaConfEnd.size());
