@@ -477,12 +477,12 @@ OomExplanation Decide(const OomMessage& message) {
   if (unexplained > 0) {
     e.remedies.push_back(
         {"see_outside_memory", "",
-         fmt::format("See what holds the {} outside PyTorch's cache: nvidia-smi "
+         fmt::format("See what holds the {0} outside PyTorch's cache: nvidia-smi "
                      "--query-compute-apps=pid,used_memory --format=csv (or `fragscope gpus`) "
-                     "lists each process's memory; inside the job, {}.mem_get_info() minus "
-                     "{}.memory_reserved() is what others and this process's non-PyTorch "
-                     "memory take",
-                     B(unexplained), TorchModule(e), TorchModule(e)),
+                     "lists each process's memory; inside the job, total - free of "
+                     "{1}.mem_get_info(), minus {1}.memory_reserved(), is what other processes "
+                     "and this process's memory outside PyTorch's cache take",
+                     B(unexplained), TorchModule(e)),
          f.others ? "the message lists other processes, but they do not account for all of it"
                   : "this wording does not say how much of it other processes held",
          std::nullopt});
