@@ -185,7 +185,7 @@ Result<agent::AgentSample> ReadSample(const nlohmann::json& obj, const std::stri
     if (!it->is_number()) return FieldError(where, "fragmentation_ratio", "expected a number");
     s.fragmentation_ratio = it->get<double>();
   }
-  agent::DeriveAgentSummary(obj.contains("reserved_bytes") && obj.contains("allocated_bytes"), &s);
+  agent::DeriveAgentSummary(&s);
   if (auto it = obj.find("forecast_level"); it != obj.end()) {
     std::optional<RiskLevel> level;
     if (it->is_string()) level = ParseRiskLevel(it->get<std::string>());

@@ -223,7 +223,7 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
     FRAGSCOPE_RETURN_IF_ERROR(ReadInt(obj, "device_free_bytes", 0, &free));
     s->device_free_bytes = free;
   }
-  DeriveAgentSummary(obj.contains("reserved_bytes") && obj.contains("allocated_bytes"), s);
+  DeriveAgentSummary(s);
   FRAGSCOPE_RETURN_IF_ERROR(ReadBuckets(obj, "free_block_count", &s->free_block_count));
   FRAGSCOPE_RETURN_IF_ERROR(ReadBuckets(obj, "free_block_bytes", &s->free_block_bytes));
   FRAGSCOPE_RETURN_IF_ERROR(ReadLevel(obj, &s->forecast_level));
@@ -237,12 +237,14 @@ Status DecodeObject(const Json& obj, AgentSample* s) {
 
 }  // namespace
 
-void DeriveAgentSummary(bool reserved_known, AgentSample* s) {
-  if (!s->cached_free_bytes && reserved_known) {
+void DeriveAgentSummary(AgentSample* s) {
+  // reserved_bytes and allocated_bytes are always known (absent = 0, as the protocol says), so
+  // the derivation is the same for a sample and for its encoding decoded again.
+  if (!s->cached_free_bytes) {
     s->cached_free_bytes =
         s->reserved_bytes > s->allocated_bytes ? s->reserved_bytes - s->allocated_bytes : 0;
   }
-  if (!s->fragmentation_ratio && reserved_known && s->cached_free_bytes) {
+  if (!s->fragmentation_ratio) {
     s->fragmentation_ratio = s->reserved_bytes == 0
                                  ? 0.0
                                  : std::min(1.0, static_cast<double>(*s->cached_free_bytes) /

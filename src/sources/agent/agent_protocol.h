@@ -95,10 +95,10 @@ Result<AgentSample> DecodeSample(std::string_view payload);
 
 /// Fills the unknown summary figures that docs/metrics.md's definitions give from the rest of
 /// the sample: cached_free_bytes = reserved − allocated and fragmentation_ratio = cached free /
-/// reserved (when `reserved_known`: the sample gave reserved_bytes and allocated_bytes), and
-/// max_allocatable = max(largest_free_block, the largest request a new segment of
-/// device_free_bytes holds) when both are known. Sent figures are kept as sent.
-void DeriveAgentSummary(bool reserved_known, AgentSample* s);
+/// reserved (0 when reserved is 0), and max_allocatable = max(largest_free_block, the largest
+/// request a new segment of device_free_bytes holds) when both are known. Sent figures are
+/// kept as sent; largest_free_block and stranded_bytes stay unknown unless sent.
+void DeriveAgentSummary(AgentSample* s);
 
 /// The JSON payload for `sample` (every field; what DecodeSample reads back unchanged).
 std::string EncodeSampleJson(const AgentSample& sample);
