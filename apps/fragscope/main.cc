@@ -27,10 +27,10 @@ constexpr char kIntro[] =
     "fragscope finds and explains GPU memory fragmentation in PyTorch's CUDA caching\n"
     "allocator: how much reserved memory sits unused, how scattered the free memory is,\n"
     "which gaps are too small to ever be used, and the largest allocation that would\n"
-    "still succeed. It reads PyTorch memory snapshots (.pickle from\n"
-    "torch.cuda.memory._dump_snapshot, docs/snapshots.md), traces of allocator events or of\n"
-    "requests (.jsonl[.gz|.zst], docs/formats.md), and out-of-memory messages in logs\n"
-    "(`fragscope explain`).";
+    "still succeed. It reads PyTorch memory snapshots (the .pickle of\n"
+    "torch.cuda.memory._dump_snapshot, docs/snapshots.md), traces of allocator events\n"
+    "or of requests (.jsonl, .gz, .zst; docs/formats.md), and the out-of-memory\n"
+    "messages in logs (`fragscope explain`).\n";
 
 constexpr char kFooter[] =
     "Run `fragscope COMMAND --help` for a command's options and examples.\n"
