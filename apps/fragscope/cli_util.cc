@@ -35,6 +35,15 @@ CLI::Validator ByteSize(std::uint64_t min) {
       "");
 }
 
+CLI::Validator CapacitySize() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        Result<ParsedCapacity> size = ParseCapacity(text);
+        return size.ok() ? "" : size.status().message();
+      },
+      "");
+}
+
 void AddReportOptions(CLI::App& sub, ReportFlags* flags) {
   sub.add_flag("--json", flags->json, "Print JSON (docs/json-schema.md) instead of text");
   sub.add_option("--every", flags->every_events,
@@ -336,6 +345,17 @@ Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const s
   Result<std::uint64_t> size = ParseSize(text);
   if (!size.ok()) return size.status().WithPrefix(std::string(flag));
   return std::optional<std::uint64_t>(*size);
+}
+
+Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
+                                                      const std::string& text) {
+  if (text.empty()) return std::optional<std::uint64_t>();
+  Result<ParsedCapacity> size = ParseCapacity(text);
+  if (!size.ok()) return size.status().WithPrefix(std::string(flag));
+  if (!size->note.empty()) {
+    std::fputs(fmt::format("fragscope: note: {}: {}\n", flag, size->note).c_str(), stderr);
+  }
+  return std::optional<std::uint64_t>(size->bytes);
 }
 
 Result<std::vector<Event>> ReadRequestEvents(OpenedInput& input, const std::string& path,

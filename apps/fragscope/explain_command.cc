@@ -203,7 +203,7 @@ Command AddExplainCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Device memory for the replay (default: the message's total capacity)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Memory outside PyTorch for the replay (default: total - free - reserved)")
       ->type_name("SIZE")

@@ -357,7 +357,7 @@ namespace {
 int RunReplay(const ReplayFlags& flags) {
   ReplayRequest request;
   request.path = flags.path;
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
@@ -406,7 +406,7 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Device memory of the virtual GPU (required unless the header gives it)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch: CUDA context, NCCL, other processes")
       ->type_name("SIZE")

@@ -97,7 +97,7 @@ std::string CapacityText(const analysis::TuneOptions& options,
 
 int RunTune(const TuneFlags& flags) {
   analysis::TuneOptions options;
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   if (!flags.used_by_others.empty()) {
     Result<std::uint64_t> u = ParseSize(flags.used_by_others);
@@ -306,7 +306,7 @@ Command AddTuneCommand(CLI::App& app) {
                   "Device memory of the virtual GPU (required for a request trace; a snapshot's "
                   "recorded OOMs give it)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch: CUDA context, NCCL, other processes")
       ->type_name("SIZE")
