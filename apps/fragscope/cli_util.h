@@ -77,6 +77,11 @@ std::optional<bool> RecordedAddressesFlag(const std::string& value);
 Result<bool> UseRecordedAddresses(std::optional<bool> wanted, bool snapshot,
                                   const std::string& path);
 
+/// For a command line CLI11 refused: "unknown command 'anlyze' (did you mean 'analyze'?) ..."
+/// or "replay: unknown option '--capacty' (did you mean '--capacity'?) ...", naming where to
+/// look; "" when the mistake is another (main prints CLI11's own message then).
+std::string UsageHint(CLI::App& app, int argc, const char* const* argv);
+
 /// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
 int BadInput(std::string_view message);
 /// Prints "fragscope: <message>" to stderr and returns kExitFailure (output could not be made).
