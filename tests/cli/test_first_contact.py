@@ -300,6 +300,8 @@ def test_a_request_of_one_exbibyte_is_pytorchs_own_oom(tmp_path):
     r = run("replay", req, "--json", "--no-map")
     doc = json.loads(r.stdout)
     assert doc["oom"]["message"] == "CUDA out of memory. Tried to allocate more than 1EB memory."
+    assert doc["oom"]["requested_bytes"] == 1 << 60
+    assert doc["oom"]["rounded_bytes"] is None  # the allocator never ran
     # The largest 64-bit size too; one more is not a size at all.
     req = request_trace(tmp_path / "max.jsonl", sizes=((1 << 64) - 1,))
     assert run("replay", req, "--no-map").returncode == 1
