@@ -80,7 +80,7 @@ int RunCheck(const CheckFlags& flags) {
   Result<std::optional<std::uint64_t>> peak =
       OptionalSize("--max-peak-reserved", flags.max_peak_reserved);
   if (!peak.ok()) return BadInput(peak.status().message());
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
@@ -219,7 +219,7 @@ Command AddCheckCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Device memory: replay request traces on it; other inputs must fit in it")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch (CUDA context, NCCL, other processes)")
       ->type_name("SIZE")

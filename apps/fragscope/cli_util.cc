@@ -4,8 +4,11 @@
 #include <array>
 #include <charconv>
 
+#include <fmt/ranges.h>
+
 #include "analysis/analyzer_thread.h"
 #include "command.h"
+#include "common/did_you_mean.h"
 
 namespace fragscope::cli {
 
@@ -31,6 +34,15 @@ CLI::Validator ByteSize(std::uint64_t min) {
         if (!size.ok()) return size.status().message();
         if (*size < min) return fmt::format("'{}' is less than {} bytes", text, min);
         return "";
+      },
+      "");
+}
+
+CLI::Validator CapacitySize() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        Result<ParsedCapacity> size = ParseCapacity(text);
+        return size.ok() ? "" : size.status().message();
       },
       "");
 }
@@ -69,7 +81,8 @@ sinks::TextOptions TextOptionsFor(const ReportFlags& flags) {
 }
 
 void AddTorchVersionOption(CLI::App& sub, std::string* value) {
-  sub.add_option("--torch-version", *value, "Allocator behaviour of: 1.13, 2 (2.0-2.8), newest")
+  sub.add_option("--torch-version", *value,
+                 "Allocator behaviour of: " + model::ConfigVersionChoices())
       ->check(CLI::IsMember({"1.13", "2", "newest"}))
       ->capture_default_str();
 }
@@ -104,6 +117,36 @@ model::ConfigVersion TorchVersion(const std::string& value) {
   if (value == "1.13") return model::ConfigVersion::kV1_13;
   if (value == "2") return model::ConfigVersion::kV2;
   return model::ConfigVersion::kNewest;
+}
+
+std::string UsageHint(CLI::App& app, int argc, const char* const* argv) {
+  if (argc < 2) return "";
+  const std::string first = argv[1];
+  if (first.empty() || first.front() == '-') return "";
+  std::vector<std::string> commands;
+  CLI::App* command = nullptr;
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    commands.push_back(sub->get_name());
+    if (sub->get_name() == first) command = sub;
+  }
+  if (command == nullptr) {
+    return fmt::format("unknown command '{}'{}; the commands are {} (`fragscope --help`)", first,
+                       DidYouMean(first, commands), fmt::join(commands, ", "));
+  }
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command->get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+  }
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 3 || !arg.starts_with("--")) continue;
+    arg = arg.substr(0, arg.find('='));
+    if (std::find(names.begin(), names.end(), arg) != names.end()) continue;
+    return fmt::format("{}: unknown option '{}'{} (`fragscope {} --help` lists them)", first, arg,
+                       DidYouMean(arg, names), first);
+  }
+  return "";
 }
 
 int BadInput(std::string_view message) {
@@ -336,6 +379,17 @@ Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const s
   Result<std::uint64_t> size = ParseSize(text);
   if (!size.ok()) return size.status().WithPrefix(std::string(flag));
   return std::optional<std::uint64_t>(*size);
+}
+
+Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
+                                                      const std::string& text) {
+  if (text.empty()) return std::optional<std::uint64_t>();
+  Result<ParsedCapacity> size = ParseCapacity(text);
+  if (!size.ok()) return size.status().WithPrefix(std::string(flag));
+  if (!size->note.empty()) {
+    std::fputs(fmt::format("fragscope: note: {}: {}\n", flag, size->note).c_str(), stderr);
+  }
+  return std::optional<std::uint64_t>(size->bytes);
 }
 
 Result<std::vector<Event>> ReadRequestEvents(OpenedInput& input, const std::string& path,

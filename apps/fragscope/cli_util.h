@@ -36,6 +36,8 @@ namespace fragscope::cli {
 CLI::Validator IntegerAtLeast(std::int64_t min);
 /// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
 CLI::Validator ByteSize(std::uint64_t min);
+/// A device capacity as ParseCapacity reads it (a bare number below 1 MiB is refused).
+CLI::Validator CapacitySize();
 
 /// The report options `analyze` and `replay` share.
 struct ReportFlags {
@@ -56,6 +58,10 @@ sinks::TextOptions TextOptionsFor(const ReportFlags& flags);
 /// An optional size option: nullopt when `text` is empty, else ParseSize's value; errors start
 /// with `flag` ("--capacity: ...").
 Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const std::string& text);
+/// OptionalSize for a device capacity (ParseCapacity): a decimal unit's note goes to stderr as
+/// "fragscope: note: <flag>: ...".
+Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
+                                                      const std::string& text);
 
 /// --torch-version 1.13|2|newest: which PyTorch generation's allocator to simulate.
 void AddTorchVersionOption(CLI::App& sub, std::string* value);
@@ -70,6 +76,11 @@ std::optional<bool> RecordedAddressesFlag(const std::string& value);
 /// naming `path`.
 Result<bool> UseRecordedAddresses(std::optional<bool> wanted, bool snapshot,
                                   const std::string& path);
+
+/// For a command line CLI11 refused: "unknown command 'anlyze' (did you mean 'analyze'?) ..."
+/// or "replay: unknown option '--capacty' (did you mean '--capacity'?) ...", naming where to
+/// look; "" when the mistake is another (main prints CLI11's own message then).
+std::string UsageHint(CLI::App& app, int argc, const char* const* argv);
 
 /// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
 int BadInput(std::string_view message);

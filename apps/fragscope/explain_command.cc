@@ -70,9 +70,37 @@ Examples:
 Exit status: 0 if an out-of-memory message was explained, 2 if none was found or none had its
 figures (the message says which), or for bad usage.)";
 
+// For a FILE with no out-of-memory message: what it is instead, when it is not text (a
+// snapshot, a trace, a torch.save archive, an empty or binary file), and which command takes it.
+// "" for text: a log without such a message.
+std::string NotErrorText(const std::string& path) {
+  const std::string expected = fmt::format(
+      "{}: expected the text of an out-of-memory error (a job's log, or the message itself)", path);
+  Result<sources::InputKind> kind = sources::DetectInputKind(path);
+  if (!kind.ok()) {
+    const std::string& message = kind.status().message();
+    const std::size_t at = message.find("this file is ");
+    if (at == std::string::npos || message.find("this file is text") != std::string::npos) {
+      return "";
+    }
+    return expected + "; " + message.substr(at);
+  }
+  if (*kind == sources::InputKind::kSnapshot) {
+    return fmt::format(
+        "{}; this file is a PyTorch memory snapshot: `fragscope analyze {}` shows what it "
+        "recorded, and `fragscope explain LOG --snapshot {}` replays it to test the fixes for the "
+        "error in LOG",
+        expected, path, path);
+  }
+  return fmt::format(
+      "{}; this file looks like a fragscope trace: `fragscope analyze {}` or `fragscope replay {}` "
+      "reads it, and `fragscope explain LOG --trace {}` replays it for the error in LOG",
+      expected, path, path, path);
+}
+
 int RunExplain(const ExplainFlags& flags) {
   const model::ConfigVersion version = TorchVersion(flags.torch_version);
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> used_by_others =
       OptionalSize("--used-by-others", flags.used_by_others);
@@ -81,13 +109,23 @@ int RunExplain(const ExplainFlags& flags) {
     return BadInput("give --trace or --snapshot, not both");
   }
   Result<model::AllocatorConfig> current =
-      model::ParseAllocatorConfig(flags.alloc_conf.value_or(""), version);
+      model::ParseUserAllocatorConf(flags.alloc_conf.value_or(""), version);
   if (!current.ok()) return BadInput("--alloc-conf: " + current.status().message());
 
+  if (flags.path == "-" && isatty(STDIN_FILENO) != 0) {
+    std::fputs(
+        "fragscope: reading the error text from standard input (paste it, then Ctrl-D; "
+        "or give a FILE)\n",
+        stderr);
+  }
   Result<sources::OomTextScan> scan = sources::ReadOomText(flags.path);
   if (!scan.ok()) return BadInput(scan.status().message());
   const std::string input = flags.path == "-" ? std::string("standard input") : flags.path;
   if (scan->messages.empty()) {
+    if (flags.path != "-") {
+      if (const std::string other = NotErrorText(flags.path); !other.empty())
+        return BadInput(other);
+    }
     return BadInput(fmt::format(
         "{}: no out-of-memory message in {} lines (looked for \"CUDA out of memory\", \"HIP out "
         "of memory\", \"XPU out of memory\" and \"CUDA error: out of memory\")",
@@ -124,7 +162,7 @@ int RunExplain(const ExplainFlags& flags) {
     analysis::VerifyOptions options;
     options.version = version;
     options.threads = flags.threads;
-    options.current_conf = flags.alloc_conf.value_or("");
+    options.current_conf = model::ToConfString(*current);
     if (target.figures) {
       options.capacity_bytes = target.figures->total;
       options.used_by_others_bytes = target.figures->outside;
@@ -209,7 +247,7 @@ Command AddExplainCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Device memory for the replay (default: the message's total capacity)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Memory outside PyTorch for the replay (default: total - free - reserved)")
       ->type_name("SIZE")

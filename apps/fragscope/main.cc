@@ -8,6 +8,7 @@
 #include "alerts_command.h"
 #include "analyze_command.h"
 #include "check_command.h"
+#include "cli_util.h"
 #include "command.h"
 #include "convert_command.h"
 #include "explain_command.h"
@@ -60,6 +61,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A mistyped command or option gets a suggestion instead of CLI11's own message.
+    if (e.get_exit_code() != 0) {
+      if (const std::string hint = fragscope::cli::UsageHint(app, argc, argv); !hint.empty()) {
+        return fragscope::cli::BadInput(hint);
+      }
+    }
     // --help and --version exit 0; every usage error exits 2 whatever CLI11's own code is.
     return app.exit(e) == 0 ? fragscope::cli::kExitOk : fragscope::cli::kExitBadInput;
   }

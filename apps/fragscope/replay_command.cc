@@ -67,7 +67,8 @@ that free blocks of equal size in different segments are chosen in the recorded 
 live agent would have: on a capacity that runs out of memory, it shows how many steps ahead
 the warning would have come.
 
-Sizes accept units: 80GiB, 40GB (decimal), 512MiB, 1.5GiB, or plain bytes.
+Sizes accept units: 80GiB, 40GB (decimal), 512MiB, 21.94GiB, "11.03 GiB", or plain bytes.
+--alloc-conf takes any string PyTorch accepts, and a pasted PYTORCH_CUDA_ALLOC_CONF=... line.
 
 Examples:
   fragscope replay trace.jsonl.gz --capacity 40GiB
@@ -80,16 +81,6 @@ Examples:
   fragscope replay snapshot.pickle --capacity 40GiB --alloc-conf expandable_segments:True
 
 Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
-
-// The header's allocator_settings as a conf string ("k:v,k:v").
-std::string HeaderConf(const TraceHeader& header) {
-  std::string conf;
-  for (const auto& [key, value] : header.allocator_settings) {
-    if (!conf.empty()) conf += ",";
-    conf += key + ":" + value;
-  }
-  return conf;
-}
 
 // The simulator's allocation retries so far (memory_stats' num_alloc_retries).
 std::optional<std::uint64_t> SimAllocRetries(const model::CachingAllocatorSim* sim) {
@@ -119,7 +110,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
                     "traces",
                     path, path));
   }
-  std::string conf_text = request.alloc_conf ? *request.alloc_conf : HeaderConf(header);
+  std::optional<std::string> conf_text = request.alloc_conf;  // unset: the header's settings
   // A snapshot: its requests are replayed under the settings it recorded (unless told), after
   // a first pass over the recorded run for its peaks and OOMs.
   std::optional<analysis::AnalysisResult> real;
@@ -149,7 +140,9 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
       if (header.devices.empty()) capacity = analysis::kUnlimitedCapacity;  // an empty snapshot
     }
   }
-  Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf_text, version);
+  Result<model::AllocatorConfig> config =
+      conf_text ? model::ParseUserAllocatorConf(*conf_text, version)
+                : model::ParseAllocatorSettings(header.allocator_settings, version);
   if (!config.ok()) {
     return Status::InvalidArgument((request.alloc_conf
                                         ? std::string("--alloc-conf: ")
@@ -188,7 +181,6 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   TraceHeader out_header = header;
   out_header.kind = TraceKind::kAllocator;
   out_header.producer = "fragscope replay of " + path;
-  out_header.allocator_settings.clear();
   for (DeviceInfo& d : out_header.devices) {
     const model::SimOptions o = sim_options(d.device);
     // An unlimited device has no size to report: the analysis reads it as unknown (its max
@@ -201,18 +193,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
   if (out_header.devices.empty()) {
     out_header.devices.push_back(DeviceInfo{0, "virtual-gpu", *capacity, used_by_others});
   }
-  const std::string canonical_conf = model::ToConfString(*config);
-  if (!canonical_conf.empty()) {
-    std::string_view rest = canonical_conf;
-    while (!rest.empty()) {
-      const std::size_t comma = rest.find(',');
-      const std::string_view item = rest.substr(0, comma);
-      const std::size_t colon = item.find(':');
-      out_header.allocator_settings.emplace_back(std::string(item.substr(0, colon)),
-                                                 std::string(item.substr(colon + 1)));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
+  out_header.allocator_settings = model::ToSettingPairs(*config);
 
   Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
       analysis::TraceAnalyzer::Create(out_header, request.options);
@@ -357,7 +338,7 @@ namespace {
 int RunReplay(const ReplayFlags& flags) {
   ReplayRequest request;
   request.path = flags.path;
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
@@ -406,7 +387,7 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Device memory of the virtual GPU (required unless the header gives it)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch: CUDA context, NCCL, other processes")
       ->type_name("SIZE")

@@ -48,7 +48,10 @@ PYTORCH_CUDA_ALLOC_CONF line with its saving against PyTorch's defaults.
 
 The default grid has 72 settings: expandable_segments False/True x max_split_size_mb
 unset/32/64/128/256/512 x roundup_power2_divisions 0/4/8 x garbage_collection_threshold off or
-0.8 (with per_process_memory_fraction 0.95, which it needs). --setting replaces the grid.
+0.8 (with per_process_memory_fraction 0.95, which it needs). It holds only keys the chosen
+--torch-version knows: 2 leaves out per_process_memory_fraction (set it in code there), 1.13
+also expandable_segments (36 settings). --setting replaces the grid; it takes any string PyTorch
+accepts, and a pasted PYTORCH_CUDA_ALLOC_CONF=... line.
 
 --min-capacity also finds, by bisection to 2 MiB, the smallest device each setting runs on
 without an OOM (about 15 more replays per setting).
@@ -97,7 +100,7 @@ std::string CapacityText(const analysis::TuneOptions& options,
 
 int RunTune(const TuneFlags& flags) {
   analysis::TuneOptions options;
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   if (!flags.used_by_others.empty()) {
     Result<std::uint64_t> u = ParseSize(flags.used_by_others);
@@ -141,7 +144,7 @@ int RunTune(const TuneFlags& flags) {
     recorded_config = recorded->config;
     rules = recorded->config.Rules();
     if (options.settings.empty()) {
-      options.settings = analysis::DefaultTuneGrid();
+      options.settings = analysis::DefaultTuneGrid(options.version);
       if (std::none_of(options.settings.begin(), options.settings.end(), is_recorded)) {
         options.settings.push_back(*recorded_conf);
       }
@@ -306,7 +309,7 @@ Command AddTuneCommand(CLI::App& app) {
                   "Device memory of the virtual GPU (required for a request trace; a snapshot's "
                   "recorded OOMs give it)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch: CUDA context, NCCL, other processes")
       ->type_name("SIZE")

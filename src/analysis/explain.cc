@@ -545,6 +545,9 @@ Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
   for (const Remedy& r : explanation->remedies) {
     if (r.alloc_conf.empty()) continue;
     const std::string conf = combined(r.alloc_conf);
+    // A remedy the chosen PyTorch cannot say in its conf string (per_process_memory_fraction
+    // before 2.9) stays untested rather than failing the others.
+    if (!model::ParseAllocatorConfig(conf, options.version).ok()) continue;
     if (std::find(tune.settings.begin(), tune.settings.end(), conf) == tune.settings.end()) {
       tune.settings.push_back(conf);
     }

@@ -104,23 +104,26 @@ Result<std::uint64_t> MinCapacity(const std::vector<Event>& events,
 
 }  // namespace
 
-std::vector<std::string> DefaultTuneGrid() {
+std::vector<std::string> DefaultTuneGrid(model::ConfigVersion version) {
+  // Only keys the version knows: 1.13 has no expandable segments, and before 2.9 the memory
+  // fraction is set by torch.cuda.set_per_process_memory_fraction, not by the conf string.
+  const bool expandable_known = version != model::ConfigVersion::kV1_13;
+  const bool fraction_known = version == model::ConfigVersion::kNewest;
   std::vector<std::string> grid;
-  for (const char* expandable : {"", "expandable_segments:True"}) {
-    for (int split : {0, 32, 64, 128, 256, 512}) {
-      for (int divisions : {0, 4, 8}) {
+  for (bool expandable : {false, true}) {
+    if (expandable && !expandable_known) continue;
+    for (std::uint64_t split : {0, 32, 64, 128, 256, 512}) {
+      for (std::uint64_t divisions : {0, 4, 8}) {
         for (bool gc : {false, true}) {
-          std::vector<std::string> parts;
-          if (*expandable) parts.emplace_back(expandable);
-          if (split) parts.push_back(fmt::format("max_split_size_mb:{}", split));
-          if (divisions) parts.push_back(fmt::format("roundup_power2_divisions:{}", divisions));
+          model::AllocatorConfig c;
+          c.expandable_segments = expandable;
+          if (split) c.max_split_size = split * kMiB;
+          c.roundup_power2_divisions.fill(divisions);
           if (gc) {
-            parts.emplace_back("garbage_collection_threshold:0.8");
-            parts.emplace_back("per_process_memory_fraction:0.95");
+            c.garbage_collection_threshold = 0.8;
+            if (fraction_known) c.per_process_memory_fraction = 0.95;
           }
-          std::string conf;
-          for (const std::string& p : parts) conf += (conf.empty() ? "" : ",") + p;
-          grid.push_back(conf);
+          grid.push_back(model::ToConfString(c));
         }
       }
     }
@@ -131,10 +134,10 @@ std::vector<std::string> DefaultTuneGrid() {
 Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
                                       const TuneOptions& options) {
   const std::vector<std::string> settings =
-      options.settings.empty() ? DefaultTuneGrid() : options.settings;
+      options.settings.empty() ? DefaultTuneGrid(options.version) : options.settings;
   std::vector<model::AllocatorConfig> configs;
   for (const std::string& conf : settings) {
-    Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(conf, options.version);
+    Result<model::AllocatorConfig> c = model::ParseUserAllocatorConf(conf, options.version);
     if (!c.ok()) return c.status().WithPrefix(fmt::format("setting '{}'", conf));
     configs.push_back(*c);
   }
@@ -229,7 +232,7 @@ Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
           continue;
         }
         outcomes[j] = r.outcome;
-        outcomes[j].conf = settings[j];
+        outcomes[j].conf = std::string(model::StripConfAssignment(settings[j]));
       }
     }
   };

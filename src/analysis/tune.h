@@ -29,7 +29,9 @@ struct TuneOptions {
   std::map<std::int32_t, model::RecordedAddresses> addresses;
   std::uint64_t used_by_others_bytes = 0;
   model::ConfigVersion version = model::ConfigVersion::kNewest;
-  /// PYTORCH_CUDA_ALLOC_CONF strings to try; empty: DefaultTuneGrid(). "" is the default.
+  /// PYTORCH_CUDA_ALLOC_CONF strings to try (a pasted "PYTORCH_CUDA_ALLOC_CONF=" prefix is
+  /// accepted: model::ParseUserAllocatorConf); empty: DefaultTuneGrid(version). "" is the
+  /// default.
   std::vector<std::string> settings;
   unsigned threads = 0;  // 0: one per hardware thread
   bool find_min_capacity = false;
@@ -37,7 +39,7 @@ struct TuneOptions {
 };
 
 struct TuneOutcome {
-  std::string conf;  // as given ("" = PyTorch's defaults)
+  std::string conf;  // as given, without a pasted "NAME=" prefix ("" = PyTorch's defaults)
   bool oom = false;
   std::uint64_t oom_event = 0;  // request event index of the first OOM
   std::int64_t oom_step = -1;
@@ -53,8 +55,11 @@ struct TuneOutcome {
 
 /// The default grid (72 settings): expandable_segments False/True × max_split_size_mb
 /// unset/32/64/128/256/512 × roundup_power2_divisions 0/4/8 × garbage_collection_threshold
-/// off / 0.8 with per_process_memory_fraction 0.95. The first entry is "" (the defaults).
-std::vector<std::string> DefaultTuneGrid();
+/// off / 0.8 with per_process_memory_fraction 0.95, as canonical strings (model::ToConfString).
+/// Every entry parses for `version`: for 1.13 without expandable_segments (36 settings), before
+/// 2.9 without per_process_memory_fraction. The first entry is "" (the defaults).
+std::vector<std::string> DefaultTuneGrid(
+    model::ConfigVersion version = model::ConfigVersion::kNewest);
 
 /// Replays `events` (a request trace) under each setting. Outcomes come back ranked: no OOM
 /// first, then peak reserved, then waste_at_peak, then the order given; settings that run out

@@ -1,5 +1,6 @@
 #include "common/units.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <string>
@@ -62,9 +63,55 @@ Result<std::uint64_t> ParseSize(std::string_view text) {
   if (!std::isfinite(static_cast<double>(value)) || value >= 18446744073709551615.0L) {
     return bad("too large");
   }
-  const long double rounded = std::floor(value);
-  if (rounded != value) return bad("not a whole number of bytes");
+  // With a unit, a fraction is a rounded figure ("21.94GiB"): the nearest byte. Bare, it is a
+  // byte count and must be whole.
+  if (multiplier == 1 && std::floor(value) != value) return bad("not a whole number of bytes");
+  const long double rounded = std::floor(value + 0.5L);
+  if (rounded >= 18446744073709551615.0L) return bad("too large");
   return static_cast<std::uint64_t>(rounded);
+}
+
+Result<ParsedCapacity> ParseCapacity(std::string_view text) {
+  Result<std::uint64_t> bytes = ParseSize(text);
+  if (!bytes.ok()) return bytes.status();
+  ParsedCapacity out;
+  out.bytes = *bytes;
+  // The unit as written: the letters after the number.
+  std::string unit;
+  for (char c : text) {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      unit.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  if (unit.empty() && out.bytes < kMiB) {
+    return Status::InvalidArgument(fmt::format(
+        "size '{}': {} bytes is not a GPU's memory; write a unit: {}GiB (binary, as GPUs are "
+        "sold and PyTorch prints) or {}GB (decimal); a bare number is a byte count",
+        text, out.bytes, out.bytes, out.bytes));
+  }
+  if (unit == "kb" || unit == "mb" || unit == "gb" || unit == "tb") {
+    std::string binary = unit;
+    binary.insert(1, "i");
+    binary[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(binary[0])));
+    binary.back() = 'B';
+    std::string trimmed(text);
+    trimmed.erase(std::remove_if(trimmed.begin(), trimmed.end(),
+                                 [](unsigned char c) { return std::isspace(c) != 0; }),
+                  trimmed.end());
+    const std::string number = trimmed.substr(0, trimmed.size() - unit.size());
+    std::string binary_text = number + binary;
+    Result<std::uint64_t> binary_bytes = ParseSize(binary_text);
+    out.note = fmt::format(
+        "'{}' is decimal: {} bytes ({}); a GPU sold as \"{} {}\" has {} = {} bytes, as "
+        "PyTorch counts",
+        text, out.bytes, FormatBytes(out.bytes), number,
+        unit == "kb"   ? "KB"
+        : unit == "mb" ? "MB"
+        : unit == "gb" ? "GB"
+                       : "TB",
+        binary_text, binary_bytes.ok() ? std::to_string(*binary_bytes) : std::string("?"));
+  }
+  return out;
 }
 
 std::string FormatBytesLikePyTorch(std::uint64_t bytes) {

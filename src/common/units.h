@@ -14,9 +14,25 @@ inline constexpr std::uint64_t kKiB = std::uint64_t{1} << 10;
 inline constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
 
-/// Parses "123", "512MiB", "1.5GiB", "40GB", "2 KiB", "80g" (k/m/g/t = binary units, KB/MB/GB/TB
-/// = decimal, KiB.. binary). Errors name the text and say what was expected.
+/// Parses "123", "512MiB", "1.5GiB", "40GB", "2 KiB", "80g", "11.03 GiB" (k/m/g/t = binary
+/// units, KB/MB/GB/TB = decimal, KiB.. binary; "bytes"/"B" = 1, as PyTorch prints). A number with
+/// a unit may have a fraction and is rounded to the nearest byte (the form PyTorch and fragscope
+/// print, "21.94GiB", is itself rounded); a bare number must be whole bytes. Errors name the
+/// text and say what was expected.
 Result<std::uint64_t> ParseSize(std::string_view text);
+
+/// A device's memory size as a user writes it: ParseSize's grammar, plus what such a size
+/// means.
+struct ParsedCapacity {
+  std::uint64_t bytes = 0;
+  /// Set when the text used a decimal unit (KB/MB/GB/TB): GPUs sold as "40 GB" have 40 GiB,
+  /// so the note says what was read and how to write the other ("40GB is 40000000000 bytes
+  /// (37.25 GiB); a GPU sold as "40 GB" has 40GiB = 42949672960 bytes").
+  std::string note;
+};
+/// ParseSize for a device capacity. A bare number below 1 MiB (`--capacity 40`) is refused with
+/// a hint to write a unit: no GPU is that small, and it was meant as GiB.
+Result<ParsedCapacity> ParseCapacity(std::string_view text);
 
 /// PyTorch's format_size: "<n> bytes" up to 1024, then KiB up to 1 MiB, MiB up to 1 GiB, else
 /// GiB, with two decimals ("20.00 MiB").

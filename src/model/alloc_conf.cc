@@ -750,11 +750,11 @@ Result<AllocatorConfig> ParseAllocatorConfig(std::string_view conf, const Alloca
   return Parser(conf, version, previous, /*load_time=*/false).Run();
 }
 
-std::string ToConfString(const AllocatorConfig& config) {
+std::vector<std::pair<std::string, std::string>> ToSettingPairs(const AllocatorConfig& config) {
   const AllocatorConfig defaults;
-  std::vector<std::string> parts;
+  std::vector<std::pair<std::string, std::string>> parts;
   auto add = [&parts](Key key, const std::string& value) {
-    parts.push_back(fmt::format("{}:{}", CanonicalName(key), value));
+    parts.emplace_back(std::string(CanonicalName(key)), value);
   };
   auto add_bool = [&add](Key key, bool value, bool default_value) {
     if (value != default_value) add(key, value ? "True" : "False");
@@ -827,12 +827,142 @@ std::string ToConfString(const AllocatorConfig& config) {
     add(Key::kExpandableSegmentsReserveByClass, list + "]");
   }
 
+  return parts;
+}
+
+std::string ToConfString(const AllocatorConfig& config) {
   std::string out;
-  for (const std::string& part : parts) {
+  for (const auto& [key, value] : ToSettingPairs(config)) {
     if (!out.empty()) out += ',';
-    out += part;
+    out += key + ":" + value;
   }
   return out;
+}
+
+std::string_view StripConfAssignment(std::string_view text, std::size_t* offset) {
+  if (offset != nullptr) *offset = 0;
+  std::size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && IsSpace(text[i])) ++i;
+  };
+  skip_space();
+  if (text.substr(i).starts_with("export") && i + 6 < text.size() && IsSpace(text[i + 6])) {
+    i += 6;
+    skip_space();
+  }
+  bool found = false;
+  for (std::string_view name :
+       {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF"}) {
+    if (text.substr(i).starts_with(name)) {
+      std::size_t j = i + name.size();
+      while (j < text.size() && IsSpace(text[j])) ++j;
+      if (j < text.size() && text[j] == '=') {
+        i = j + 1;
+        found = true;
+        break;
+      }
+    }
+  }
+  if (!found) return text;
+  skip_space();
+  std::size_t end = text.size();
+  while (end > i && IsSpace(text[end - 1])) --end;
+  if (end - i >= 2 && (text[i] == '"' || text[i] == '\'') && text[end - 1] == text[i]) {
+    ++i;
+    --end;
+  }
+  if (offset != nullptr) *offset = i;
+  return text.substr(i, end - i);
+}
+
+Result<AllocatorConfig> ParseUserAllocatorConf(std::string_view text, ConfigVersion version) {
+  std::size_t offset = 0;
+  const std::string_view conf = StripConfAssignment(text, &offset);
+  Result<AllocatorConfig> parsed = ParseAllocatorConfig(conf, version);
+  if (parsed.ok() || offset == 0) return parsed;
+  // Offsets in the message count from the value; the user sees the whole line.
+  std::string message = parsed.status().message();
+  const std::string marker = "at offset ";
+  for (std::size_t at = message.find(marker); at != std::string::npos;
+       at = message.find(marker, at + marker.size())) {
+    const std::size_t digits = at + marker.size();
+    std::size_t digits_end = digits;
+    while (digits_end < message.size() && message[digits_end] >= '0' &&
+           message[digits_end] <= '9') {
+      ++digits_end;
+    }
+    std::uint64_t number = 0;
+    std::from_chars(message.data() + digits, message.data() + digits_end, number);
+    message.replace(digits, digits_end - digits, std::to_string(number + offset));
+  }
+  return Status(parsed.status().code(), std::move(message));
+}
+
+Result<AllocatorConfig> ParseAllocatorSettings(
+    const std::vector<std::pair<std::string, std::string>>& settings, ConfigVersion version) {
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && IsSpace(v.front())) v.remove_prefix(1);
+    while (!v.empty() && IsSpace(v.back())) v.remove_suffix(1);
+    return v;
+  };
+  std::string conf;
+  auto add = [&conf](std::string_view key, std::string_view value) {
+    if (!conf.empty()) conf += ',';
+    conf += fmt::format("{}:{}", key, value);
+  };
+  const AllocatorConfig defaults;
+  for (const auto& [raw_key, raw_value] : settings) {
+    const std::string_view key = trim(raw_key);
+    std::string value(trim(raw_value));
+    if (value == "None" || value == "null" || key == "PYTORCH_CUDA_ALLOC_CONF" ||
+        key == "PYTORCH_ALLOC_CONF" || key.starts_with("trace_alloc_")) {
+      continue;
+    }
+    // A JSON object ({"1":0,"2":4}, a header's object form of a snapshot's dict) is the list.
+    if (value.size() >= 2 && value.front() == '{' && value.back() == '}') {
+      std::string list = "[";
+      for (std::size_t i = 1; i + 1 < value.size(); ++i) {
+        if (value[i] != '"') list += value[i];
+      }
+      value = list + "]";
+    }
+    if (key == "max_split_size" || key == "max_non_split_rounding") {
+      // Snapshots record these in bytes; -1 is "unlimited".
+      if (value == "-1") continue;
+      std::uint64_t bytes = 0;
+      const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), bytes);
+      if (ec != std::errc() || ptr != value.data() + value.size()) {
+        return Error(fmt::format("{}: {} is not a byte count (-1 = unlimited)", key, Quote(value)),
+                     0);
+      }
+      const std::string conf_key = fmt::format("{}_mb", key);
+      if (key == "max_non_split_rounding" && bytes == defaults.max_non_split_rounding) continue;
+      add(conf_key, std::to_string(bytes / kMiB));
+      continue;
+    }
+    if (key == "garbage_collection_threshold") {
+      double threshold = -1.0;
+      const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), threshold);
+      if (ec == std::errc() && ptr == value.data() + value.size() && threshold == 0.0) continue;
+    }
+    // A key at its default says nothing (a newer PyTorch's key, recorded off, must not fail an
+    // older version's parse).
+    const std::string item = fmt::format("{}:{}", key, value);
+    if (Result<AllocatorConfig> alone = ParseAllocatorConfig(item);
+        alone.ok() && *alone == defaults) {
+      continue;
+    }
+    add(key, value);
+  }
+  return ParseAllocatorConfig(conf, version);
+}
+
+std::string ConfigVersionChoices() {
+  return fmt::format(
+      "1.13 ({}), 2 ({}), newest ({}); {} releases lie between 2 and newest "
+      "(docs/allocator-config.md, Versions)",
+      ConfigVersionName(ConfigVersion::kV1_13), ConfigVersionName(ConfigVersion::kV2),
+      ConfigVersionName(ConfigVersion::kNewest), "2.6-2.8");
 }
 
 }  // namespace fragscope::model

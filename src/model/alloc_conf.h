@@ -20,6 +20,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "fragscope/status.h"
 #include "model/allocator_rules.h"
@@ -116,10 +118,46 @@ Result<AllocatorConfig> ParseAllocatorConfig(std::string_view conf,
 Result<AllocatorConfig> ParseAllocatorConfig(std::string_view conf, const AllocatorConfig& previous,
                                              ConfigVersion version = ConfigVersion::kNewest);
 
+/// The options that differ from the defaults as (key, value) pairs in a fixed order, values
+/// spelled as in a conf string ("True", "128", "[256:1,512:2]"): the printer of every
+/// configuration fragscope writes (trace headers' allocator_settings, ToConfString). Sizes are
+/// written in whole MiB, rounded down.
+std::vector<std::pair<std::string, std::string>> ToSettingPairs(const AllocatorConfig& config);
+
 /// Canonical "key:value,..." of the options that differ from the defaults, in a fixed order
-/// ("" for defaults). ParseAllocatorConfig(ToConfString(c), v) == c for every c that
-/// ParseAllocatorConfig(..., v) produced. Sizes are written in whole MiB, rounded down.
+/// ("" for defaults): ToSettingPairs joined. ParseAllocatorConfig(ToConfString(c), v) == c for
+/// every c that ParseAllocatorConfig(..., v) produced.
 std::string ToConfString(const AllocatorConfig& config);
+
+/// A conf string as a user may paste it: the value of PYTORCH_CUDA_ALLOC_CONF, or the whole
+/// assignment as a shell or `fragscope tune` prints it ("PYTORCH_CUDA_ALLOC_CONF=...",
+/// "PYTORCH_ALLOC_CONF=...", "PYTORCH_HIP_ALLOC_CONF=...", optionally after "export " and with the
+/// value in single or double quotes). Returns the value and sets `*offset` (optional) to its
+/// byte offset in `text`; text without an assignment comes back unchanged.
+std::string_view StripConfAssignment(std::string_view text, std::size_t* offset = nullptr);
+
+/// ParseAllocatorConfig for a string a user gave (--alloc-conf, tune --setting): a pasted
+/// assignment is accepted (StripConfAssignment); error offsets count from the start of `text`.
+Result<AllocatorConfig> ParseUserAllocatorConf(std::string_view text,
+                                               ConfigVersion version = ConfigVersion::kNewest);
+
+/// The allocator settings of a trace header (TraceHeader::allocator_settings: pairs in file
+/// order, docs/formats.md) as a configuration: the conf keys (ParseAllocatorConfig's grammar,
+/// lists included), and the keys PyTorch's snapshots record in their allocator_settings dict
+/// ("max_split_size" in bytes with -1 = unlimited, "max_non_split_rounding" in bytes, a
+/// "garbage_collection_threshold" of 0 = off, lists as "[1:0,2:4]" or JSON's {"1":0,"2":4}).
+/// Pairs that say nothing are skipped: a "None"/"null" value, a key whose value is its default
+/// (so a newer PyTorch's "graph_capture_record_stream_reuse:False" does not fail an older
+/// `version`), and the snapshot's informational keys (PYTORCH_CUDA_ALLOC_CONF,
+/// trace_alloc_*). Errors are ParseAllocatorConfig's, for the joined conf string.
+Result<AllocatorConfig> ParseAllocatorSettings(
+    const std::vector<std::pair<std::string, std::string>>& settings,
+    ConfigVersion version = ConfigVersion::kNewest);
+
+/// The --torch-version choices with the releases each stands for, from ConfigVersionName (so
+/// help and messages name the same ranges): "1.13 (PyTorch 1.13), 2 (PyTorch 2.0-2.5), newest
+/// (PyTorch 2.9+); 2.6-2.8 lie between 2 and newest (docs/allocator-config.md, Versions)".
+std::string ConfigVersionChoices();
 
 }  // namespace fragscope::model
 

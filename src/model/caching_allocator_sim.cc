@@ -570,7 +570,16 @@ void CachingAllocatorSim::Impl::Emit(Action action, std::uint64_t addr, std::uin
 Status CachingAllocatorSim::Impl::Malloc(std::uint64_t request, std::uint64_t stream,
                                          Allocation* out) {
   if (request >= kOneExbibyte) {
-    return Status::InvalidArgument("CUDA out of memory. Tried to allocate more than 1EB memory.");
+    // PyTorch's allocate() refuses before the allocator runs: no trace entry, no stats.
+    OomDetails details;
+    details.requested = request;
+    details.device_total = options.driver.capacity_bytes;
+    details.device_free = DeviceFree();
+    details.allocated = static_cast<std::uint64_t>(stats.allocated_bytes[0].current);
+    details.reserved = static_cast<std::uint64_t>(stats.reserved_bytes[0].current);
+    details.message = "CUDA out of memory. Tried to allocate more than 1EB memory.";
+    last_oom = details;
+    return Status::OutOfMemory(details.message);
   }
   if (request == 0) {  // §2: a null pointer, the allocator is not called
     *out = Allocation{};

@@ -147,7 +147,8 @@ class CachingAllocatorSim {
 
   /// torch's malloc(request, stream). Returns the block address, or kOutOfMemory with
   /// PyTorch's message (after the release-and-retry path; the state keeps what was released),
-  /// or kInvalidArgument for a request >= 1 EiB ("Tried to allocate more than 1EB memory.").
+  /// or, for a request >= 1 EiB, kOutOfMemory with "CUDA out of memory. Tried to allocate more
+  /// than 1EB memory." before the allocator runs (no event, no stats; last_oom() has it).
   /// REQUIRES: request > 0.
   Result<std::uint64_t> Malloc(std::uint64_t request, std::uint64_t stream = 0);
   /// torch's free(ptr). kInvalidArgument if `addr` is not an allocated block.

@@ -2,11 +2,13 @@
 // CLI tests (tests/cli/test_replay.py) cover the grid, the ranking and snapshots end to end.
 #include "analysis/tune.h"
 
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "common/units.h"
+#include "model/alloc_conf.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -33,6 +35,23 @@ TuneOptions OneSetting() {
   o.threads = 1;
   o.capacity_bytes = 1024 * MiB;
   return o;
+}
+
+// The default grid is valid for the version it is made for: --torch-version 2 and 1.13 must not
+// fail on keys those releases lack (per_process_memory_fraction is 2.9+, expandable_segments
+// 2.1+).
+TEST(TuneTest, TheDefaultGridParsesForEveryVersion) {
+  for (model::ConfigVersion v :
+       {model::ConfigVersion::kV1_13, model::ConfigVersion::kV2, model::ConfigVersion::kNewest}) {
+    const std::vector<std::string> grid = DefaultTuneGrid(v);
+    EXPECT_EQ(grid.size(), v == model::ConfigVersion::kV1_13 ? 36u : 72u);
+    EXPECT_EQ(grid.front(), "");
+    for (const std::string& conf : grid) {
+      Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(conf, v);
+      ASSERT_TRUE(c.ok()) << model::ConfigVersionName(v) << ": " << c.status().ToString();
+      EXPECT_EQ(model::ToConfString(*c), conf);  // printed by the one printer
+    }
+  }
 }
 
 TEST(TuneTest, EveryDeviceHasTheCommonCapacityUnlessItsOwnIsGiven) {

@@ -1,5 +1,9 @@
 #include "common/units.h"
 
+#include <cmath>
+#include <cstdint>
+#include <string>
+
 #include <gtest/gtest.h>
 
 namespace fragscope {
@@ -24,6 +28,51 @@ TEST(ParseSizeTest, RejectsMalformedText) {
       EXPECT_NE(r.status().message().find("size '"), std::string::npos) << bad;
     }
   }
+}
+
+// Sizes as PyTorch and fragscope print them ("21.94 GiB") read back: the nearest byte.
+TEST(ParseSizeTest, AcceptsFractionalSizesWithUnits) {
+  EXPECT_EQ(*ParseSize("21.94GiB"), 23557895619u);   // 21.94 × 2^30 = 23557895618.56
+  EXPECT_EQ(*ParseSize("11.03 GiB"), 11843372319u);  // 11.03 × 2^30 = 11843372318.72
+  EXPECT_EQ(*ParseSize("20.00 MiB"), 20u * kMiB);
+  EXPECT_EQ(*ParseSize("1024.00 KiB"), kMiB);
+  EXPECT_EQ(*ParseSize("512 bytes"), 512u);
+  EXPECT_EQ(*ParseSize("0.5KB"), 500u);
+  // What FormatBytesLikePyTorch prints parses back to within half a unit of its last digit.
+  for (std::uint64_t bytes :
+       {std::uint64_t{3} * kGiB / 2 + 12345, 79u * kGiB + 777, 5u * kMiB + 1}) {
+    const std::string printed = FormatBytesLikePyTorch(bytes);
+    Result<std::uint64_t> back = ParseSize(printed);
+    ASSERT_TRUE(back.ok()) << printed;
+    const double unit = bytes > kGiB ? kGiB : kMiB;
+    EXPECT_LE(std::abs(static_cast<double>(*back) - static_cast<double>(bytes)), 0.005 * unit)
+        << printed;
+  }
+  // A bare number is a byte count: whole bytes only.
+  EXPECT_FALSE(ParseSize("2.5").ok());
+}
+
+TEST(ParseCapacityTest, ABareNumberBelowOneMebibyteIsRefusedWithAHint) {
+  Result<ParsedCapacity> c = ParseCapacity("40");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("40GiB"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("40 bytes"), std::string::npos) << c.status().message();
+  EXPECT_EQ(ParseCapacity("1048576")->bytes, kMiB);        // a byte count of a plausible size
+  EXPECT_EQ(ParseCapacity("512KiB")->bytes, 512u * kKiB);  // a unit says it is meant
+  EXPECT_FALSE(ParseCapacity("nonsense").ok());
+}
+
+TEST(ParseCapacityTest, ADecimalUnitGetsANote) {
+  Result<ParsedCapacity> c = ParseCapacity("40GB");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->bytes, 40'000'000'000u);
+  EXPECT_NE(c->note.find("40GiB = 42949672960 bytes"), std::string::npos) << c->note;
+  EXPECT_NE(c->note.find("decimal"), std::string::npos) << c->note;
+  Result<ParsedCapacity> spaced = ParseCapacity("80 GB");
+  ASSERT_TRUE(spaced.ok());
+  EXPECT_NE(spaced->note.find("80GiB"), std::string::npos) << spaced->note;
+  EXPECT_EQ(ParseCapacity("40GiB")->note, "");
+  EXPECT_EQ(ParseCapacity("40g")->note, "");
 }
 
 TEST(FormatTest, MatchesPyTorchFormatSize) {

@@ -7,7 +7,10 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -651,6 +654,205 @@ TEST(AllocConfTest, ToConfStringRoundTrips) {
     EXPECT_EQ(Parse(canonical, c.version), config) << canonical;
     EXPECT_EQ(ToConfString(Parse(canonical, c.version)), canonical);
   }
+}
+
+// ---- One representation: user strings, header pairs, canonical strings -------------------------
+
+TEST(AllocConfTest, PastedAssignmentsAreAccepted) {
+  const AllocatorConfig want = Parse("expandable_segments:True,max_split_size_mb:128");
+  for (std::string_view pasted : {
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,max_split_size_mb:128",
+           "PYTORCH_ALLOC_CONF=expandable_segments:True,max_split_size_mb:128",
+           "  export PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True,max_split_size_mb:128\" ",
+           "PYTORCH_ALLOC_CONF='expandable_segments:True,max_split_size_mb:128'",
+           "PYTORCH_HIP_ALLOC_CONF = expandable_segments:True,max_split_size_mb:128",
+           "expandable_segments:True,max_split_size_mb:128",
+       }) {
+    SCOPED_TRACE(pasted);
+    Result<AllocatorConfig> got = ParseUserAllocatorConf(pasted);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, want);
+  }
+  EXPECT_EQ(StripConfAssignment("PYTORCH_CUDA_ALLOC_CONF=\"\""), "");
+  // Not an assignment of the allocator's variable: parsed as it stands, and refused.
+  EXPECT_FALSE(ParseUserAllocatorConf("CUDA_ALLOC_CONF=expandable_segments:True").ok());
+  // ParseAllocatorConfig itself stays PyTorch's parser (_set_allocator_settings has no prefix).
+  EXPECT_FALSE(ParseAllocatorConfig("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True").ok());
+}
+
+TEST(AllocConfTest, PastedAssignmentErrorsCountFromTheWholeLine) {
+  // "max_split_size_mb:10" is at offset 24 of the line; its value at 42.
+  Result<AllocatorConfig> got =
+      ParseUserAllocatorConf("PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:10");
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(), HasSubstr("(at offset 42;"));
+}
+
+TEST(AllocConfTest, SettingPairsOfListsKeepTheWholeList) {
+  const AllocatorConfig c =
+      Parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8],expandable_segments:True");
+  const std::vector<std::pair<std::string, std::string>> pairs = ToSettingPairs(c);
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[0].first, "roundup_power2_divisions");
+  EXPECT_EQ(pairs[0].second, "[256:1,512:2,1024:4,2048:8,4096:8,8192:8,16384:8,32768:8]");
+  EXPECT_EQ(pairs[1], std::make_pair(std::string("expandable_segments"), std::string("True")));
+  Result<AllocatorConfig> back = ParseAllocatorSettings(pairs);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, c);
+}
+
+TEST(AllocConfTest, SettingsInPyTorchsSnapshotSpelling) {
+  // docs/formats.md's header example, and the keys a snapshot's allocator_settings dict has.
+  Result<AllocatorConfig> a =
+      ParseAllocatorSettings({{"expandable_segments", "True"}, {"max_split_size", "-1"}}, kV2);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(*a, Parse("expandable_segments:True"));
+  Result<AllocatorConfig> b = ParseAllocatorSettings(
+      {{"PYTORCH_CUDA_ALLOC_CONF", "whatever,the:user:typed"},
+       {"max_split_size", "268435456"},
+       {"garbage_collection_threshold", "0.0"},
+       {"roundup_power2_divisions", R"({"1":0,"2":4,"4":0})"},
+       {"graph_capture_record_stream_reuse", "False"},  // 2.9's key, off: says nothing to 2.x
+       {"pinned_num_register_threads", "1"},
+       {"release_lock_on_cudamalloc", "False"},
+       {"trace_alloc_max_entries", "1"}},
+      kV2);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(*b, Parse("max_split_size_mb:256,roundup_power2_divisions:[1:0,2:4,4:0]", kV2));
+  // A key the version does not know, set: the parser's error.
+  Result<AllocatorConfig> c =
+      ParseAllocatorSettings({{"graph_capture_record_stream_reuse", "True"}}, kV2);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("unrecognized key 'graph_capture_record_stream_reuse'"));
+}
+
+TEST(AllocConfTest, VersionChoicesNameTheSameRangesAsConfigVersionName) {
+  const std::string choices = ConfigVersionChoices();
+  for (ConfigVersion v : kAllVersions) {
+    EXPECT_THAT(choices, HasSubstr(std::string(ConfigVersionName(v)))) << choices;
+  }
+}
+
+// Property: every string the generator makes (PyTorch's grammar for the version, lists with and
+// without ">", whitespace, and pasted NAME= prefixes) is accepted, and its config survives every
+// representation fragscope has: the canonical string, a trace header's pairs, and the pairs
+// joined back into a string.
+class ConfGenerator {
+ public:
+  explicit ConfGenerator(std::uint64_t seed) : state_(seed) {}
+
+  std::uint64_t Below(std::uint64_t n) {
+    state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (state_ >> 33) % n;
+  }
+  std::uint64_t PowerOf2(int max_log) { return std::uint64_t{1} << Below(max_log + 1); }
+
+  std::string Make(ConfigVersion v) {
+    std::vector<std::string> items;
+    const int count = static_cast<int>(Below(5));
+    for (int i = 0; i < count; ++i) {
+      switch (Below(9)) {
+        case 0:
+          items.push_back(fmt::format("max_split_size_mb:{}", 21 + Below(100000)));
+          break;
+        case 1:
+          if (v == kNewest) {
+            items.push_back(fmt::format("max_non_split_rounding_mb:{}", 20 + Below(5000)));
+          }
+          break;
+        case 2:
+          items.push_back(fmt::format("roundup_power2_divisions:{}", PowerOf2(6)));
+          break;
+        case 3:
+          if (v != kV113) items.push_back("roundup_power2_divisions:" + List());
+          break;
+        case 4:
+          items.push_back(fmt::format("garbage_collection_threshold:0.{}", 1 + Below(98)));
+          break;
+        case 5:
+          if (v != kV113)
+            items.push_back(Below(2) ? "expandable_segments:True" : "expandable_segments:False");
+          break;
+        case 6:
+          if (v == kNewest) {
+            items.push_back(fmt::format("per_process_memory_fraction:0.{}", Below(100)));
+          }
+          break;
+        case 7:
+          if (v != kV113)
+            items.push_back(fmt::format("pinned_num_register_threads:{}", PowerOf2(7)));
+          break;
+        case 8:
+          if (v == kV113)
+            items.push_back(fmt::format("roundup_bypass_threshold_mb:{}", Below(4096)));
+          break;
+      }
+    }
+    std::string conf;
+    for (const std::string& item : items) {
+      if (!conf.empty()) conf += v == kV113 && Below(2) ? " " : (Below(3) ? "," : " , ");
+      conf += item;
+    }
+    switch (Below(5)) {
+      case 0:
+        return "PYTORCH_CUDA_ALLOC_CONF=" + conf;
+      case 1:
+        return "PYTORCH_ALLOC_CONF=" + conf;
+      case 2:
+        return "export PYTORCH_CUDA_ALLOC_CONF=\"" + conf + "\"";
+      default:
+        return conf;
+    }
+  }
+
+ private:
+  std::string List() {
+    std::string list = "[";
+    const int entries = static_cast<int>(Below(5));
+    for (int i = 0; i < entries; ++i) {
+      if (i > 0) list += ",";
+      list += fmt::format("{}:{}", PowerOf2(16), Below(4) == 0 ? 0 : PowerOf2(6));
+    }
+    if (Below(2)) list += fmt::format("{}>:{}", entries > 0 ? "," : "", PowerOf2(6));
+    return list + "]";
+  }
+  std::uint64_t state_;
+};
+
+TEST(AllocConfTest, PropertyEveryAcceptedConfigSurvivesEveryRepresentation) {
+  ConfGenerator gen(20261125);
+  int lists = 0, prefixes = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const ConfigVersion v = kAllVersions[gen.Below(3)];
+    const std::string text = gen.Make(v);
+    SCOPED_TRACE(fmt::format("{} ({})", text, ConfigVersionName(v)));
+    lists += text.find('[') != std::string::npos;
+    prefixes += text.find('=') != std::string::npos;
+    Result<AllocatorConfig> parsed = ParseUserAllocatorConf(text, v);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    // parse -> print -> parse.
+    const std::string canonical = ToConfString(*parsed);
+    Result<AllocatorConfig> again = ParseAllocatorConfig(canonical, v);
+    ASSERT_TRUE(again.ok()) << canonical << ": " << again.status().ToString();
+    EXPECT_EQ(*again, *parsed) << canonical;
+    EXPECT_EQ(ToConfString(*again), canonical);
+    // The user's string, without its prefix, is PyTorch's own string for the same config.
+    EXPECT_EQ(Parse(StripConfAssignment(text), v), *parsed);
+    // A trace header's pairs, and those pairs joined as any reader of the header would.
+    const auto pairs = ToSettingPairs(*parsed);
+    Result<AllocatorConfig> from_pairs = ParseAllocatorSettings(pairs, v);
+    ASSERT_TRUE(from_pairs.ok()) << from_pairs.status().ToString();
+    EXPECT_EQ(*from_pairs, *parsed);
+    std::string joined;
+    for (const auto& [key, value] : pairs)
+      joined += (joined.empty() ? "" : ",") + key + ":" + value;
+    EXPECT_EQ(joined, canonical);
+    // Re-applied at run time on top of itself, nothing changes.
+    EXPECT_EQ(Apply(canonical, *parsed, v), *parsed);
+  }
+  EXPECT_GT(lists, 300);  // the generator does make the cases the property is about
+  EXPECT_GT(prefixes, 600);
 }
 
 }  // namespace

@@ -212,8 +212,11 @@ TEST_F(CachingAllocatorSimTest, Spec2_RequestsOfOneExbibyteFailBeforeTheAllocato
   Make();
   Result<std::uint64_t> r = sim_->Malloc(std::uint64_t{1} << 60);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().code(), StatusCode::kOutOfMemory);  // torch.OutOfMemoryError
   EXPECT_EQ(r.status().message(), "CUDA out of memory. Tried to allocate more than 1EB memory.");
+  ASSERT_TRUE(sim_->last_oom().has_value());
+  EXPECT_EQ(sim_->last_oom()->message, r.status().message());
+  EXPECT_EQ(sim_->last_oom()->requested, std::uint64_t{1} << 60);
   EXPECT_TRUE(events_.empty());
   EXPECT_EQ(Stat("num_ooms"), 0);  // no stats touched
   EXPECT_EQ(Stat("num_alloc_retries"), 0);

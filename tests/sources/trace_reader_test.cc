@@ -530,7 +530,7 @@ TEST(TraceReaderErrorTest, Numbers) {
 
 TEST(TraceReaderErrorTest, AbsurdSizesAreALimit) {
   EXPECT_EQ(
-      LineError(R"({"action":"alloc","addr":1,"size":1152921504606846976})",
+      LineError(R"({"action":"segment_alloc","addr":1,"size":1152921504606846976})",
                 StatusCode::kLimitExceeded),
       "t:2: field size: absurd size 1152921504606846976 (max_size_bytes is 1152921504606846976)");
   EXPECT_EQ(LineError(R"({"action":"oom","size":1,"device_free":18446744073709551615})",
@@ -543,6 +543,18 @@ TEST(TraceReaderErrorTest, AbsurdSizesAreALimit) {
                                        "\n",
                              limits);
   EXPECT_EQ(status.message(), "t:2: field block_size: absurd size 1000 (max_size_bytes is 1000)");
+}
+
+// A program may ask for any 64-bit size: PyTorch answers >= 1 EiB with its own OOM, and a replay
+// must reach the simulator to say so. A size beyond 64 bits stays an error.
+TEST(TraceReaderErrorTest, RequestedSizesMayBeAnySixtyFourBitNumber) {
+  for (const std::string action : {"alloc", "free_requested", "free_completed"}) {
+    const Event e =
+        ParseOne(R"({"action":")" + action + R"(","addr":1,"size":18446744073709551615})");
+    EXPECT_EQ(e.size, 18446744073709551615u) << action;
+  }
+  EXPECT_EQ(LineError(R"({"action":"alloc","addr":1,"size":18446744073709551616})"),
+            "t:2: field size: 18446744073709551616 does not fit in 64 bits");
 }
 
 TEST(TraceReaderErrorTest, Actions) {

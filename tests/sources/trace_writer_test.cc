@@ -436,8 +436,12 @@ TEST(TraceWriterTest, RefusesEventsTheReaderWouldRefuse) {
   e.time_us = -7;
   EXPECT_EQ(WriteError(e), "event 0 (alloc): time_us is negative (use -1 for unknown)");
   e = Event{};
-  e.size = std::uint64_t{1} << 60;
+  e.block_size = std::uint64_t{1} << 60;
   EXPECT_EQ(WriteError(e), "event 0 (alloc): a size is at or above max_size_bytes (1 EiB)");
+  e = Event{};
+  e.action = Action::kSegmentAlloc;
+  e.size = std::uint64_t{1} << 60;
+  EXPECT_EQ(WriteError(e), "event 0 (segment_alloc): a size is at or above max_size_bytes (1 EiB)");
   e = Event{};
   e.action = Action::kStep;
   e.step = -1;

@@ -74,8 +74,11 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
                        first.event_index, StepText(first.step), first.device,
                        replay.stopped_at_oom ? "; the replay stops there, as the job would" : "");
     out += fmt::format("    torch.OutOfMemoryError: {}\n", first.details.message);
-    out += fmt::format("    request {} (rounded {}); reserved {}, allocated {}, driver free {}\n",
-                       FormatBytes(first.details.requested), FormatBytes(first.details.rounded),
+    // Rounded 0: the request never reached the allocator (PyTorch's 1 EiB guard).
+    out += fmt::format("    request {} ({}); reserved {}, allocated {}, driver free {}\n",
+                       FormatBytes(first.details.requested),
+                       first.details.rounded == 0 ? std::string("refused before the allocator ran")
+                                                  : "rounded " + FormatBytes(first.details.rounded),
                        FormatBytes(first.details.reserved), FormatBytes(first.details.allocated),
                        FormatBytes(first.details.device_free));
     if (replay.ooms.size() > 1) {
@@ -115,8 +118,10 @@ std::string RenderReplayJson(const analysis::ReplayResult& replay,
     x["step"] = o.step < 0 ? Json(nullptr) : Json(o.step);
     x["device"] = o.device;
     x["requested_bytes"] = o.details.requested;
-    x["rounded_bytes"] = o.details.rounded;
-    x["tried_to_allocate_bytes"] = o.details.reported;
+    // 0: refused before the allocator ran (a request of 1 EiB or more): nothing was rounded.
+    x["rounded_bytes"] = o.details.rounded == 0 ? Json(nullptr) : Json(o.details.rounded);
+    x["tried_to_allocate_bytes"] =
+        o.details.rounded == 0 ? Json(nullptr) : Json(o.details.reported);
     x["device_total_bytes"] = o.details.device_total;
     x["device_free_bytes"] = o.details.device_free;
     x["allocated_bytes"] = o.details.allocated;

@@ -75,6 +75,12 @@ Result<InputKind> DetectInputKind(const std::string& path) {
     got += *n;
   }
   head.resize(got);
+  if (const std::string other = DescribeOtherInput(head, path); !other.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: expected a fragscope trace (JSON Lines, docs/formats.md) or a PyTorch memory "
+        "snapshot (torch.cuda.memory._dump_snapshot); this file is {}",
+        path, other));
+  }
   if (DetectDocumentFormat(head) == DocumentFormat::kPickle) return InputKind::kSnapshot;
   // A fragscope trace names its format on the first line; a JSON snapshot does not.
   const std::string_view first_line = std::string_view(head).substr(0, head.find('\n'));
@@ -87,6 +93,59 @@ Result<InputKind> DetectInputKind(const std::string& path) {
     return InputKind::kSnapshot;
   }
   return InputKind::kTrace;  // the trace reader will say what is wrong with it
+}
+
+std::string DescribeOtherInput(std::string_view head, std::string_view path) {
+  if (head.empty()) return "empty";
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(head[i]); };
+  if (head.starts_with(std::string_view("PK\x03\x04", 4))) {
+    return "a ZIP archive, as torch.save writes (a model's weights or tensors), not a memory "
+           "snapshot: write one with torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") "
+           "after torch.cuda.memory._record_memory_history()";
+  }
+  if (byte(0) == 0x80) return "";  // a pickle (protocol 2 or later)
+  const std::size_t start = head.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos) return "only whitespace";
+  // JSON (a trace or a JSON snapshot), and the first bytes of a protocol-0/1 pickle of a dict or
+  // a list, are for the readers to judge.
+  if (std::string_view("{[(]}").find(head[start]) != std::string_view::npos) return "";
+  // Text: printable bytes (UTF-8 included) and whitespace; a log may hold a few others (terminal
+  // escapes, a stray byte), so up to 1 in 20 is allowed.
+  std::size_t other = 0;
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    const unsigned char c = byte(i);
+    other += c < 0x20 && c != '\n' && c != '\r' && c != '\t' && c != '\f' && c != 0x1b;
+  }
+  const bool text = other * 20 <= head.size();
+  if (!text) {
+    std::string shown;
+    for (std::size_t i = 0; i < head.size() && i < 8; ++i) shown += fmt::format(" {:02x}", byte(i));
+    return fmt::format("binary data that is neither a pickle nor JSON (first bytes:{})", shown);
+  }
+  auto shorten = [](std::string_view line) {
+    std::string out(line.substr(0, 80));
+    if (line.size() > 80) out += "...";
+    return out;
+  };
+  std::size_t line_start = 0;
+  for (std::size_t number = 1; line_start < head.size(); ++number) {
+    std::size_t end = head.find('\n', line_start);
+    if (end == std::string_view::npos) end = head.size();
+    const std::string_view line = head.substr(line_start, end - line_start);
+    if (line.find("out of memory") != std::string_view::npos ||
+        line.find("Tried to allocate") != std::string_view::npos) {
+      return fmt::format(
+          "text with an out-of-memory message (line {}: \"{}\"): `fragscope explain {}` "
+          "explains it, and replays the job with --snapshot or --trace",
+          number, shorten(line), path);
+    }
+    line_start = end + 1;
+  }
+  const std::string_view first = head.substr(0, head.find('\n'));
+  return fmt::format(
+      "text (first line: \"{}\"); if it is a job's log, `fragscope explain {}` finds the "
+      "out-of-memory messages in it",
+      shorten(first), path);
 }
 
 SnapshotReader::~SnapshotReader() = default;
@@ -122,14 +181,10 @@ void SnapshotReader::Prepare() {
                                  s.layout == SnapshotLayout::kSegmentList ? ", segment list" : "");
   // The header carries the recorded settings as PYTORCH_CUDA_ALLOC_CONF pairs, as any trace.
   recorded_conf_ = ComputeConf();
-  std::string_view rest = recorded_conf_;
-  while (!rest.empty()) {
-    const std::size_t comma = rest.find(',');
-    const std::string_view item = rest.substr(0, comma);
-    const std::size_t colon = item.find(':');
-    header_.allocator_settings.emplace_back(std::string(item.substr(0, colon)),
-                                            std::string(item.substr(colon + 1)));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  // (Each item passed ParseAllocatorConfig alone; together they parse too.)
+  if (Result<model::AllocatorConfig> recorded = model::ParseAllocatorConfig(recorded_conf_);
+      recorded.ok()) {
+    header_.allocator_settings = model::ToSettingPairs(*recorded);
   }
 
   frames_.reserve(s.frames.size());
@@ -474,16 +529,6 @@ std::string SnapshotReader::RecordedConf(std::vector<std::string>* notes) const 
 
 std::string SnapshotReader::ComputeConf() {
   std::string conf;
-  // Each option is checked on its own: one PyTorch would refuse is dropped with a warning.
-  auto add = [&](const std::string& item) {
-    if (Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(item); !c.ok()) {
-      warnings_.push_back(fmt::format("allocator_settings: {} not understood ({}); ignored", item,
-                                      c.status().message()));
-      return;
-    }
-    if (!conf.empty()) conf += ',';
-    conf += item;
-  };
   std::vector<std::string>* notes = &conf_notes_;
   if (!snapshot_.has_allocator_settings) {
     for (const SnapshotSegment& s : snapshot_.segments) {
@@ -498,22 +543,19 @@ std::string SnapshotReader::ComputeConf() {
         "the snapshot records no allocator settings (PyTorch < 2.3): defaults assumed");
     return conf;
   }
-  for (const auto& [key, value] : snapshot_.allocator_settings) {
-    if (key == "expandable_segments" && value == "True") {
-      add("expandable_segments:True");
-    } else if (key == "max_split_size" && value != "-1") {
-      const std::uint64_t bytes = std::strtoull(value.c_str(), nullptr, 10);
-      add(fmt::format("max_split_size_mb:{}", bytes >> 20));
-    } else if (key == "garbage_collection_threshold" && value != "0" && value != "0.0") {
-      add("garbage_collection_threshold:" + value);
-    } else if (key == "roundup_power2_divisions" && !value.empty() && value.front() == '[') {
-      // Only worth writing when some interval has divisions.
-      bool any = false;
-      for (std::size_t i = 0; i + 1 < value.size(); ++i) {
-        if (value[i] == ':' && value[i + 1] != '0') any = true;
-      }
-      if (any) add("roundup_power2_divisions:" + value);
+  // Each option is read on its own (model::ParseAllocatorSettings, the parser of every header's
+  // settings): one PyTorch would refuse is dropped with a warning; the others are kept.
+  std::vector<std::pair<std::string, std::string>> kept;
+  for (const auto& pair : snapshot_.allocator_settings) {
+    if (Result<model::AllocatorConfig> c = model::ParseAllocatorSettings({pair}); !c.ok()) {
+      warnings_.push_back(fmt::format("allocator_settings: {}:{} not understood ({}); ignored",
+                                      pair.first, pair.second, c.status().message()));
+      continue;
     }
+    kept.push_back(pair);
+  }
+  if (Result<model::AllocatorConfig> c = model::ParseAllocatorSettings(kept); c.ok()) {
+    conf = model::ToConfString(*c);
   }
   return conf;
 }

@@ -35,8 +35,19 @@ namespace fragscope::sources {
 /// What a file holds, from its first decoded bytes.
 enum class InputKind { kTrace, kSnapshot };
 /// kTrace for a fragscope trace (a first line naming "fragscope-trace"), kSnapshot for a
-/// pickle or a JSON document. Errors: the file cannot be opened or decompressed.
+/// pickle or a JSON document. Errors: the file cannot be opened or decompressed, or its first
+/// bytes show it is something else (DescribeOtherInput): kInvalidArgument "PATH: expected a
+/// fragscope trace or a PyTorch memory snapshot; this file is <what>" and the command or
+/// function that makes or reads what it is.
 Result<InputKind> DetectInputKind(const std::string& path);
+
+/// What a file whose first (decompressed) bytes are `head` is, when they show it is neither a
+/// fragscope trace nor a PyTorch memory snapshot, with what to do about it: "empty", "a ZIP
+/// archive (torch.save writes these ...)", "text with an out-of-memory message (line 2: ...):
+/// `fragscope explain PATH` reads it", "text (first line: ...)", "binary data (first bytes
+/// ...)". "" when it may be one of the two: a pickle, JSON, or a trace; their readers judge.
+/// `path` names the file in the advice.
+std::string DescribeOtherInput(std::string_view head, std::string_view path);
 
 struct SnapshotReadOptions {
   PickleLimits limits;

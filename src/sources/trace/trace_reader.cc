@@ -553,7 +553,12 @@ class TraceReaderImpl final : public TraceReader {
     event->conf.clear();
 
     if (Has(kAddr) && !GetUint64(kAddr, &event->addr)) return false;
-    if (Has(kSize) && !GetSize(kSize, &event->size)) return false;
+    // What a program asks for may be any 64-bit size: PyTorch answers 1 EiB or more with its
+    // own OOM ("Tried to allocate more than 1EB memory."), which a replay must show too.
+    if (Has(kSize) &&
+        !(IsRequest(*action) ? GetUint64(kSize, &event->size) : GetSize(kSize, &event->size))) {
+      return false;
+    }
     if (Has(kStream) && !GetUint64(kStream, &event->stream)) return false;
     if (Has(kDevice)) {
       std::int64_t device = 0;
@@ -668,6 +673,11 @@ class TraceReaderImpl final : public TraceReader {
     if (t.negative && t.magnitude != 0) return FieldError(f, "negative value " + Shown(f));
     *out = t.magnitude;  // "-0" is 0
     return true;
+  }
+
+  // Actions whose size is what the program asked for, not what an allocator holds.
+  static bool IsRequest(Action a) {
+    return a == Action::kAlloc || a == Action::kFreeRequested || a == Action::kFreeCompleted;
   }
 
   // A byte count: also below limits.max_size_bytes (PyTorch's own sanity bound).

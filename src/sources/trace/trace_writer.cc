@@ -325,7 +325,10 @@ class TraceWriterImpl final : public TraceWriter {
       return bad("frame " + std::to_string(e.frame) + " was not defined with WriteFrame()");
     }
     const std::uint64_t max_size = TraceLimits{}.max_size_bytes;
-    if (e.size >= max_size || e.block_size >= max_size ||
+    // A requested size may be anything (the reader's rule): PyTorch fails >= 1 EiB itself.
+    const bool request = e.action == Action::kAlloc || e.action == Action::kFreeRequested ||
+                         e.action == Action::kFreeCompleted;
+    if ((e.size >= max_size && !request) || e.block_size >= max_size ||
         (e.device_free && *e.device_free >= max_size)) {
       return bad("a size is at or above max_size_bytes (1 EiB)");
     }
