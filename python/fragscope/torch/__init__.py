@@ -418,4 +418,8 @@ def from_environment(environ=None):
     return gpu
 
 
-from_environment()
+# Python sets sys.argv[0] to "-m" while it imports the parent packages of a module run with
+# `python -m`: that is `python -m fragscope.torch.run`, which applies its own options first and
+# then calls from_environment() itself.
+if not (sys.argv and sys.argv[0] == "-m"):
+    from_environment()

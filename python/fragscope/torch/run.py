@@ -38,10 +38,10 @@ def main(argv=None):
         parser.error("give --capacity or set FRAGSCOPE_VIRTUAL_GPU")
     try:
         import fragscope.torch as fst
+        gpu = fst.current() if fst.current() is not None else fst.from_environment()
     except (ImportError, ValueError) as e:
         print("fragscope.torch.run: {}".format(e), file=sys.stderr)
         return 2
-    gpu = fst.current()
     sys.argv = [args.script] + list(args.args)
     code = 0
     try:
