@@ -134,9 +134,11 @@ def test_optimizer_step_counters_stay_outside(fst):
 def test_threads_reach_the_model_in_one_consistent_order(fst, tmp_path):
     torch.set_num_threads(2)
     errors = []
+    together = threading.Barrier(4)  # all alive at once: four distinct threads allocate
 
     def work(seed):
         try:
+            together.wait()
             g = torch.Generator().manual_seed(seed)
             for i in range(150):
                 n = int(torch.randint(1, 4096, (1,), generator=g))
@@ -146,6 +148,7 @@ def test_threads_reach_the_model_in_one_consistent_order(fst, tmp_path):
                     w = torch.randn(64, 64, requires_grad=True)
                     (w @ w).sum().backward()
                 del a, b
+            together.wait()
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
