@@ -7,6 +7,7 @@
    so that steps are comparable), plain and virtual-GPU steps interleaved (each virtual-GPU
    step in a session of its own, with the CPU-only rules on); wall and CPU time (the machine
    may be shared: CPU time and the minimum are the steadier figures).
+   Also per op that allocates nothing: the scope-tracking callback's cost.
 3. Memory: malloc's bytes in use (mallinfo2) for N live one-element tensors with and without
    the virtual GPU (the hook's cost per live block), and the growth per alloc/free pair of the
    recorded trace (record_trace=True).
@@ -55,6 +56,26 @@ def alloc_loop(n_pairs, numel):
         t = torch.empty(numel)
         del t
     return time.perf_counter() - t0
+
+
+def op_loop(n_ops, x):
+    alias = torch.ops.aten.alias
+    t0 = time.perf_counter()
+    for _ in range(n_ops):
+        alias(x)
+    return time.perf_counter() - t0
+
+
+def per_op(n_ops, repeats):
+    """Ops that allocate nothing still pay for the scope-tracking RecordFunction callback."""
+    x = torch.ones(4)
+    plain = min(op_loop(n_ops, x) for _ in range(repeats))
+    with fst.virtual_gpu("80GiB"):
+        hooked = min(op_loop(n_ops, x) for _ in range(repeats))
+    print("per op that allocates nothing (aten::alias, {} calls, best of {}): plain {:.0f} ns, "
+          "virtual GPU {:.0f} ns, overhead {:+.0f} ns".format(
+              n_ops, repeats, plain / n_ops * 1e9, hooked / n_ops * 1e9,
+              (hooked - plain) / n_ops * 1e9))
 
 
 def per_allocation(n_pairs, repeats):
@@ -170,7 +191,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=200000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--steps-per-round", type=int, default=1)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--live", type=int, default=100000)
@@ -179,8 +200,10 @@ def main():
                                                 sys.modules["_fragscope_native"].__file__))
     if args.pairs:
         per_allocation(args.pairs, args.repeats)
+        per_op(args.pairs, args.repeats)
         memory(args.live, args.pairs)
-    gpt_steps(args.rounds, args.steps_per_round, args.seq_len)
+    if args.rounds:
+        gpt_steps(args.rounds, args.steps_per_round, args.seq_len)
 
 
 if __name__ == "__main__":

@@ -208,9 +208,9 @@ void BindVirtualGpu(py::module_& m) {
       } else {
         d["addr"] = e.addr;
         d["size"] = e.size;
-        d["stream"] = e.stream;
+        d["stream"] = 0;  // one stream
         d["frames"] = py::list();
-        if (e.device_free) d["device_free"] = *e.device_free;
+        if (e.has_device_free) d["device_free"] = e.device_free;
       }
       out.append(d);
     }

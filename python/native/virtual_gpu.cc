@@ -39,7 +39,7 @@ struct Session {
   VirtualGpuOptions options;
   std::unique_ptr<model::CachingAllocatorSim> sim;
   std::vector<RequestRecord> requests;
-  std::vector<Event> events;
+  std::vector<AllocatorEvent> events;
   std::vector<OomRecord> ooms;
   HookCounters counters;
   std::unordered_set<std::thread::id> threads;
@@ -226,7 +226,10 @@ Status Start(const VirtualGpuOptions& options) {
   session->sim = std::make_unique<model::CachingAllocatorSim>(options.sim);
   if (options.record_trace) {
     Session* raw = session.get();
-    session->sim->SetEventSink([raw](const Event& e) { raw->events.push_back(e); });
+    session->sim->SetEventSink([raw](const Event& e) {
+      raw->events.push_back(AllocatorEvent{e.action, e.device_free.has_value(), e.addr, e.size,
+                                           e.device_free.value_or(0), e.step});
+    });
   }
   if (!options.keep_cpu_only) InstallScopeTracking();
   {
@@ -281,11 +284,11 @@ void MarkStep(std::int64_t step) {
     s.step = step >= 0 ? step : s.step + 1;
     if (s.options.record_trace) {
       s.requests.push_back({Action::kStep, 0, static_cast<std::uint64_t>(s.step)});
+      AllocatorEvent e;
+      e.action = Action::kStep;
+      e.step = s.step;
+      s.events.push_back(e);
     }
-    Event e;
-    e.action = Action::kStep;
-    e.step = s.step;
-    if (s.options.record_trace) s.events.push_back(e);
     return 0;
   });
 }
@@ -334,7 +337,7 @@ std::string AllocConfCanonical() {
 std::vector<RequestRecord> RequestTrace() {
   return WithSession([](Session& s) { return s.requests; });
 }
-std::vector<Event> AllocatorTrace() {
+std::vector<AllocatorEvent> AllocatorTrace() {
   return WithSession([](Session& s) { return s.events; });
 }
 

@@ -51,6 +51,16 @@ struct RequestRecord {
   std::uint64_t size = 0;  // alloc/free: requested bytes; step: the step number
 };
 
+/// An event of the simulated allocator, as much of it as a snapshot's device_traces shows.
+struct AllocatorEvent {
+  Action action = Action::kAlloc;
+  bool has_device_free = false;
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t device_free = 0;  // oom
+  std::int64_t step = 0;          // step markers
+};
+
 struct OomRecord {
   std::uint64_t request_index = 0;  // index among the request events (step markers included)
   std::int64_t step = -1;
@@ -97,7 +107,7 @@ HookCounters Counters();
 std::string AllocConfCanonical();
 /// The request events (kind: request) and the allocator events the simulator produced.
 std::vector<RequestRecord> RequestTrace();
-std::vector<Event> AllocatorTrace();
+std::vector<AllocatorEvent> AllocatorTrace();
 /// Fails with kInvalidArgument when no session was ever started.
 Status HasSession();
 
