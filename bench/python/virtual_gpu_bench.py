@@ -100,7 +100,7 @@ def per_allocation(n_pairs, repeats):
         print("  {:34s} {:8.0f} ns   overhead {:+6.0f} ns".format(label, ns, ns - base))
 
 
-def gpt_steps(rounds, steps_per_round, seq_len):
+def gpt_steps(rounds, steps_per_round, seq_len, keep_cpu_only=False):
     import capture_trace
     from workloads import make_workload
     args = capture_trace.parse_args(["-o", os.devnull, "--steps",
@@ -130,7 +130,7 @@ def gpt_steps(rounds, steps_per_round, seq_len):
         for hook in ((False, True) if r % 2 == 0 else (True, False)):
             for _ in range(steps_per_round):
                 if hook:
-                    with fst.virtual_gpu("80GiB") as gpu:
+                    with fst.virtual_gpu("80GiB", keep_cpu_only=keep_cpu_only) as gpu:
                         gpu.step()
                         w0, c0 = time.perf_counter(), time.process_time()
                         w.step(i, opt_step)
@@ -143,8 +143,9 @@ def gpt_steps(rounds, steps_per_round, seq_len):
                     plain.append((time.perf_counter() - w0, time.process_time() - c0))
                 i += 1
     print("GPT step (bundled model, batch 8, seq {}, 1 thread; {} rounds of {} plain + {} "
-          "virtual-GPU steps, order alternating):".format(seq_len, rounds, steps_per_round,
-                                                          steps_per_round))
+          "virtual-GPU steps, order alternating{}):".format(
+              seq_len, rounds, steps_per_round, steps_per_round,
+              "; keep_cpu_only: no scope tracking" if keep_cpu_only else ""))
     for what, k in (("wall", 0), ("CPU", 1)):
         p = [x[k] for x in plain]
         h = [x[k] for x in hooked]
@@ -195,6 +196,8 @@ def main():
     parser.add_argument("--steps-per-round", type=int, default=1)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--live", type=int, default=100000)
+    parser.add_argument("--keep-cpu-only", action="store_true",
+                        help="GPT steps without the CPU-only rules (no RecordFunction callback)")
     args = parser.parse_args()
     print("torch {}, native module {}".format(torch.__version__,
                                                 sys.modules["_fragscope_native"].__file__))
@@ -203,7 +206,7 @@ def main():
         per_op(args.pairs, args.repeats)
         memory(args.live, args.pairs)
     if args.rounds:
-        gpt_steps(args.rounds, args.steps_per_round, args.seq_len)
+        gpt_steps(args.rounds, args.steps_per_round, args.seq_len, args.keep_cpu_only)
 
 
 if __name__ == "__main__":

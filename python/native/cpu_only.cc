@@ -50,7 +50,7 @@ enum FrameFlag : std::uint16_t {
 };
 
 struct Frame {
-  std::uint64_t id;
+  const at::RecordFunction* fn;  // identifies the frame: live RecordFunctions do not share it
   std::uint16_t flags;
 };
 
@@ -60,7 +60,6 @@ struct ThreadStack {
 };
 
 std::atomic<std::uint64_t> g_generation{1};
-std::atomic<std::uint64_t> g_next_frame{1};
 std::mutex g_install_mutex;
 at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
 
@@ -77,11 +76,6 @@ ThreadStack& Stack() {
 bool In(std::string_view name, const auto& set) {
   return std::find(set.begin(), set.end(), name) != set.end();
 }
-
-struct FrameContext : at::ObserverContext {
-  explicit FrameContext(std::uint64_t frame_id) : id(frame_id) {}
-  std::uint64_t id;
-};
 
 std::uint16_t FlagsOf(const at::RecordFunction& fn) {
   const std::string_view name = fn.name();
@@ -112,20 +106,22 @@ std::uint16_t FlagsOf(const at::RecordFunction& fn) {
   return flags;
 }
 
+// No ObserverContext (a heap allocation per op): the frame is found by its RecordFunction.
 std::unique_ptr<at::ObserverContext> OnEnter(const at::RecordFunction& fn) {
-  const std::uint64_t id = g_next_frame.fetch_add(1, std::memory_order_relaxed);
-  Stack().frames.push_back(Frame{id, FlagsOf(fn)});
-  return std::make_unique<FrameContext>(id);
+  Stack().frames.push_back(Frame{&fn, FlagsOf(fn)});
+  return nullptr;
 }
 
-void OnExit(const at::RecordFunction& /*fn*/, at::ObserverContext* context) {
-  if (context == nullptr) return;
-  const std::uint64_t id = static_cast<FrameContext*>(context)->id;
+void OnExit(const at::RecordFunction& fn, at::ObserverContext* /*context*/) {
   auto& frames = Stack().frames;
-  // Usually the top; record_function's range starts inside its enter op and ends inside its
-  // exit op, so ranges and ops need not nest.
+  if (!frames.empty() && frames.back().fn == &fn) [[likely]] {
+    frames.pop_back();
+    return;
+  }
+  // torch's own record_function range starts inside its enter op and ends inside its exit op,
+  // so ranges and ops need not nest; an op entered before tracking started is not there.
   for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-    if (it->id == id) {
+    if (it->fn == &fn) {
       frames.erase(std::next(it).base());
       return;
     }
