@@ -125,6 +125,7 @@ def gpt_steps(rounds, steps_per_round, seq_len, keep_cpu_only=False):
         i += 1
     plain, hooked = [], []  # (wall, CPU) seconds per step
     counters = None
+    scopes = 0
     for r in range(rounds):
         # Alternate which comes first, so that drifts of a shared machine cancel out.
         for hook in ((False, True) if r % 2 == 0 else (True, False)):
@@ -136,6 +137,7 @@ def gpt_steps(rounds, steps_per_round, seq_len, keep_cpu_only=False):
                         w.step(i, opt_step)
                         hooked.append((time.perf_counter() - w0, time.process_time() - c0))
                         counters = gpu.counters()
+                        scopes = sys.modules["_fragscope_native"].scopes_entered_on_this_thread()
                         # The step's tensors (loss, logits) die in the next step: outside.
                 else:
                     w0, c0 = time.perf_counter(), time.process_time()
@@ -154,8 +156,8 @@ def gpt_steps(rounds, steps_per_round, seq_len, keep_cpu_only=False):
                   what, statistics.median(p) * 1e3, min(p) * 1e3, statistics.median(h) * 1e3,
                   min(h) * 1e3, (statistics.median(h) / statistics.median(p) - 1) * 100,
                   (min(h) / min(p) - 1) * 100))
-    print("  per step through the hook: {} allocations, {} CPU-only".format(
-        counters["allocs"], sum(counters["cpu_only"].values())))
+    print("  per step through the hook: {} allocations, {} CPU-only; {} op/autograd scopes "
+          "tracked".format(counters["allocs"], sum(counters["cpu_only"].values()), scopes))
 
 
 def memory(n_live, n_pairs):

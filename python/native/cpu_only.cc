@@ -57,6 +57,7 @@ struct Frame {
 struct ThreadStack {
   std::uint64_t generation = 0;
   std::vector<Frame> frames;
+  std::uint64_t entered = 0;  // scopes entered on this thread since tracking started
 };
 
 std::atomic<std::uint64_t> g_generation{1};
@@ -69,6 +70,7 @@ ThreadStack& Stack() {
   if (stack.generation != generation) {
     stack.frames.clear();
     stack.generation = generation;
+    stack.entered = 0;
   }
   return stack;
 }
@@ -108,7 +110,9 @@ std::uint16_t FlagsOf(const at::RecordFunction& fn) {
 
 // No ObserverContext (a heap allocation per op): the frame is found by its RecordFunction.
 std::unique_ptr<at::ObserverContext> OnEnter(const at::RecordFunction& fn) {
-  Stack().frames.push_back(Frame{&fn, FlagsOf(fn)});
+  ThreadStack& stack = Stack();
+  stack.frames.push_back(Frame{&fn, FlagsOf(fn)});
+  ++stack.entered;
   return nullptr;
 }
 
@@ -190,6 +194,8 @@ CpuOnlyKind Classify(std::size_t bytes) {
   }
   return CpuOnlyKind::kNone;
 }
+
+std::uint64_t ScopesEnteredOnThisThread() { return Stack().entered; }
 
 UserScope::UserScope(std::string name) : name_(std::move(name)) {}
 UserScope::~UserScope() = default;

@@ -46,6 +46,10 @@ void UninstallScopeTracking();
 /// The kind of an allocation of `bytes` made now on the calling thread.
 CpuOnlyKind Classify(std::size_t bytes);
 
+/// Ops, autograd nodes and ranges the tracking saw start on the calling thread since it was
+/// installed (for the cost benchmark).
+std::uint64_t ScopesEnteredOnThisThread();
+
 /// A record_function range (RecordScope::USER_SCOPE) that allocates nothing: in 1.13,
 /// torch.autograd.profiler.record_function makes a tensor in __init__ and another one in
 /// __enter__ (CPU objects on a GPU run too); fragscope.torch uses this instead while a virtual

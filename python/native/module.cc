@@ -117,6 +117,8 @@ void BindVirtualGpu(py::module_& m) {
       py::arg("torch_version"), py::arg("raise_on_oom"), py::arg("keep_cpu_only"),
       py::arg("record_trace"));
   m.def("vgpu_stop", &vgpu::Stop);
+  m.def("scopes_entered_on_this_thread", &vgpu::ScopesEnteredOnThisThread,
+        "RecordFunction scopes the CPU-only tracking saw start on this thread (benchmarks)");
   py::class_<vgpu::UserScope>(m, "UserScope",
                               "A record_function range that allocates nothing (cpu_only.h)")
       .def(py::init<std::string>())
