@@ -36,6 +36,8 @@ def test_figures_follow_allocations_and_frees(fst):
         assert gpu.memory_stats()["reserved_bytes.all.current"] == 0
         gpu.reset_peak_memory_stats()
         assert gpu.memory_stats()["allocated_bytes.all.peak"] == 0
+        assert fst.current() is gpu and fst.max_memory_reserved() == 0
+        assert fst.memory_allocated() == 0 and fst.memory_reserved() == 0
         assert gpu.counters()["allocs"] == 2 and gpu.counters()["frees"] == 2
 
 

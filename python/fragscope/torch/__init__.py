@@ -37,7 +37,8 @@ import torch  # noqa: E402  (after the loader, which explains a missing torch)
 
 __all__ = [
     "VirtualGpu", "virtual_gpu", "current", "from_environment", "memory_stats",
-    "memory_snapshot", "mem_get_info", "reset_peak_memory_stats",
+    "memory_snapshot", "mem_get_info", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "max_memory_reserved", "counters", "snapshot", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "empty_cache", "set_per_process_memory_fraction",
     "step", "ooms", "dump_snapshot", "dump_trace", "OutOfMemoryError",
 ]
@@ -337,6 +338,30 @@ def memory_snapshot():
 
 def mem_get_info():
     return _cur().mem_get_info()
+
+
+def memory_allocated():
+    return _cur().memory_allocated()
+
+
+def max_memory_allocated():
+    return _cur().max_memory_allocated()
+
+
+def memory_reserved():
+    return _cur().memory_reserved()
+
+
+def max_memory_reserved():
+    return _cur().max_memory_reserved()
+
+
+def counters():
+    return _cur().counters()
+
+
+def snapshot():
+    return _cur().snapshot()
 
 
 def reset_peak_memory_stats():
