@@ -3,12 +3,16 @@
 SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps build release demo test bench fuzz format clean eval soak
+.PHONY: all deps deps-torch build release demo test bench fuzz format clean eval soak
 
 all: build
 
 deps:
 	@tools/install-deps.sh
+
+# PyTorch, libtorch-dev and pybind11: the release build then has the virtual GPU's native module.
+deps-torch:
+	@tools/install-deps.sh --with-torch
 
 build: deps
 	cmake --preset dev
@@ -19,7 +23,8 @@ release: deps
 	cmake --build --preset release
 
 # The main job on bundled sample data: a request trace captured from a real PyTorch training run.
-demo: release
+# Builds the native parts too (python/: `PYTHONPATH=python /usr/bin/python3 -c 'import fragscope.torch'`).
+demo: deps-torch release
 	SAMPLE=$(SAMPLE) tools/demo.sh
 
 # Every test: unit + CLI golden tests (dev build), the whole suite again under ASan+UBSan, and

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what fragscope needs to build, test, fuzz and benchmark, from Debian's packages only.
 # Idempotent: packages already installed are skipped, and apt-get runs only when one is missing.
-# Usage: tools/install-deps.sh [--with-torch]   (python3-torch: only for tools/capture_trace.py)
+# Usage: tools/install-deps.sh [--with-torch]   (python3-torch for tools/capture_trace.py, and
+# libtorch-dev + pybind11-dev for the virtual GPU's native module: docs/virtual-gpu.md)
 set -euo pipefail
 
 packages=(
@@ -17,7 +18,7 @@ packages=(
   libtomlplusplus-dev libssl-dev python3-yaml  # alert rules (TOML), https webhooks, deploy/ checks
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
-  packages+=(python3-torch libopenblas0-pthread)
+  packages+=(python3-torch libopenblas0-pthread libtorch-dev pybind11-dev python3-dev)
 fi
 
 missing=()
