@@ -1,5 +1,6 @@
 #include "history_command.h"
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -428,6 +429,59 @@ Result<analysis::BaselineComparison> CompareWithHistory(const analysis::Analysis
   summary->run = run.empty() ? Label(result, "run") : run;
   summary->architecture = architecture;
   return CompareSummary(*summary, history_flag, last);
+}
+
+namespace {
+
+// Levenshtein distance, for "did you mean".
+std::size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string KnownArchitecturesHint(const std::string& architecture,
+                                   const std::string& history_flag) {
+  HistoryFlags flags;
+  flags.history = history_flag;
+  Result<std::unique_ptr<HistoryStore>> store = OpenHistory(flags, /*create=*/false);
+  if (!store.ok()) return "";
+  Result<std::vector<RunSummary>> runs = (*store)->ListRuns();
+  if (!runs.ok()) return "";
+  std::vector<std::string> labels;
+  for (const RunSummary& r : *runs) {
+    if (!r.architecture.empty()) labels.push_back(r.architecture);
+  }
+  std::sort(labels.begin(), labels.end());
+  labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+  if (labels.empty()) return "; the history has no runs yet";
+  std::string hint = "; labels with runs:";
+  for (std::size_t i = 0; i < labels.size(); ++i) hint += (i ? ", " : " ") + labels[i];
+  const std::string* closest = nullptr;
+  std::size_t best = 0;
+  for (const std::string& label : labels) {
+    const std::size_t d = EditDistance(label, architecture);
+    if (closest == nullptr || d < best) {
+      closest = &label;
+      best = d;
+    }
+  }
+  if (closest != nullptr && *closest != architecture &&
+      best <= std::max<std::size_t>(2, architecture.size() / 3)) {
+    hint += fmt::format(" (did you mean {}?)", *closest);
+  }
+  return hint;
 }
 
 Command AddHistoryCommand(CLI::App& app) {
