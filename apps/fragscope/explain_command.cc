@@ -12,9 +12,10 @@
 #include "cli_util.h"
 #include "common/units.h"
 #include "model/alloc_conf.h"
+#include "pipeline/replay.h"
 #include "sinks/report/explain_report.h"
-#include "snapshot_replay.h"
 #include "sources/oom_text/oom_text_scanner.h"
+#include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
 namespace {
@@ -148,10 +149,11 @@ int RunExplain(const ExplainFlags& flags) {
         current = recorded->config;
       }
     }
-    Result<std::vector<Event>> events =
+    Result<pipeline::RequestEvents> events =
         ReadRequestEvents(*opened, replay_path, current->Rules(), &notes);
     if (!events.ok()) return BadInput(events.status().message());
-    Result<analysis::Verification> verified = analysis::VerifyRemedies(*events, options, &target);
+    Result<analysis::Verification> verified =
+        analysis::VerifyRemedies(events->events, options, &target);
     if (!verified.ok()) {
       return BadInput(fmt::format("{}: {}", replay_path, verified.status().message()));
     }
