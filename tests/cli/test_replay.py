@@ -437,3 +437,18 @@ def test_snapshot_figures_use_its_recorded_oom_and_no_steps_it_lacks():
     assert replayed["oom"] is not None
     r = run("replay", OOM_SNAPSHOT, "--no-map")
     assert "before the first step" not in r.stdout.decode()
+
+
+def test_expandable_segment_counts_agree():
+    """memory_stats() does not count expandable segments (as PyTorch's); the report says how
+    many its memory snapshot holds, so the two counts do not contradict each other."""
+    r = run("replay", FRAG, "--capacity", "1GiB", "--alloc-conf", "expandable_segments:True",
+            "--no-map")
+    out = r.stdout.decode()
+    _, j = run_json("replay", FRAG, "--capacity", "1GiB", "--alloc-conf",
+                    "expandable_segments:True")
+    d = j["devices"][0]
+    assert d["memory_stats"]["segment.all.current"] == 0
+    assert len(d["segments"]) > 0
+    assert (f"segments in its memory snapshot: {len(d['segments'])} (memory_stats' segment count "
+            "leaves out expandable segments" in out)

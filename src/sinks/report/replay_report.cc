@@ -1,5 +1,7 @@
 #include "sinks/report/replay_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +104,15 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
         Bytes(Stat(d, "allocated_bytes.all.peak")), Stat(d, "segment.all.current"),
         Stat(d, "segment.all.peak"), Stat(d, "num_device_alloc"), Stat(d, "num_device_free"),
         Stat(d, "num_alloc_retries"), Stat(d, "num_ooms"));
+    // PyTorch's memory_stats() does not count expandable segments (their mappings change
+    // reserved memory, not "segment"): say so where the memory snapshot has more.
+    if (static_cast<std::size_t>(std::max<std::int64_t>(Stat(d, "segment.all.current"), 0)) !=
+        d.segments.size()) {
+      out += fmt::format(
+          "    segments in its memory snapshot: {} (memory_stats' segment count leaves out "
+          "expandable segments, as PyTorch's does)\n",
+          d.segments.size());
+    }
   }
   RenderFidelity(replay, &out);
   for (const std::string& note : replay.notes) out += "  note: " + note + "\n";
