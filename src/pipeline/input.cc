@@ -23,12 +23,23 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
                       analysis::AnalysisResult* result) {
   const sources::Snapshot& s = reader.snapshot();
   std::vector<std::string> notes;
+  std::uint64_t rebuilding = 0;  // events that rebuild the start state
+  for (const DeviceInfo& d : reader.header().devices) {
+    rebuilding += reader.start_events(d.device).size();
+  }
   std::string history;
   if (reader.devices_with_history().empty()) {
-    history = "no recorded history: the report shows the final state only";
+    history = fmt::format(
+        "no recorded history: every figure is the final state's (the {} events that rebuild it "
+        "are not part of the run)",
+        rebuilding);
   } else {
-    history = fmt::format("{} history {}; the start state was rebuilt from the segments",
-                          s.trace_entries, s.trace_entries == 1 ? "entry" : "entries");
+    history = fmt::format(
+        "{} history {} recorded; the state before them was rebuilt from the segments ({} events, "
+        "not part of the run): it counts once, as the history's starting point, in the peaks; "
+        "the worst moments, the timeline and the event counts are the recorded history's and "
+        "the final state's (docs/snapshots.md, \"Recorded and rebuilt figures\")",
+        s.trace_entries, s.trace_entries == 1 ? "entry" : "entries", rebuilding);
   }
   notes.push_back(fmt::format("memory snapshot ({}, {}): {} segments, {} blocks; {}",
                               reader.container(), s.generation, s.segments.size(), s.blocks.size(),
@@ -39,6 +50,11 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
 }
 
 }  // namespace
+
+std::string RebuiltPeaksNote() {
+  return "the requests that rebuild the start state are not part of the run: peaks (memory_stats "
+         "too) count from the state they leave, as in `analyze` of the snapshot";
+}
 
 Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits) {
   Result<sources::InputKind> kind = sources::DetectInputKind(path);
@@ -266,6 +282,7 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
     if (!read.ok()) return read.status();
     for (const std::int32_t device : rebuilt) out.recorded_from.try_emplace(device, events.size());
     requests.AddNotes(notes);
+    if (!rebuilt.empty()) notes->push_back(RebuiltPeaksNote());
     return out;
   }
   TraceReader& reader = *input.reader;

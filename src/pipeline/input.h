@@ -86,6 +86,10 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
                                         std::vector<std::string>* notes,
                                         std::vector<std::int32_t> drop_ooms = {});
 
+/// The note a replay of a snapshot's requests carries: its peaks leave out the requests that
+/// rebuild the start state (ReplayInput, and ReadRequestEvents for tune and explain).
+std::string RebuiltPeaksNote();
+
 /// What `analyze` computes for the trace or snapshot at `path` (snapshot notes and call-site
 /// names included). Errors name the file and where in it. `threads` as AnalysisThreads: a
 /// trace is parsed and analyzed on two threads unless it is 1. For a snapshot, peaks, extremes

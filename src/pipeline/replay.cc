@@ -232,12 +232,14 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     requests.DropOoms(unlimited_devices);  // the failed request, on a device without a size
     // The requests that rebuild a device's start state are not part of the run: the analysis
     // does not count them, and the simulator's peaks restart from the state they leave.
-    std::set<std::int32_t> seeded;
+    std::set<std::int32_t> seeded;  // devices whose start state is being rebuilt
+    bool any_seeded = false;
     Result<std::uint64_t> read = ReadSnapshotEvents(
         *snapshot,
         [&](const Event& e) {
           rebuilding = snapshot->last_was_start();
           if (rebuilding) {
+            any_seeded = true;
             seeded.insert(e.device);
           } else if (seeded.erase(e.device) > 0) {
             replayer.ResetPeakStats(e.device);
@@ -250,6 +252,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     if (!read.ok()) return Status::InvalidArgument(read.status().message());
     for (const std::int32_t device : seeded) replayer.ResetPeakStats(device);
     requests.AddNotes(&notes);
+    if (any_seeded) notes.push_back(RebuiltPeaksNote());
   }
   // Everything simulated is analyzed before the analyzer or the writer is read or closed. A
   // failure there (an --emit write error, say) ends the replay even where the snapshot path

@@ -82,3 +82,9 @@ def test_segments_only_snapshot_reports_its_final_state():
     if final is not None:
         assert d["worst_fragmentation"]["ratio"] == pytest.approx(final["fragmentation_ratio"])
     run("check", path, "--max-fragmentation", "0.3", ok=(0,))
+    # The report says which figures are recorded and which rebuilt.
+    notes = run_json("analyze", path, "--no-map")["notes"]
+    assert any("every figure is the final state's" in n and "not part of the run" in n
+               for n in notes), notes
+    notes = run_json("replay", path, "--no-map")["notes"]
+    assert any("rebuild the start state are not part of the run" in n for n in notes), notes
