@@ -35,11 +35,12 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
         rebuilding);
   } else {
     history = fmt::format(
-        "{} history {} recorded; the state before them was rebuilt from the segments ({} events, "
+        "{} history {} recorded; the state before {} was rebuilt from the segments ({} events, "
         "not part of the run): it counts once, as the history's starting point, in the peaks; "
         "the worst moments, the timeline and the event counts are the recorded history's and "
         "the final state's (docs/snapshots.md, \"Recorded and rebuilt figures\")",
-        s.trace_entries, s.trace_entries == 1 ? "entry" : "entries", rebuilding);
+        s.trace_entries, s.trace_entries == 1 ? "entry" : "entries",
+        s.trace_entries == 1 ? "it" : "them", rebuilding);
   }
   notes.push_back(fmt::format("memory snapshot ({}, {}): {} segments, {} blocks; {}",
                               reader.container(), s.generation, s.segments.size(), s.blocks.size(),

@@ -241,7 +241,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
           if (rebuilding) {
             any_seeded = true;
             seeded.insert(e.device);
-          } else if (seeded.erase(e.device) > 0) {
+          } else if (!seeded.empty() && seeded.erase(e.device) > 0) {
             replayer.ResetPeakStats(e.device);
           }
           Status s = requests.Consume(e);
