@@ -104,61 +104,6 @@ Exit status: 0 on success; 2 for bad input (the message names file:line, or the 
 byte offset or field) or bad usage.
 JSON schema: docs/json-schema.md. Guide: docs/user-guide.md.)";
 
-// What a snapshot adds to the report's notes: its layout, history and what was tolerated.
-void AddSnapshotNotes(const sources::SnapshotReader& reader,
-                      const std::vector<std::string>& consume_notes,
-                      analysis::AnalysisResult* result) {
-  const sources::Snapshot& s = reader.snapshot();
-  std::vector<std::string> notes;
-  std::string history;
-  if (reader.devices_with_history().empty()) {
-    history = "no recorded history: the report shows the final state only";
-  } else {
-    history = fmt::format("{} history {}; the start state was rebuilt from the segments",
-                          s.trace_entries, s.trace_entries == 1 ? "entry" : "entries");
-  }
-  notes.push_back(fmt::format("memory snapshot ({}, {}): {} segments, {} blocks; {}",
-                              reader.container(), s.generation, s.segments.size(), s.blocks.size(),
-                              history));
-  for (const std::string& w : reader.warnings()) notes.push_back("snapshot: " + w);
-  notes.insert(notes.end(), consume_notes.begin(), consume_notes.end());
-  result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
-}
-
-}  // namespace
-
-Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
-                                              const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits, unsigned threads) {
-  Result<OpenedInput> opened = OpenInput(path, limits);
-  if (!opened.ok()) return opened.status();
-  TraceReader& reader = *opened->reader;
-
-  Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
-      analysis::TraceAnalyzer::Create(reader.header(), options);
-  if (!created.ok())
-    return Status(created.status().code(),
-                  fmt::format("{}: {}", reader.Where(), created.status().message()));
-  analysis::TraceAnalyzer& analyzer = **created;
-
-  std::vector<std::string> notes;
-  Result<std::uint64_t> read =
-      opened->snapshot != nullptr
-          ? ReadSnapshotEvents(
-                *opened->snapshot, [&](const Event& e) { return analyzer.Consume(e); }, &notes)
-          : AnalyzeAllEvents(reader, analyzer, threads);
-  if (!read.ok()) return read.status();
-
-  analysis::AnalysisResult result = analyzer.Finish(path);
-  if (opened->snapshot != nullptr) AddSnapshotNotes(*opened->snapshot, notes, &result);
-  for (analysis::DeviceReport& d : result.devices) {
-    for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
-  }
-  return result;
-}
-
-namespace {
-
 int RunAnalyze(const AnalyzeFlags& flags) {
   // Options first, so a typo fails before a long read.
   analysis::AnalysisOptions options;

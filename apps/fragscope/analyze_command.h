@@ -3,13 +3,8 @@
 #ifndef FRAGSCOPE_APPS_FRAGSCOPE_ANALYZE_COMMAND_H_
 #define FRAGSCOPE_APPS_FRAGSCOPE_ANALYZE_COMMAND_H_
 
-#include <string>
-
-#include "analysis/analysis_result.h"
-#include "analysis/trace_analyzer.h"
 #include "command.h"
-#include "fragscope/status.h"
-#include "fragscope/trace.h"
+#include "pipeline/input.h"
 
 namespace CLI {
 class App;
@@ -22,13 +17,9 @@ namespace fragscope::cli {
 /// kExitBadInput.
 Command AddAnalyzeCommand(CLI::App& app);
 
-/// What `analyze` computes for the trace or snapshot at `path` (snapshot notes and call-site
-/// names included), for the commands that build on it (`history record`, `history compare`).
-/// Errors name the file and where in it, as `analyze` prints them. `threads` as `--threads`
-/// (AnalysisThreads): a trace is parsed and analyzed on two threads unless it is 1.
-Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
-                                              const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits = {}, unsigned threads = 0);
+/// What `analyze` computes for a trace or snapshot (pipeline/input.h), for the commands that
+/// build on it (`history record`, `history compare`, `check`).
+using pipeline::AnalyzeInput;
 
 }  // namespace fragscope::cli
 

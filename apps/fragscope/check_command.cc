@@ -28,6 +28,7 @@ struct CheckFlags {
   std::string run;       // this run's name (default: the trace's "run" label)
   std::string history;
   std::size_t last = 5;
+  bool allow_new_baseline = false;
   std::string max_peak_reserved;
   std::optional<double> max_fragmentation;
   std::string capacity;
@@ -62,7 +63,9 @@ constexpr std::string_view kFooter =
   baseline        --baseline LABEL: compared with the last --last runs of that architecture
                   in the history (docs/history.md), the run must not fragment more than
                   --max-growth-ratio times as fast, nor grow its peak allocated memory by
-                  more than --max-peak-increase.
+                  more than --max-peak-increase. No earlier runs of LABEL (a typo, or
+                  the wrong --history) fail the check, naming the labels the history
+                  knows; --allow-new-baseline lets a label's first run pass.
 
 Exit status: 0 when every check passes (or is skipped), 1 when one fails, 2 for bad input or
 usage. Output fits one screen; --json gives the same as schema fragscope.check
@@ -73,6 +76,7 @@ Examples:
   fragscope check run.jsonl.gz --max-peak-reserved 38GiB --max-fragmentation 0.3
   fragscope check requests.jsonl.gz --capacity 40GiB
   fragscope check snapshot.pickle --baseline gpt-1.3b --history ci-history.sqlite
+  fragscope check run.jsonl.gz --baseline gpt-1.3b --allow-new-baseline   # its first run
   fragscope check run.jsonl.gz --baseline gpt-1.3b --json | jq .verdict)";
 
 int RunCheck(const CheckFlags& flags) {
@@ -91,6 +95,7 @@ int RunCheck(const CheckFlags& flags) {
   limits.max_fragmentation = flags.max_fragmentation;
   limits.max_growth_ratio = flags.max_growth_ratio;
   limits.max_peak_increase = flags.max_peak_increase;
+  limits.allow_new_baseline = flags.allow_new_baseline;
   limits.fail_at_level =
       flags.fail_at == "never" ? RiskLevel::kUnknown : ParseRiskLevel(flags.fail_at).value();
 
@@ -167,10 +172,12 @@ int RunCheck(const CheckFlags& flags) {
     in.report = &d;
     in.replayed = replayed;
     in.replay_oom_message = oom_message;
+    in.has_steps = result.steps > 0;
     if (!flags.baseline.empty()) {
       Result<analysis::BaselineComparison> c = CompareWithHistory(
           result, d.device, flags.run, flags.baseline, flags.history, flags.last);
       if (!c.ok()) return BadInput(c.status().message());
+      if (!c->has_baseline) c->sentence += KnownArchitecturesHint(flags.baseline, flags.history);
       in.baseline = std::move(*c);
     }
     std::vector<analysis::CheckItem> items = analysis::CheckDevice(in, limits);
@@ -198,6 +205,10 @@ Command AddCheckCommand(CLI::App& app) {
   sub->add_option("--baseline", flags->baseline,
                   "Compare with the last runs of this architecture label in the history")
       ->type_name("LABEL");
+  sub->add_flag("--allow-new-baseline", flags->allow_new_baseline,
+                "A first run of the --baseline label: pass its check without earlier runs "
+                "(without this flag, no earlier runs fail the check)")
+      ->needs("--baseline");
   sub->add_option("--last", flags->last, "How many earlier runs form the baseline")
       ->type_name("N")
       ->check(IntegerAtLeast(1))

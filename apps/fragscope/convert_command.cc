@@ -16,6 +16,7 @@
 #include "sinks/export/perfetto.h"
 #include "sources/document/document_json.h"
 #include "sources/document/json_document.h"
+#include "sources/snapshot/snapshot_requests.h"
 #include "sources/trace/output_stream.h"
 
 namespace fragscope::cli {

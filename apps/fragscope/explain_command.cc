@@ -1,5 +1,6 @@
 #include "explain_command.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,12 +10,14 @@
 #include <fmt/format.h>
 
 #include "analysis/explain.h"
+#include "analysis/tune.h"
 #include "cli_util.h"
 #include "common/units.h"
 #include "model/alloc_conf.h"
+#include "pipeline/replay.h"
 #include "sinks/report/explain_report.h"
-#include "snapshot_replay.h"
 #include "sources/oom_text/oom_text_scanner.h"
+#include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
 namespace {
@@ -192,14 +195,39 @@ int RunExplain(const ExplainFlags& flags) {
         }
       }
     }
-    Result<std::vector<Event>> events =
+    Result<pipeline::RequestEvents> events =
         ReadRequestEvents(*opened, replay_path, current->Rules(), &notes);
     if (!events.ok()) return BadInput(events.status().message());
-    Result<analysis::Verification> verified = analysis::VerifyRemedies(*events, options, &target);
+    Result<analysis::Verification> verified =
+        analysis::VerifyRemedies(events->events, options, &target);
     if (!verified.ok()) {
       return BadInput(fmt::format("{}: {}", replay_path, verified.status().message()));
     }
     verified->source = replay_path;
+    // "A GPU of at least X" is the failing request's arithmetic; the whole job can need more
+    // (a later peak) or less. Say what `tune --min-capacity` finds under the job's settings.
+    const bool larger_gpu =
+        std::any_of(target.remedies.begin(), target.remedies.end(),
+                    [](const analysis::Remedy& r) { return r.id == "larger_gpu"; });
+    if (larger_gpu) {
+      analysis::TuneOptions tune;
+      tune.capacity_bytes = options.capacity_bytes;
+      tune.used_by_others_bytes = options.used_by_others_bytes;
+      tune.version = version;
+      tune.threads = flags.threads;
+      tune.addresses = options.addresses;
+      tune.recorded_from = events->recorded_from;
+      tune.settings = {options.current_conf};
+      tune.find_min_capacity = true;
+      Result<std::vector<analysis::TuneOutcome>> minimum = analysis::Tune(events->events, tune);
+      if (minimum.ok() && !minimum->empty() && minimum->front().min_capacity) {
+        target.notes.push_back(fmt::format(
+            "replay: the whole job fits on a GPU of {} under its own settings (the smallest, "
+            "as `fragscope tune --min-capacity` finds it); a larger-GPU remedy above counts the "
+            "failing request alone",
+            FormatBytes(*minimum->front().min_capacity)));
+      }
+    }
     report.verification = std::move(*verified);
     report.verified_error = index;
     for (std::string& note : notes) target.notes.push_back("replay: " + note);

@@ -1,5 +1,6 @@
 #include "history_command.h"
 
+#include <algorithm>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "analysis/run_summary.h"
 #include "analyze_command.h"
 #include "cli_util.h"
+#include "common/did_you_mean.h"
 #include "common/units.h"
 #include "sinks/history/history_store.h"
 
@@ -428,6 +430,27 @@ Result<analysis::BaselineComparison> CompareWithHistory(const analysis::Analysis
   summary->run = run.empty() ? Label(result, "run") : run;
   summary->architecture = architecture;
   return CompareSummary(*summary, history_flag, last);
+}
+
+std::string KnownArchitecturesHint(const std::string& architecture,
+                                   const std::string& history_flag) {
+  HistoryFlags flags;
+  flags.history = history_flag;
+  Result<std::unique_ptr<HistoryStore>> store = OpenHistory(flags, /*create=*/false);
+  if (!store.ok()) return "";
+  Result<std::vector<RunSummary>> runs = (*store)->ListRuns();
+  if (!runs.ok()) return "";
+  std::vector<std::string> labels;
+  for (const RunSummary& r : *runs) {
+    if (!r.architecture.empty()) labels.push_back(r.architecture);
+  }
+  std::sort(labels.begin(), labels.end());
+  labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+  if (labels.empty()) return "; the history has no runs yet";
+  std::string hint = "; labels with runs:";
+  for (std::size_t i = 0; i < labels.size(); ++i) hint += (i ? ", " : " ") + labels[i];
+  hint += DidYouMean(architecture, labels);
+  return hint;
 }
 
 Command AddHistoryCommand(CLI::App& app) {

@@ -38,6 +38,12 @@ Result<analysis::BaselineComparison> CompareWithHistory(const analysis::Analysis
                                                         const std::string& history_flag,
                                                         std::size_t last);
 
+/// For a --baseline label without earlier runs: "; labels with runs: a, b (did you mean a?)"
+/// from the history `history_flag` names (as --history), "; the history has no runs yet", or ""
+/// when there is no history to read.
+std::string KnownArchitecturesHint(const std::string& architecture,
+                                   const std::string& history_flag);
+
 }  // namespace fragscope::cli
 
 #endif  // FRAGSCOPE_APPS_FRAGSCOPE_HISTORY_COMMAND_H_

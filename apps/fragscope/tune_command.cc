@@ -17,7 +17,8 @@
 #include "cli_util.h"
 #include "common/units.h"
 #include "fragscope/trace.h"
-#include "snapshot_replay.h"
+#include "pipeline/replay.h"
+#include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
 namespace {
@@ -161,10 +162,11 @@ int RunTune(const TuneFlags& flags) {
   }
   // On unlimited memory a recorded OOM's request would succeed; it is left out there, as in
   // `replay`.
-  Result<std::vector<Event>> read =
+  Result<pipeline::RequestEvents> read =
       ReadRequestEvents(*opened, flags.path, rules, &notes, unknown_devices);
   if (!read.ok()) return BadInput(read.status().message());
-  const std::vector<Event>& events = *read;
+  const std::vector<Event>& events = read->events;
+  options.recorded_from = read->recorded_from;
 
   Result<std::vector<analysis::TuneOutcome>> tuned = analysis::Tune(events, options);
   if (!tuned.ok()) return BadInput(fmt::format("{}: {}", flags.path, tuned.status().message()));

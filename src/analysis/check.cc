@@ -9,8 +9,9 @@
 namespace fragscope::analysis {
 namespace {
 
-std::string AtStep(std::int64_t step) {
-  return step >= 0 ? fmt::format(" at step {}", step) : std::string(" before the first step");
+std::string AtStep(std::int64_t step, bool has_steps) {
+  if (step >= 0) return fmt::format(" at step {}", step);
+  return has_steps ? std::string(" before the first step") : std::string();
 }
 
 CheckItem OomItem(const CheckDeviceInput& in) {
@@ -28,8 +29,9 @@ CheckItem OomItem(const CheckDeviceInput& in) {
     return item;
   }
   const OomDiagnosis& o = r.oom_diagnoses.front();
-  item.measured = r.num_ooms == 1 ? fmt::format("1 OOM{}", AtStep(o.step))
-                                  : fmt::format("{} OOMs, the first{}", r.num_ooms, AtStep(o.step));
+  item.measured = r.num_ooms == 1 ? fmt::format("1 OOM{}", AtStep(o.step, in.has_steps))
+                                  : fmt::format("{} OOMs, the first{}", r.num_ooms,
+                                                AtStep(o.step, in.has_steps));
   if (o.cause == OomCause::kFragmentation) {
     item.detail = fmt::format(
         "fragmentation: {} requested ({} needed) while {} sat free in gaps (largest free block "
@@ -72,7 +74,7 @@ CheckItem CapacityItem(const CheckDeviceInput& in, const CheckLimits& limits) {
     item.detail = fmt::format(
         "the run reserved {} more than the device has{}; replay its requests with `fragscope "
         "replay` to see where it would fail",
-        FormatBytes(need - *limits.capacity), AtStep(r.peak_reserved.when.step));
+        FormatBytes(need - *limits.capacity), AtStep(r.peak_reserved.when.step, in.has_steps));
   }
   return item;
 }
@@ -80,7 +82,8 @@ CheckItem CapacityItem(const CheckDeviceInput& in, const CheckLimits& limits) {
 CheckItem PeakItem(const CheckDeviceInput& in, const CheckLimits& limits) {
   const DeviceReport& r = *in.report;
   CheckItem item{r.device, "peak_reserved", CheckOutcome::kSkipped, "", "", ""};
-  item.measured = FormatBytes(r.peak_reserved.bytes) + AtStep(r.peak_reserved.when.step);
+  item.measured =
+      FormatBytes(r.peak_reserved.bytes) + AtStep(r.peak_reserved.when.step, in.has_steps);
   if (!limits.max_peak_reserved) {
     item.detail = "no --max-peak-reserved given";
     return item;
@@ -101,7 +104,7 @@ CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limit
   CheckItem item{r.device, "fragmentation", CheckOutcome::kSkipped, "", "", ""};
   if (r.worst_fragmentation.seen) {
     item.measured = fmt::format("{:.2f}{}", r.worst_fragmentation_ratio,
-                                AtStep(r.worst_fragmentation.when.step));
+                                AtStep(r.worst_fragmentation.when.step, in.has_steps));
   } else {
     item.measured = "no sample with reserved memory";
   }
@@ -163,7 +166,18 @@ CheckItem BaselineItem(const CheckDeviceInput& in, const CheckLimits& limits) {
   item.detail = b.sentence;
   item.limit = fmt::format("growth <= {:.2g}x, peak allocated <= +{:.0f}%", limits.max_growth_ratio,
                            100 * limits.max_peak_increase);
-  if (!b.has_baseline) return item;
+  if (!b.has_baseline) {
+    if (limits.allow_new_baseline) {
+      item.detail += "; allowed as a first run (--allow-new-baseline)";
+      return item;
+    }
+    item.outcome = CheckOutcome::kFail;
+    item.measured = "no earlier runs";
+    item.detail +=
+        "; without a baseline this check would pass anything: record runs first (`fragscope "
+        "history record INPUT --arch LABEL`), or pass --allow-new-baseline for a first run";
+    return item;
+  }
   std::vector<std::string> parts;
   if (b.growth_ratio) parts.push_back(fmt::format("growth {:.2f}x", *b.growth_ratio));
   if (b.peak_allocated_ratio) {

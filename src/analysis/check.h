@@ -33,6 +33,9 @@ struct CheckLimits {
   double max_peak_increase = 0.10;
   /// Fail when the forecast reaches this level (kUnknown: the forecast is not checked).
   RiskLevel fail_at_level = RiskLevel::kCritical;
+  /// A --baseline without earlier runs fails the baseline check (a gate with nothing to compare
+  /// with would pass anything), unless this says it is the label's first run.
+  bool allow_new_baseline = false;
 };
 
 /// Everything known about one device.
@@ -43,6 +46,9 @@ struct CheckDeviceInput {
   bool replayed = false;
   /// Replays: the first OOM message PyTorch would print (used when no diagnosis exists).
   std::string replay_oom_message;
+  /// The input has step markers (AnalysisResult::steps > 0). Without any, figures are not
+  /// placed relative to steps ("before the first step" would be true of every event).
+  bool has_steps = true;
 };
 
 enum class CheckOutcome { kPass, kFail, kSkipped };

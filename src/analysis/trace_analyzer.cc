@@ -41,6 +41,7 @@ struct DeviceState {
   std::int32_t device;
   std::string name;
   std::optional<std::uint64_t> capacity;
+  bool capacity_from_oom = false;  // capacity learnt from a recorded OOM (DiagnoseAt)
   std::uint64_t used_by_others = 0;
   model::DeviceMemory* memory = nullptr;  // allocator traces
   model::U64Map live;                     // request traces: id -> requested bytes
@@ -54,6 +55,8 @@ struct DeviceState {
   std::optional<ForecastTrack> forecast;
   DeviceReport report;
   std::uint64_t retries_at_close = 0;  // the retry source's count when the last window closed
+  bool start_pending = false;      // rebuilt start-state events were applied and not yet counted
+  std::int64_t last_time_us = -1;  // the latest time among this device's events
 };
 
 void Raise(Extreme& e, std::uint64_t value, const When& when) {
@@ -112,6 +115,13 @@ struct TraceAnalyzer::Impl {
   // An oom event of an allocator trace: why it failed, and who stranded the gaps then.
   void DiagnoseAt(DeviceState& d, const Event& e) {
     DeviceReport& r = d.report;
+    // A device without a known size tells it when it runs out of memory with the driver's free
+    // bytes recorded: as the allocator saw it, reserved + free (memory used by others is part
+    // of neither).
+    if (!d.capacity && e.device_free) {
+      d.capacity = d.memory->reserved() + *e.device_free;
+      d.capacity_from_oom = true;
+    }
     if (r.oom_diagnoses.size() < kMaxOomDiagnoses) {
       OomDiagnosis diagnosis = DiagnoseOom(*d.memory, rules, e);
       diagnosis.event_index = events;
@@ -149,7 +159,9 @@ struct TraceAnalyzer::Impl {
     s.step_first = s.step_last = step;
     s.first_event = d.window.first_event;
     s.end_event = events;
-    s.time_us = last_time_us;
+    // Never earlier than the device's own last event (devices of a snapshot come one after
+    // the other, each with its own clock span).
+    s.time_us = std::max(last_time_us, d.last_time_us);
     s.live_requested_bytes = LiveRequested(d);
     s.peak_live_requested_bytes = std::max(d.window.peak_requested, s.live_requested_bytes);
     s.allocs = d.window.allocs;
@@ -173,7 +185,7 @@ struct TraceAnalyzer::Impl {
       s.stranded_bytes = m.all.stranded_bytes;
       s.peak_reserved_bytes = std::max(d.window.peak_reserved, s.reserved_bytes);
       s.peak_allocated_bytes = std::max(d.window.peak_allocated, s.allocated_bytes);
-      const When when{events == 0 ? 0 : events - 1, step, last_time_us};
+      const When when{events == 0 ? 0 : events - 1, step, s.time_us};
       DeviceReport& r = d.report;
       if (s.reserved_bytes > 0) {
         // A cache with nothing allocated (start-up, teardown) is 100% "fragmented" by
@@ -274,7 +286,28 @@ struct TraceAnalyzer::Impl {
     }
   }
 
-  Status Consume(const Event& e) {
+  // The state the rebuilt start events of `d` left is the recorded history's first: its peaks
+  // count, at the event index where the history starts, and the first window starts there.
+  void CountStartState(DeviceState& d) {
+    d.start_pending = false;
+    // The state after the last event that rebuilt it.
+    const When when{events == 0 ? 0 : events - 1, current_step, last_time_us};
+    const std::uint64_t requested = LiveRequested(d);
+    Raise(d.report.peak_live_requested, requested, when);
+    d.window.peak_requested = std::max(d.window.peak_requested, requested);
+    if (d.memory != nullptr) {
+      const std::uint64_t reserved = d.memory->reserved();
+      const std::uint64_t allocated = d.memory->allocated();
+      Raise(d.report.peak_reserved, reserved, when);
+      Raise(d.report.peak_allocated, allocated, when);
+      Raise(d.report.max_cached_free, reserved - allocated, when);
+      d.window.peak_reserved = std::max(d.window.peak_reserved, reserved);
+      d.window.peak_allocated = std::max(d.window.peak_allocated, allocated);
+    }
+    d.window.first_event = events;
+  }
+
+  Status Consume(const Event& e, bool start_state = false) {
     if (e.action == Action::kStep) {
       FRAGSCOPE_RETURN_IF_ERROR(OnStep(e));
       ++events;
@@ -304,6 +337,9 @@ struct TraceAnalyzer::Impl {
       }
     }
     DeviceState& d = Device(e.device);
+    // The first recorded event after a rebuilt start state: that state counts first.
+    if (d.start_pending && !start_state) CountStartState(d);
+    if (e.time_us >= 0) d.last_time_us = std::max(d.last_time_us, e.time_us);
     if (kind == TraceKind::kAllocator) {
       if (d.memory == nullptr) d.memory = &model.Device(e.device);
       if (e.action == Action::kOom) DiagnoseAt(d, e);
@@ -311,6 +347,11 @@ struct TraceAnalyzer::Impl {
       if (options.check_invariants) FRAGSCOPE_RETURN_IF_ERROR(d.memory->CheckInvariants());
     } else {
       FRAGSCOPE_RETURN_IF_ERROR(ApplyRequestEvent(d, e));
+    }
+    if (start_state) {
+      d.start_pending = true;
+      ++events;
+      return Status::Ok();
     }
 
     DeviceReport& r = d.report;
@@ -370,8 +411,15 @@ struct TraceAnalyzer::Impl {
     for (auto& dp : devices) {
       if (!dp) continue;
       DeviceState& d = *dp;
+      if (d.start_pending) CountStartState(d);
       if (d.window.events > 0 || d.timeline.Samples().empty()) CloseWindow(d, current_step);
       DeviceReport r = d.report;
+      if (d.capacity_from_oom) {
+        result.notes.push_back(fmt::format(
+            "device {}: capacity {} taken from its first recorded OOM (reserved + the driver's "
+            "free bytes then)",
+            d.device, FormatBytes(*d.capacity)));
+      }
       r.device = d.device;
       r.name = d.name;
       r.capacity_bytes = d.capacity;
@@ -470,6 +518,9 @@ TraceAnalyzer::TraceAnalyzer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 TraceAnalyzer::~TraceAnalyzer() = default;
 
 Status TraceAnalyzer::Consume(const Event& event) { return impl_->Consume(event); }
+Status TraceAnalyzer::ConsumeStartState(const Event& event) {
+  return impl_->Consume(event, /*start_state=*/true);
+}
 void TraceAnalyzer::Prefetch(const Event& event) const {
   const auto index = static_cast<std::size_t>(event.device);
   if (event.action == Action::kAlloc && event.device >= 0 && index < impl_->devices.size() &&

@@ -45,6 +45,14 @@ class TraceAnalyzer {
   /// caller prefixes "file:line". After an error the analyzer must not be fed further.
   Status Consume(const Event& event);
 
+  /// Applies an event that rebuilds the state before the recorded history (a snapshot's
+  /// start state, SnapshotReader::last_was_start, or the requests a replay rebuilds it with):
+  /// it changes the memory model but did not happen in the run, so no peak, extreme, count,
+  /// size profile or timeline window sees it. The state it leaves is the run's first: the
+  /// device's next Consume (or Finish) counts it once, as the recorded history's starting
+  /// point. Event indices (When::event) still count it, so they stay positions in the input.
+  Status ConsumeStartState(const Event& event);
+
   /// Optional hint that `event` will be consumed soon: warms the caches for its block lookup
   /// and, for an alloc, its request size's count.
   void Prefetch(const Event& event) const;

@@ -5,7 +5,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -46,8 +48,27 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
   r.replayer = std::make_unique<model::RequestReplayer>(sim_options, model::OomPolicy::kStop,
                                                         std::function<void(const Event&)>());
   model::RequestReplayer& replayer = *r.replayer;
-  if (Status s = replayer.ConsumeAll(events); !s.ok() && s.code() != StatusCode::kOutOfMemory) {
-    r.status = s.WithPrefix(fmt::format("event {}", replayer.events() - 1));
+  // The requests that rebuild a snapshot's start state are not part of the run: each device's
+  // peaks restart where its recorded requests begin (or, without any, at the end).
+  std::vector<std::pair<std::size_t, std::int32_t>> resets;
+  for (const auto& [device, from] : options.recorded_from) resets.emplace_back(from, device);
+  std::sort(resets.begin(), resets.end());
+  std::size_t done = 0;
+  Status replayed;
+  for (const auto& [from, device] : resets) {
+    const std::size_t upto = std::min(from, events.size());
+    if (upto > done) {
+      replayed = replayer.ConsumeAll(std::span<const Event>(events).subspan(done, upto - done));
+      done = upto;
+      if (!replayed.ok()) break;
+    }
+    replayer.ResetPeakStats(device);
+  }
+  if (replayed.ok() && done < events.size()) {
+    replayed = replayer.ConsumeAll(std::span<const Event>(events).subspan(done));
+  }
+  if (!replayed.ok() && replayed.code() != StatusCode::kOutOfMemory) {
+    r.status = replayed.WithPrefix(fmt::format("event {}", replayer.events() - 1));
     return r;
   }
   TuneOutcome& o = r.outcome;
@@ -75,13 +96,16 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
 }
 
 // The smallest capacity (a multiple of the granularity) on which the trace replays without an
-// OOM. On a device of used_by_others + (peak reserved with unlimited memory) no cudaMalloc
-// fails, so that run is the unconstrained one and fits; below used_by_others + peak allocated
-// nothing can fit. Bisection in between assumes more memory never hurts, which holds for the
-// allocator's decisions except in contrived cases (documented in docs/simulator.md).
-Result<std::uint64_t> MinCapacity(const std::vector<Event>& events,
-                                  const model::AllocatorConfig& config,
-                                  const TuneOptions& options) {
+// OOM. Below used_by_others + peak allocated (with unlimited memory) nothing can fit. On a
+// device of used_by_others + (peak reserved with unlimited memory) no cudaMalloc fails unless a
+// setting shrinks the usable memory (per_process_memory_fraction, a set_memory_fraction
+// control): so that upper bound is replayed too, and doubled until it fits: the answer is
+// always a size a replay with the same setting fits on. Bisection in between assumes more
+// memory never hurts, which holds for the allocator's decisions except in contrived cases
+// (documented in docs/simulator.md). nullopt: nothing up to 1 PiB fits.
+Result<std::optional<std::uint64_t>> MinCapacity(const std::vector<Event>& events,
+                                                 const model::AllocatorConfig& config,
+                                                 const TuneOptions& options) {
   constexpr std::uint64_t kUnlimited = std::uint64_t{1} << 50;  // 1 PiB
   RunResult free_run = ReplayOnce(events, config, options, kUnlimited);
   if (!free_run.status.ok()) return free_run.status;
@@ -90,6 +114,14 @@ Result<std::uint64_t> MinCapacity(const std::vector<Event>& events,
   std::uint64_t hi = round_up(options.used_by_others_bytes + free_run.outcome.peak_reserved);
   std::uint64_t lo = options.used_by_others_bytes + free_run.outcome.peak_allocated;
   lo = lo >= g ? lo / g * g - g : 0;  // known (or assumed) to fail
+  while (true) {
+    RunResult r = ReplayOnce(events, config, options, hi);
+    if (!r.status.ok()) return r.status;
+    if (!r.outcome.oom) break;
+    if (hi >= kUnlimited) return std::optional<std::uint64_t>();
+    lo = hi;
+    hi = std::min(round_up(hi * 2), kUnlimited);
+  }
   while (hi - lo > g) {
     const std::uint64_t mid = lo + (hi - lo) / g / 2 * g;
     RunResult r = ReplayOnce(events, config, options, mid);
@@ -99,7 +131,7 @@ Result<std::uint64_t> MinCapacity(const std::vector<Event>& events,
     else
       hi = mid;
   }
-  return hi;
+  return std::optional<std::uint64_t>(hi);
 }
 
 }  // namespace
@@ -242,7 +274,7 @@ Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
   auto min_capacity_worker = [&] {
     for (std::size_t i = next++; i < settings.size(); i = next++) {
       if (!errors[i].ok()) continue;
-      Result<std::uint64_t> min = MinCapacity(events, configs[i], options);
+      Result<std::optional<std::uint64_t>> min = MinCapacity(events, configs[i], options);
       if (!min.ok()) {
         errors[i] = min.status();
         continue;

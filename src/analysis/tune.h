@@ -27,6 +27,10 @@ struct TuneOptions {
   /// Where each device's segments go: the addresses the real driver gave them (a snapshot's,
   /// model/recorded_addresses.h); devices without an entry use the simulator's own placement.
   std::map<std::int32_t, model::RecordedAddresses> addresses;
+  /// A snapshot's requests: per device, the index of its first request after those that
+  /// rebuild its start state (pipeline::RequestEvents::recorded_from). The device's peaks count
+  /// from there, as the recorded run's do; devices without an entry count from their start.
+  std::map<std::int32_t, std::size_t> recorded_from;
   std::uint64_t used_by_others_bytes = 0;
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   /// PYTORCH_CUDA_ALLOC_CONF strings to try (a pasted "PYTORCH_CUDA_ALLOC_CONF=" prefix is
@@ -48,7 +52,7 @@ struct TuneOutcome {
   double waste_at_peak = 0;  // (peak reserved − peak allocated) / peak reserved
   std::uint64_t num_alloc_retries = 0;
   std::uint64_t num_device_alloc = 0;
-  std::optional<std::uint64_t> min_capacity;  // smallest device without OOM (bisection)
+  std::optional<std::uint64_t> min_capacity;  // smallest device without OOM; unset: none to 1 PiB
   std::uint64_t oom_reserved = 0;   // reserved bytes of the failing device at the first OOM
   std::uint64_t oom_allocated = 0;  // allocated bytes there (fragmentation at the OOM point)
 };

@@ -74,6 +74,14 @@ class RequestReplayer {
                                                                      : nullptr;
   }
   std::uint64_t events() const { return events_; }
+  /// As torch.cuda.reset_peak_memory_stats(device): the device's peaks become its current
+  /// values (a replay's peaks then count from here). Nothing before the device's first event.
+  void ResetPeakStats(std::int32_t device) {
+    const auto index = static_cast<std::size_t>(device);
+    if (device >= 0 && index < devices_.size() && devices_[index]) {
+      devices_[index]->sim->ResetPeakStats();
+    }
+  }
 
  private:
   struct Device {

@@ -121,7 +121,12 @@ TEST(CheckTest, BaselineFailsOnGrowthOrPeak) {
   in.baseline->growth_ratio.reset();
   in.baseline->peak_allocated_ratio = 1.2;
   EXPECT_EQ(Item(CheckDevice(in, limits), "baseline").outcome, CheckOutcome::kFail);
+  // No earlier runs: the gate fails rather than turn itself off, unless told it is a first run.
   in.baseline->has_baseline = false;
+  EXPECT_EQ(Item(CheckDevice(in, limits), "baseline").outcome, CheckOutcome::kFail);
+  EXPECT_NE(Item(CheckDevice(in, limits), "baseline").detail.find("--allow-new-baseline"),
+            std::string::npos);
+  limits.allow_new_baseline = true;
   EXPECT_EQ(Item(CheckDevice(in, limits), "baseline").outcome, CheckOutcome::kSkipped);
 }
 

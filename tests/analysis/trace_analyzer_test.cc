@@ -133,5 +133,70 @@ TEST(TraceAnalyzerTest, ErrorsNameTheProblem) {
   EXPECT_FALSE(TraceAnalyzer::Create({}, q).ok());
 }
 
+// A snapshot's rebuilt start state changes the model but is not part of the run: a moment in the
+// middle of the rebuild (two segments, no block yet: 100% fragmented, all cached free) must not
+// become a peak or a worst moment. The state the rebuild leaves counts, once.
+TEST(TraceAnalyzerTest, RebuiltStartStateCountsOnlyAsTheStartingPoint) {
+  auto block = [](std::uint64_t addr, std::uint64_t size) {
+    Event e = Ev(Action::kBlock, addr, size);
+    e.block_size = size;
+    return e;
+  };
+  const std::vector<Event> start = {
+      Ev(Action::kSegmentAlloc, S, 40 * kMiB),
+      Ev(Action::kSegmentAlloc, 2 * S, 40 * kMiB),
+      block(S, 40 * kMiB),
+      block(2 * S, 30 * kMiB),
+  };
+  AnalysisOptions options;
+  options.every_events = 1;  // a window per event: a sample in mid-rebuild would be seen
+  options.check_invariants = true;
+  for (const bool history : {false, true}) {
+    SCOPED_TRACE(history ? "with history" : "segments only");
+    auto analyzer = TraceAnalyzer::Create({}, options);
+    ASSERT_TRUE(analyzer.ok());
+    for (const Event& e : start) ASSERT_TRUE((*analyzer)->ConsumeStartState(e).ok());
+    if (history) {
+      ASSERT_TRUE((*analyzer)->Consume(Ev(Action::kFreeCompleted, S)).ok());
+    }
+    const AnalysisResult r = (*analyzer)->Finish("test");
+    ASSERT_EQ(r.devices.size(), 1u);
+    const DeviceReport& d = r.devices[0];
+    EXPECT_EQ(r.total_events, history ? 5u : 4u);  // event indices stay input positions
+    EXPECT_EQ(d.events, history ? 1u : 0u);
+    EXPECT_EQ(d.peak_reserved.bytes, 80 * kMiB);
+    EXPECT_EQ(d.peak_allocated.bytes, 70 * kMiB);
+    EXPECT_EQ(d.peak_allocated.when.event_index, 3u);  // after the last rebuilding event
+    EXPECT_EQ(d.max_cached_free.bytes, history ? 50 * kMiB : 10 * kMiB);
+    ASSERT_TRUE(d.worst_fragmentation.seen);
+    // Segments only: the final state (10 of 80 MiB free); with history, after the free.
+    EXPECT_NEAR(d.worst_fragmentation_ratio, history ? 50.0 / 80 : 10.0 / 80, 1e-9);
+    EXPECT_EQ(d.timeline.size(), 1u);
+  }
+}
+
+// A snapshot's devices come one after the other: the final state of device 0 is not stamped
+// with device 1's (earlier) clock.
+TEST(TraceAnalyzerTest, FinalStateIsNotStampedBeforeTheDevicesLastEvent) {
+  auto timed = [](std::int32_t device, Action action, std::uint64_t addr, std::uint64_t size,
+                  std::int64_t t) {
+    Event e = Ev(action, addr, size);
+    e.device = device;
+    e.time_us = t;
+    return e;
+  };
+  const std::vector<Event> events = {
+      timed(0, Action::kSegmentAlloc, S, 20 * kMiB, 100),
+      timed(0, Action::kAlloc, S, 4 * kMiB, 200),
+      timed(1, Action::kSegmentAlloc, S, 20 * kMiB, 50),
+      timed(1, Action::kAlloc, S, 2 * kMiB, 60),
+  };
+  const AnalysisResult r = Analyze(events);
+  ASSERT_EQ(r.devices.size(), 2u);
+  ASSERT_FALSE(r.devices[0].timeline.empty());
+  EXPECT_GE(r.devices[0].timeline.back().time_us, 200);
+  EXPECT_GE(r.devices[0].min_largest_free_block.when.time_us, 200);
+}
+
 }  // namespace
 }  // namespace fragscope::analysis

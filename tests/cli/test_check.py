@@ -163,16 +163,38 @@ def test_baseline_regression(tmp_path):
     r = check(tmp_path, fast, "--baseline", "toy", "--history", db, "--max-growth-ratio", "5")
     assert r.returncode == 0, r.stdout.decode()
 
+    # A mistyped label has no runs: the check fails, naming the labels the history knows.
+    r = check(tmp_path, same, "--baseline", "tyo", "--history", db, "--json")
+    assert r.returncode == 1, r.stdout.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["baseline"]["outcome"] == "fail"
+    assert "labels with runs: toy" in c["baseline"]["detail"]
+    assert "did you mean 'toy'?" in c["baseline"]["detail"]
 
-def test_missing_history_skips_and_damaged_history_is_refused(tmp_path):
+
+def test_missing_history_fails_unless_first_run_and_damaged_history_is_refused(tmp_path):
     trace = write_trace(tmp_path / "t.jsonl", 0.001, steps=30)
+    # No history: the gate must not turn itself off.
     r = check(tmp_path, trace, "--baseline", "toy", "--history", tmp_path / "none.sqlite",
               "--json")
+    assert r.returncode == 1, r.stderr.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["baseline"]["outcome"] == "fail"
+    assert c["baseline"]["detail"].startswith("no baseline for toy")
+    assert "--allow-new-baseline" in c["baseline"]["detail"]
+    assert not (tmp_path / "none.sqlite").exists()
+    # A label's first run, said so: passes, the check skipped.
+    r = check(tmp_path, trace, "--baseline", "toy", "--history", tmp_path / "none.sqlite",
+              "--allow-new-baseline", "--json")
     assert r.returncode == 0, r.stderr.decode()
     _, c = checks_by_name(r.stdout)
     assert c["baseline"]["outcome"] == "skipped"
-    assert c["baseline"]["detail"].startswith("no baseline for toy")
     assert not (tmp_path / "none.sqlite").exists()
+    # --allow-new-baseline means nothing without --baseline.
+    r = check(tmp_path, trace, "--allow-new-baseline")
+    assert r.returncode == 2
+
+    bad = tmp_path / "bad.sqlite"
 
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database at all\n" * 100)

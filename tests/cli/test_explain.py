@@ -466,3 +466,24 @@ def test_newer_documentation_link_ends_the_message():
     assert e["truncated"] is False
     assert e["message"].endswith("#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
     assert "see_outside_memory" in [r["id"] for r in e["remedies"]]
+
+def test_larger_gpu_remedy_and_tune_minimum_agree_or_say_why(tmp_path):
+    # g2_oom.pickle's OOM as PyTorch printed it: 180 MiB requested, 150 MiB free of 200 MiB,
+    # 50 MiB allocated. "A GPU of at least X" is the failing request's arithmetic; the replay
+    # of the whole job states tune's minimum beside it, so the two figures are not left to
+    # contradict each other.
+    message = tmp_path / "g2.txt"
+    message.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 180.00 MiB. GPU 0 has a "
+        "total capacity of 200.00 MiB of which 150.00 MiB is free. Of the allocated memory "
+        "50.00 MiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated.\n")
+    doc = explain_json(str(message), "--snapshot", "tests/data/snapshots/g2_oom.pickle")
+    e = doc["errors"][0]
+    assert any(r["id"] == "larger_gpu" for r in e["remedies"]), e["remedies"]
+    r = subprocess.run([BIN, "tune", "tests/data/snapshots/g2_oom.pickle", "--min-capacity",
+                        "--json", "--setting", doc["verification"]["current_alloc_conf"]],
+                       cwd=SOURCE_DIR, capture_output=True, timeout=300)
+    minimum = json.loads(r.stdout)["ranked"][0]["min_capacity_bytes"]
+    assert minimum == 230 * MiB
+    notes = [n for n in e["notes"] if "the whole job fits on a GPU of" in n]
+    assert notes and "230.0 MiB" in notes[0], e["notes"]

@@ -1,5 +1,7 @@
 #include "sinks/report/replay_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -18,8 +20,10 @@ std::int64_t Stat(const analysis::DeviceReplay& d, const std::string& key) {
 
 std::string Bytes(std::int64_t n) { return FormatBytes(n < 0 ? 0 : static_cast<std::uint64_t>(n)); }
 
-std::string StepText(std::int64_t step) {
-  return step < 0 ? std::string("setup (before the first step)") : fmt::format("step {}", step);
+// ", step 3"; ", setup (before the first step)"; nothing when the trace has no step markers.
+std::string StepText(std::int64_t step, bool has_steps) {
+  if (step >= 0) return fmt::format(", step {}", step);
+  return has_steps ? std::string(", setup (before the first step)") : std::string();
 }
 
 std::string SignedBytes(std::uint64_t sim, std::uint64_t real) {
@@ -70,8 +74,17 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
                        replay.request_events);
   } else {
     const model::ReplayOom& first = replay.ooms.front();
-    out += fmt::format("  result: OUT OF MEMORY at request event {} ({}, device {}){}\n",
-                       first.event_index, StepText(first.step), first.device,
+    // The analysis below numbers the simulated allocator trace's events: name both.
+    std::string simulated;
+    for (const analysis::DeviceReport& r : analysis.devices) {
+      if (r.device == first.device && !r.oom_diagnoses.empty()) {
+        simulated =
+            fmt::format(", simulated allocator event {}", r.oom_diagnoses.front().event_index);
+      }
+    }
+    out += fmt::format("  result: OUT OF MEMORY at request event {} (device {}{}{}){}\n",
+                       first.event_index, first.device, StepText(first.step, analysis.steps > 0),
+                       simulated,
                        replay.stopped_at_oom ? "; the replay stops there, as the job would" : "");
     out += fmt::format("    torch.OutOfMemoryError: {}\n", first.details.message);
     // Rounded 0: the request never reached the allocator (PyTorch's 1 EiB guard).
@@ -94,10 +107,22 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
         Bytes(Stat(d, "allocated_bytes.all.peak")), Stat(d, "segment.all.current"),
         Stat(d, "segment.all.peak"), Stat(d, "num_device_alloc"), Stat(d, "num_device_free"),
         Stat(d, "num_alloc_retries"), Stat(d, "num_ooms"));
+    // PyTorch's memory_stats() does not count expandable segments (their mappings change
+    // reserved memory, not "segment"): say so where the memory snapshot has more.
+    if (static_cast<std::size_t>(std::max<std::int64_t>(Stat(d, "segment.all.current"), 0)) !=
+        d.segments.size()) {
+      out += fmt::format(
+          "    segments in its memory snapshot: {} (memory_stats' segment count leaves out "
+          "expandable segments, as PyTorch's does)\n",
+          d.segments.size());
+    }
   }
   RenderFidelity(replay, &out);
   for (const std::string& note : replay.notes) out += "  note: " + note + "\n";
   out += "\n";
+  out +=
+      "  The analysis of the simulated allocator trace follows; its event numbers count that "
+      "trace's events, not the request events above.\n\n";
   out += RenderText(analysis, options);
   return out;
 }

@@ -1,0 +1,90 @@
+"""A snapshot's headline figures agree between the commands, and come from what was recorded.
+
+For every real PyTorch snapshot in ../shared/snapshots/real (read in place, skipped when the folder
+is absent, as tests/cli/test_snapshots.py): `analyze`, `replay` and `tune` (its recorded-settings
+row) report the same peak allocated and peak reserved, since the replay of a snapshot's requests
+under its recorded settings rebuilds the same blocks, and the events that rebuild its start state
+are not part of the run in any of them (docs/snapshots.md, "Recorded and rebuilt figures").
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("FRAGSCOPE_BIN", "")
+REAL = os.path.normpath(os.path.join(SOURCE_DIR, "..", "shared", "snapshots", "real"))
+
+pytestmark = [
+    pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                       reason="FRAGSCOPE_BIN is not set to the built fragscope"),
+    pytest.mark.skipif(not os.path.isdir(REAL), reason=f"{REAL} is absent"),
+]
+
+SNAPSHOTS = sorted(os.listdir(REAL)) if os.path.isdir(REAL) else []
+
+
+def run(*args, ok=(0, 1)):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=600)
+    assert p.returncode in ok, p.stderr
+    return p
+
+
+def run_json(*args):
+    return json.loads(run(*args, "--json").stdout)
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_analyze_replay_and_tune_agree_on_peaks(name):
+    path = os.path.join(REAL, name)
+    analyzed = run_json("analyze", path, "--no-map")
+    replayed = run_json("replay", path, "--no-map")
+    if not analyzed["devices"]:
+        return  # an empty snapshot: nothing to compare
+    # tune under the settings the snapshot recorded (those the replay used)
+    recorded = replayed["devices"][0]["alloc_conf"]
+    tuned = run_json("tune", path, "--setting", recorded, "--threads", "1")
+    # Devices that held memory (a device whose history has a stray entry and nothing else, as
+    # muduard's device 0, has no requests to replay).
+    real = {d["device"]: d for d in analyzed["devices"] if d["peak_reserved"]["bytes"] > 0}
+    sim = {d["device"]: d for d in replayed["analysis"]["devices"]}
+    assert set(real) <= set(sim)
+    for device, r in real.items():
+        s = sim[device]
+        assert s["peak_allocated"]["bytes"] == r["peak_allocated"]["bytes"], device
+        assert s["peak_reserved"]["bytes"] == r["peak_reserved"]["bytes"], device
+    stats = {d["device"]: d for d in replayed["devices"]}
+    for device, r in real.items():
+        assert stats[device]["peak_allocated_bytes"] == r["peak_allocated"]["bytes"], device
+        assert stats[device]["peak_reserved_bytes"] == r["peak_reserved"]["bytes"], device
+    for f in replayed["fidelity"]:
+        assert f["sim_peak_reserved_bytes"] == f["real_peak_reserved_bytes"], f
+    # tune's row: the figures of the device with the highest peak reserved.
+    row = tuned["recorded"]
+    assert row is not None and row["alloc_conf"] == recorded
+    top = max(stats.values(), key=lambda d: d["peak_reserved_bytes"])
+    assert row["peak_reserved_bytes"] == top["peak_reserved_bytes"]
+    assert row["peak_allocated_bytes"] == top["peak_allocated_bytes"]
+
+
+def test_segments_only_snapshot_reports_its_final_state():
+    """kkaitlyn's snapshot has no history: its only real state is the final one (27%
+    fragmented), not a moment in the middle of rebuilding it (58%)."""
+    path = os.path.join(REAL, "kkaitlyn_memory_snapshot.pickle")
+    d = run_json("analyze", path, "--no-map")["devices"][0]
+    final = d["final"]["all"] if "final" in d else None
+    assert d["worst_fragmentation"]["ratio"] < 0.3
+    assert d["max_cached_free"]["bytes"] < d["peak_reserved"]["bytes"]
+    if final is not None:
+        assert d["worst_fragmentation"]["ratio"] == pytest.approx(final["fragmentation_ratio"])
+    run("check", path, "--max-fragmentation", "0.3", ok=(0,))
+    # The report says which figures are recorded and which rebuilt.
+    notes = run_json("analyze", path, "--no-map")["notes"]
+    assert any("every figure is the final state's" in n and "not part of the run" in n
+               for n in notes), notes
+    notes = run_json("replay", path, "--no-map")["notes"]
+    assert any("rebuild the start state are not part of the run" in n for n in notes), notes
