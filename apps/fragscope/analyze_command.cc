@@ -129,7 +129,9 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
 
 Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
                                               const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits, unsigned threads) {
+                                              const TraceLimits& limits, unsigned threads,
+                                              const std::function<void(const Event&)>& tap,
+                                              std::vector<Frame>* call_sites) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = *opened->reader;
@@ -142,11 +144,15 @@ Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
   analysis::TraceAnalyzer& analyzer = **created;
 
   std::vector<std::string> notes;
-  Result<std::uint64_t> read =
-      opened->snapshot != nullptr
-          ? ReadSnapshotEvents(
-                *opened->snapshot, [&](const Event& e) { return analyzer.Consume(e); }, &notes)
-          : AnalyzeAllEvents(reader, analyzer, threads);
+  auto consume = [&](const Event& e) {
+    Status s = analyzer.Consume(e);
+    if (s.ok() && tap) tap(e);
+    return s;
+  };
+  Result<std::uint64_t> read = opened->snapshot != nullptr
+                                   ? ReadSnapshotEvents(*opened->snapshot, consume, &notes)
+                               : tap ? ReadAllEvents(reader, consume)
+                                     : AnalyzeAllEvents(reader, analyzer, threads);
   if (!read.ok()) return read.status();
 
   analysis::AnalysisResult result = analyzer.Finish(path);
@@ -154,6 +160,7 @@ Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
   for (analysis::DeviceReport& d : result.devices) {
     for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
   }
+  if (call_sites != nullptr) *call_sites = reader.frames();
   return result;
 }
 

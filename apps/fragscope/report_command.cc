@@ -1,0 +1,298 @@
+#include "report_command.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "analysis/explain.h"
+#include "analysis/layout_frames.h"
+#include "analysis/trace_analyzer.h"
+#include "analyze_command.h"
+#include "cli_util.h"
+#include "common/units.h"
+#include "replay_command.h"
+#include "sinks/html/html_report.h"
+
+namespace fragscope::cli {
+namespace {
+
+struct ReportCommandFlags {
+  std::string path;
+  std::string output = "report.html";
+  std::int32_t device = -1;
+  std::uint64_t every_events = 0;
+  std::string stranded_threshold;
+  double stranded_quantile = 0.5;
+  std::string capacity;
+  std::string used_by_others;
+  std::optional<std::string> alloc_conf;
+  std::string torch_version = "newest";
+  bool forecast = false;
+  analysis::ForecastOptions forecast_options;
+  std::size_t max_frames = 64;
+  std::uint64_t max_map_blocks = 400'000;
+  std::string max_size = "64MiB";
+};
+
+constexpr std::string_view kDescription =
+    "Write one self-contained HTML page: verdict, timeline charts, memory map, OOM panel";
+
+constexpr std::string_view kFooter =
+    R"(Writes one HTML file (no network needed to view it: the data, script and style are
+inside) that shows, per device:
+  * the verdict in one sentence (fits, or out of memory at step N: fragmentation or shortage,
+    with the figures) and the key numbers (peaks, worst fragmentation, smallest largest free
+    block against the typical request, smallest max allocatable);
+  * the timeline of reserved, allocated, requested, cached free, largest free block, max
+    allocatable and the fragmentation ratio (the OOM risk levels with --forecast), zoomable
+    (drag to zoom, double-click to reset), with the OOM events marked;
+  * the memory map at the moment you click on the timeline: one row per segment, blocks
+    coloured allocated / pending free / free / stranded; hover a block for its address, size,
+    requested size, stream and call site;
+  * the OOM panel: the failing request against the free blocks of its pool, and explain's
+    verdict and ranked remedies (docs/explain.md);
+  * the call sites whose live blocks strand the most free memory.
+
+The map is kept at up to --max-frames moments spread over the run (and just before each OOM,
+and at the end); a click shows the nearest kept moment at or before it. docs/report.md says how
+the file is bounded.
+
+FILE is anything `analyze` reads: an allocator trace, a PyTorch memory snapshot (pickle or
+JSON), or a request trace, which is replayed through the simulator (as `fragscope replay`)
+on --capacity bytes (or the header's capacity) under --alloc-conf (or the header's settings).
+A snapshot with --capacity or --alloc-conf is replayed too: its requests under those
+settings, on that device.
+
+Examples:
+  fragscope report snapshot.pickle -o report.html
+  fragscope report requests.jsonl.gz --capacity 16GiB -o oom.html
+  fragscope report requests.jsonl.gz --capacity 16GiB --alloc-conf expandable_segments:True
+  fragscope report trace.jsonl.gz --forecast --device 1
+  fragscope report huge.pickle --max-frames 16 --every 10000
+
+Exit status: 0 when the report was written; 2 for bad input or usage, or when the report would
+exceed --max-size (nothing is written; the message names the options that make it smaller);
+1 when the output file cannot be written.)";
+
+// The explain verdict and remedies of a device's first OOM, from the figures the diagnosis has.
+std::optional<analysis::OomExplanation> ExplainFirstOom(const analysis::DeviceReport& d) {
+  if (d.oom_diagnoses.empty() || !d.capacity_bytes) return std::nullopt;
+  const analysis::OomDiagnosis& o = d.oom_diagnoses.front();
+  OomMessage m;
+  m.backend = "CUDA";
+  m.gpu = d.device;
+  m.wording = OomWording::kClassic;
+  m.tried = o.rounded;
+  m.total = *d.capacity_bytes;
+  m.free = o.device_free.value_or(
+      *d.capacity_bytes > o.reserved ? *d.capacity_bytes - o.reserved : std::uint64_t{0});
+  m.reserved = o.reserved;
+  m.allocated = o.allocated;
+  m.text = fmt::format("(from the diagnosis of the oom event at event {})", o.event_index);
+  return analysis::ExplainOom(m);
+}
+
+// A file next to `output` that no one else writes.
+std::string TempNear(const std::string& output, std::string_view what) {
+  return fmt::format("{}.{}.{}.tmp", output, what, static_cast<long>(::getpid()));
+}
+
+int RunReport(const ReportCommandFlags& flags) {
+  analysis::AnalysisOptions options;
+  if (flags.device >= 0) options.device = flags.device;
+  options.every_events = flags.every_events;
+  options.stranded_quantile = flags.stranded_quantile;
+  if (flags.forecast) {
+    if (Status s = analysis::ValidateForecastOptions(flags.forecast_options); !s.ok()) {
+      return BadInput("--forecast: " + s.message());
+    }
+    options.forecast = flags.forecast_options;
+  }
+  if (!flags.stranded_threshold.empty()) {
+    Result<std::uint64_t> threshold = ParseSize(flags.stranded_threshold);
+    if (!threshold.ok()) return BadInput("--stranded-threshold: " + threshold.status().message());
+    options.stranded_threshold = *threshold;
+  }
+  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
+  Result<std::optional<std::uint64_t>> others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!others.ok()) return BadInput(others.status().message());
+  Result<std::uint64_t> max_size = ParseSize(flags.max_size);
+  if (!max_size.ok()) return BadInput("--max-size: " + max_size.status().message());
+
+  analysis::LayoutFramesOptions frame_options;
+  frame_options.max_frames = flags.max_frames;
+  frame_options.max_blocks = flags.max_map_blocks;
+  frame_options.device = options.device;
+  frame_options.stranded_threshold = options.stranded_threshold;
+  frame_options.stranded_quantile = options.stranded_quantile;
+
+  // Analyzes an allocator trace or snapshot at `path` while recording its layouts.
+  std::vector<Frame> call_sites;
+  std::vector<analysis::DeviceFrames> frames;
+  auto analyze_with_frames = [&](const std::string& path) -> Result<analysis::AnalysisResult> {
+    std::unique_ptr<analysis::LayoutRecorder> recorder;
+    Result<std::unique_ptr<analysis::LayoutRecorder>> created =
+        analysis::LayoutRecorder::Create(TraceHeader{}, frame_options);
+    if (!created.ok()) return created.status();
+    recorder = std::move(*created);
+    Result<analysis::AnalysisResult> analyzed = AnalyzeInput(
+        path, options, TraceLimits{}, 1, [&](const Event& e) { recorder->Consume(e); },
+        &call_sites);
+    if (!analyzed.ok()) return analyzed.status();
+    frames = recorder->Finish();
+    return analyzed;
+  };
+
+  const bool replay_asked = capacity->has_value() || flags.alloc_conf.has_value();
+  std::optional<analysis::AnalysisResult> result;
+  std::optional<ReplayRun> run;
+  if (!replay_asked) {
+    Result<analysis::AnalysisResult> analyzed = analyze_with_frames(flags.path);
+    if (!analyzed.ok()) return BadInput(analyzed.status().message());
+    if (analyzed->kind != TraceKind::kRequest) result = std::move(*analyzed);
+  }
+  if (!result) {
+    // A request trace (or a snapshot under other settings): replayed as `replay` does; the
+    // simulated allocator trace goes to a temporary file, read again for the layouts.
+    ReplayRequest request;
+    request.path = flags.path;
+    request.capacity = *capacity;
+    request.used_by_others = *others;
+    request.alloc_conf = flags.alloc_conf;
+    request.version = TorchVersion(flags.torch_version);
+    request.options = options;
+    request.emit = TempNear(flags.output, "simulated.jsonl");
+    Result<ReplayRun> replayed = ReplayInput(request);
+    if (!replayed.ok()) {
+      std::filesystem::remove(request.emit);
+      return BadInput(replayed.status().message());
+    }
+    run = std::move(*replayed);
+    Result<analysis::AnalysisResult> simulated = analyze_with_frames(request.emit);
+    std::filesystem::remove(request.emit);
+    if (!simulated.ok()) return BadInput(simulated.status().message());
+    result = std::move(run->result);
+  }
+  if (flags.device >= 0 && result->devices.empty()) {
+    return BadInput(
+        fmt::format("{}: device {} has no events (--device)", flags.path, flags.device));
+  }
+
+  sinks::HtmlReportInput input;
+  input.result = &*result;
+  if (run) input.replay = &run->replay;
+  input.frames = std::move(frames);
+  input.call_sites = std::move(call_sites);
+  for (const analysis::DeviceReport& d : result->devices) {
+    if (std::optional<analysis::OomExplanation> e = ExplainFirstOom(d)) {
+      input.explanations.emplace(d.device, std::move(*e));
+    }
+  }
+  input.command = "fragscope report " + flags.path;
+  const std::string html = sinks::RenderHtml(input);
+  if (html.size() > *max_size) {
+    return BadInput(fmt::format(
+        "{}: the report would be {} (over --max-size {}); nothing was written. Make it smaller "
+        "with --max-frames N (memory maps kept, now {}), --max-map-blocks N (blocks of all maps, "
+        "now {}), --device N (one device), --every N (coarser timeline), or raise --max-size",
+        flags.path, FormatBytes(html.size()), FormatBytes(*max_size), flags.max_frames,
+        flags.max_map_blocks));
+  }
+  // Written whole to a temporary file, then renamed: never a half-written report.
+  const std::string temp = TempNear(flags.output, "part");
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(html.data(), static_cast<std::streamsize>(html.size()));
+    out.close();
+    if (!out) {
+      std::filesystem::remove(temp);
+      return Failure(fmt::format("cannot write {}", flags.output));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, flags.output, ec);
+  if (ec) {
+    std::filesystem::remove(temp);
+    return Failure(fmt::format("cannot write {}: {}", flags.output, ec.message()));
+  }
+  std::fprintf(stderr, "fragscope: wrote %s (%s): %s\n", flags.output.c_str(),
+               FormatBytes(html.size()).c_str(), sinks::ReportVerdict(*result).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddReportCommand(CLI::App& app) {
+  auto flags = std::make_shared<ReportCommandFlags>();
+  CLI::App* sub = app.add_subcommand("report", std::string(kDescription));
+  sub->footer(std::string(kFooter));
+  sub->add_option("FILE", flags->path,
+                  "An allocator or request trace (JSON Lines) or a PyTorch memory snapshot "
+                  "(pickle or JSON); plain, .gz or .zst")
+      ->type_name("PATH")
+      ->required();
+  sub->add_option("-o,--output", flags->output, "The HTML file to write")
+      ->type_name("OUT")
+      ->capture_default_str();
+  sub->add_option("--device", flags->device, "Report only this device index")
+      ->type_name("N")
+      ->check(IntegerAtLeast(0));
+  sub->add_option("--every", flags->every_events,
+                  "One timeline sample per N events instead of per step")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--stranded-threshold", flags->stranded_threshold,
+                  "Fixed stranding threshold for both pools, e.g. 2MiB")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--stranded-quantile", flags->stranded_quantile,
+                  "Else: this quantile of recent request sizes, per pool")
+      ->type_name("Q")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--capacity", flags->capacity,
+                  "Replay on a device of this size (request traces: default the header's)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
+  sub->add_option("--used-by-others", flags->used_by_others,
+                  "Device memory used outside PyTorch, for the replay")
+      ->type_name("SIZE")
+      ->check(ByteSize(0));
+  sub->add_option("--alloc-conf", flags->alloc_conf,
+                  "PYTORCH_CUDA_ALLOC_CONF to replay under (default: the input's settings)")
+      ->type_name("STR");
+  AddTorchVersionOption(*sub, &flags->torch_version);
+  AddForecastOptions(*sub, &flags->forecast, &flags->forecast_options);
+  sub->add_option("--max-frames", flags->max_frames,
+                  "Moments of the run whose memory map is kept (plus each OOM and the end)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(2))
+      ->capture_default_str();
+  sub->add_option("--max-map-blocks", flags->max_map_blocks,
+                  "Blocks of all kept maps together; fewer moments are kept beyond it")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->capture_default_str();
+  sub->add_option("--max-size", flags->max_size,
+                  "Refuse to write a report larger than this (nothing is written)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1))
+      ->capture_default_str();
+  return Command{sub, [flags] { return RunReport(*flags); }};
+}
+
+}  // namespace fragscope::cli
