@@ -31,10 +31,11 @@ Command AddAnalyzeCommand(CLI::App& app);
 /// (optional) sees every event the analyzer accepted, after it (`report` records layouts);
 /// with a tap the analysis runs on this thread. `call_sites` (optional) receives the input's
 /// call-site table (the ids of Event::frame).
-Result<analysis::AnalysisResult> AnalyzeInput(
-    const std::string& path, const analysis::AnalysisOptions& options,
-    const TraceLimits& limits = {}, unsigned threads = 0,
-    const std::function<void(const Event&)>& tap = {}, std::vector<Frame>* call_sites = nullptr);
+Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
+                                              const analysis::AnalysisOptions& options,
+                                              const TraceLimits& limits = {}, unsigned threads = 0,
+                                              const std::function<void(const Event&)>& tap = {},
+                                              std::vector<Frame>* call_sites = nullptr);
 
 }  // namespace fragscope::cli
 

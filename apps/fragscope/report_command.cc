@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,11 +20,14 @@
 #include "analysis/explain.h"
 #include "analysis/layout_frames.h"
 #include "analysis/trace_analyzer.h"
+#include "analysis/tune.h"
 #include "analyze_command.h"
 #include "cli_util.h"
 #include "common/units.h"
+#include "model/alloc_conf.h"
 #include "replay_command.h"
 #include "sinks/html/html_report.h"
+#include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
 namespace {
@@ -44,6 +48,8 @@ struct ReportCommandFlags {
   std::size_t max_frames = 64;
   std::uint64_t max_map_blocks = 400'000;
   std::string max_size = "64MiB";
+  bool verify = true;
+  bool tune = false;
 };
 
 constexpr std::string_view kDescription =
@@ -93,15 +99,55 @@ std::optional<analysis::OomExplanation> ExplainFirstOom(const analysis::DeviceRe
   OomMessage m;
   m.backend = "CUDA";
   m.gpu = d.device;
-  m.wording = OomWording::kClassic;
+  m.wording = OomWording::kCapacityOf;
   m.tried = o.rounded;
   m.total = *d.capacity_bytes;
-  m.free = o.device_free.value_or(
-      *d.capacity_bytes > o.reserved ? *d.capacity_bytes - o.reserved : std::uint64_t{0});
-  m.reserved = o.reserved;
+  m.free = o.device_free.value_or(*d.capacity_bytes > o.reserved ? *d.capacity_bytes - o.reserved
+                                                                 : std::uint64_t{0});
   m.allocated = o.allocated;
+  m.unallocated = o.reserved > o.allocated ? o.reserved - o.allocated : 0;
   m.text = fmt::format("(from the diagnosis of the oom event at event {})", o.event_index);
   return analysis::ExplainOom(m);
+}
+
+// The request events of the input, read once for the replays of explain's remedies and tune.
+struct RequestEvents {
+  std::vector<Event> events;
+  std::map<std::int32_t, model::RecordedAddresses> addresses;  // a snapshot's
+  std::vector<std::string> notes;
+};
+Result<RequestEvents> ReadRequests(const std::string& path, const std::string& conf,
+                                   model::ConfigVersion version) {
+  Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf, version);
+  if (!config.ok()) return config.status();
+  Result<OpenedInput> opened = OpenInput(path);
+  if (!opened.ok()) return opened.status();
+  RequestEvents out;
+  if (opened->snapshot != nullptr) {
+    out.addresses = sources::RecordedSegmentAddresses(*opened->snapshot);
+  }
+  Result<std::vector<Event>> events = ReadRequestEvents(*opened, path, config->Rules(), &out.notes);
+  if (!events.ok()) return events.status();
+  out.events = std::move(*events);
+  return out;
+}
+
+// Replays the request trace under each of `e`'s remedies (explain's VerifyRemedies), on the
+// device the report replayed.
+Status VerifyFirstOom(const ReportCommandFlags& flags, const RequestEvents& requests,
+                      const analysis::DeviceReplay& device, analysis::OomExplanation* e) {
+  analysis::VerifyOptions options;
+  options.version = TorchVersion(flags.torch_version);
+  options.capacity_bytes = device.capacity_bytes;
+  options.used_by_others_bytes = device.used_by_others_bytes;
+  options.current_conf = device.alloc_conf;
+  options.addresses = requests.addresses;
+  Result<analysis::Verification> verified = analysis::VerifyRemedies(requests.events, options, e);
+  if (!verified.ok()) {
+    return Status::InvalidArgument(fmt::format("{}: {}", flags.path, verified.status().message()));
+  }
+  for (const std::string& note : requests.notes) e->notes.push_back("replay: " + note);
+  return Status::Ok();
 }
 
 // A file next to `output` that no one else writes.
@@ -197,10 +243,51 @@ int RunReport(const ReportCommandFlags& flags) {
   if (run) input.replay = &run->replay;
   input.frames = std::move(frames);
   input.call_sites = std::move(call_sites);
+  // A replayed input: explain's remedies are replayed too (as `explain --trace` does), and
+  // --tune ranks the default grid of settings (as `tune` does), on the replayed device.
+  std::optional<RequestEvents> requests;
+  if (run && !run->replay.devices.empty() &&
+      (flags.tune || (flags.verify && !run->replay.ooms.empty()))) {
+    const analysis::DeviceReplay& first = run->replay.devices.front();
+    Result<RequestEvents> read =
+        ReadRequests(flags.path, first.alloc_conf, TorchVersion(flags.torch_version));
+    if (!read.ok()) return BadInput(read.status().message());
+    requests = std::move(*read);
+  }
   for (const analysis::DeviceReport& d : result->devices) {
-    if (std::optional<analysis::OomExplanation> e = ExplainFirstOom(d)) {
-      input.explanations.emplace(d.device, std::move(*e));
+    std::optional<analysis::OomExplanation> e = ExplainFirstOom(d);
+    if (!e) continue;
+    if (requests && flags.verify) {
+      for (const analysis::DeviceReplay& r : run->replay.devices) {
+        if (r.device != d.device) continue;
+        if (Status s = VerifyFirstOom(flags, *requests, r, &*e); !s.ok()) {
+          return BadInput(s.message());
+        }
+      }
     }
+    input.explanations.emplace(d.device, std::move(*e));
+  }
+  std::vector<analysis::TuneOutcome> tuned;
+  if (flags.tune) {
+    if (!requests) {
+      return BadInput(fmt::format(
+          "{}: --tune replays the input's requests: give --capacity SIZE (a request trace or "
+          "snapshot) so that the report is of a replay",
+          flags.path));
+    }
+    const analysis::DeviceReplay& first = run->replay.devices.front();
+    analysis::TuneOptions tune;
+    tune.capacity_bytes = first.capacity_bytes;
+    tune.used_by_others_bytes = first.used_by_others_bytes;
+    tune.version = TorchVersion(flags.torch_version);
+    tune.addresses = requests->addresses;
+    for (const analysis::DeviceReplay& r : run->replay.devices) {
+      tune.device_capacity_bytes[r.device] = r.capacity_bytes;
+    }
+    Result<std::vector<analysis::TuneOutcome>> ranked = analysis::Tune(requests->events, tune);
+    if (!ranked.ok()) return BadInput(fmt::format("{}: {}", flags.path, ranked.status().message()));
+    tuned = std::move(*ranked);
+    input.tune = &tuned;
   }
   input.command = "fragscope report " + flags.path;
   const std::string html = sinks::RenderHtml(input);
@@ -277,6 +364,10 @@ Command AddReportCommand(CLI::App& app) {
       ->type_name("STR");
   AddTorchVersionOption(*sub, &flags->torch_version);
   AddForecastOptions(*sub, &flags->forecast, &flags->forecast_options);
+  sub->add_flag("!--no-verify", flags->verify,
+                "Replayed inputs: do not replay each remedy of an OOM (explain's check)");
+  sub->add_flag("--tune", flags->tune,
+                "Replayed inputs: rank tune's default grid of allocator settings on the device");
   sub->add_option("--max-frames", flags->max_frames,
                   "Moments of the run whose memory map is kept (plus each OOM and the end)")
       ->type_name("N")

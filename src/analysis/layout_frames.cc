@@ -128,7 +128,8 @@ struct LayoutRecorder::Impl {
   void Consume(const Event& e) {
     if (e.action == Action::kStep) step = e.step;
     if (e.time_us >= 0) time_us = e.time_us;
-    const bool wanted = e.action != Action::kStep && (!options.device || e.device == *options.device);
+    const bool wanted =
+        e.action != Action::kStep && (!options.device || e.device == *options.device);
     if (wanted && e.device >= 0 && e.device < model::MemoryModel::kMaxDevices) {
       Device& d = DeviceFor(e.device);
       if (!d.frames.stopped) {
@@ -181,10 +182,9 @@ std::vector<DeviceFrames> LayoutRecorder::Finish() {
   std::vector<DeviceFrames> out;
   for (auto& [index, d] : impl_->devices) {
     if (!d.frames.stopped) d.frames.frames.push_back(impl_->Capture(d, FrameReason::kEnd));
-    std::stable_sort(d.frames.frames.begin(), d.frames.frames.end(),
-                     [](const LayoutFrame& a, const LayoutFrame& b) {
-                       return a.event_index < b.event_index;
-                     });
+    std::stable_sort(
+        d.frames.frames.begin(), d.frames.frames.end(),
+        [](const LayoutFrame& a, const LayoutFrame& b) { return a.event_index < b.event_index; });
     d.frames.period = impl_->period;
     out.push_back(std::move(d.frames));
   }

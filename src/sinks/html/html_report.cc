@@ -30,7 +30,8 @@ std::string_view KindText(TraceKind kind) {
 
 // "event 3,041 (step 12)", or "event 17" before the first step marker.
 std::string AtText(std::uint64_t event, std::int64_t step) {
-  return step >= 0 ? fmt::format("event {} (step {})", event, step) : fmt::format("event {}", event);
+  return step >= 0 ? fmt::format("event {} (step {})", event, step)
+                   : fmt::format("event {}", event);
 }
 
 // Block states as the page codes them: 0 free, 1 allocated, 2 pending free, 3 stranded (free).
@@ -56,8 +57,8 @@ json SegmentJson(const analysis::LayoutSegment& s, std::set<std::int32_t>* sites
     blocks.push_back(b.frame);
     if (b.frame >= 0) sites->insert(b.frame);
   }
-  return json::array({s.addr, s.size, s.stream, s.pool == Pool::kSmall ? 0 : 1, s.expandable,
-                      std::move(blocks)});
+  return json::array(
+      {s.addr, s.size, s.stream, s.pool == Pool::kSmall ? 0 : 1, s.expandable, std::move(blocks)});
 }
 
 bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment& b) {
@@ -67,8 +68,8 @@ bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment
   for (std::size_t i = 0; i < a.blocks.size(); ++i) {
     const analysis::LayoutBlock& x = a.blocks[i];
     const analysis::LayoutBlock& y = b.blocks[i];
-    if (x.addr != y.addr || x.size != y.size || x.requested != y.requested ||
-        x.state != y.state || x.stranded != y.stranded || x.frame != y.frame)
+    if (x.addr != y.addr || x.size != y.size || x.requested != y.requested || x.state != y.state ||
+        x.stranded != y.stranded || x.frame != y.frame)
       return false;
   }
   return true;
@@ -234,8 +235,7 @@ std::string HtmlEscape(std::string_view text) {
 
 }  // namespace
 
-std::string DeviceVerdict(const analysis::AnalysisResult& result,
-                          const analysis::DeviceReport& d) {
+std::string DeviceVerdict(const analysis::AnalysisResult& result, const analysis::DeviceReport& d) {
   const std::string on = fmt::format("device {}", d.device);
   if (!d.oom_diagnoses.empty()) {
     const analysis::OomDiagnosis& o = d.oom_diagnoses.front();
@@ -381,15 +381,17 @@ std::string RenderHtml(const HtmlReportInput& input) {
   std::string out;
   out += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  out += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n";
+  out +=
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+      "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n";
   out += fmt::format("<title>fragscope report: {}</title>\n", HtmlEscape(r.source));
   out += "<style>\n";
   out += kReportCss;
   out += "</style></head><body>\n";
-  out += fmt::format("<noscript><p>{}</p><p>This report draws its charts with JavaScript.</p>"
-                     "</noscript>\n",
-                     HtmlEscape(data["verdict"].get<std::string>()));
+  out += fmt::format(
+      "<noscript><p>{}</p><p>This report draws its charts with JavaScript.</p>"
+      "</noscript>\n",
+      HtmlEscape(data["verdict"].get<std::string>()));
   out += "<div id=\"app\"></div>\n";
   out += "<script type=\"application/json\" id=\"fragscope-data\">";
   out += ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));

@@ -32,7 +32,7 @@ struct HtmlReportInput {
   /// figures of the diagnosis, remedies maybe checked by VerifyRemedies).
   std::map<std::int32_t, analysis::OomExplanation> explanations;
   const std::vector<analysis::TuneOutcome>* tune = nullptr;  // --tune: ranked settings
-  std::string command;                         // the command line that made the report
+  std::string command;  // the command line that made the report
 };
 
 /// The one-sentence verdict of a device: "Out of memory at step 12 (event 3,041) on device 0:
