@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -91,6 +92,9 @@ Examples:
 Exit status: 0 when the report was written; 2 for bad input or usage, or when the report would
 exceed --max-size (nothing is written; the message names the options that make it smaller);
 1 when the output file cannot be written.)";
+
+// Inputs without step markers shorter than this are sampled every total/200 events.
+constexpr std::uint64_t kShortInputEvents = 200'000;
 
 // The explain verdict and remedies of a device's first OOM, from the figures the diagnosis has.
 std::optional<analysis::OomExplanation> ExplainFirstOom(const analysis::DeviceReport& d) {
@@ -209,6 +213,14 @@ int RunReport(const ReportCommandFlags& flags) {
   if (!replay_asked) {
     Result<analysis::AnalysisResult> analyzed = analyze_with_frames(flags.path);
     if (!analyzed.ok()) return BadInput(analyzed.status().message());
+    // A short input without step markers gets a few samples of 1,000 events: read it again
+    // (it is short) with about 200 samples, so that its charts show how it went.
+    if (analyzed->timeline_unit != "step" && flags.every_events == 0 &&
+        analyzed->total_events < kShortInputEvents) {
+      options.every_events = std::max<std::uint64_t>(1, analyzed->total_events / 200);
+      analyzed = analyze_with_frames(flags.path);
+      if (!analyzed.ok()) return BadInput(analyzed.status().message());
+    }
     if (analyzed->kind != TraceKind::kRequest) result = std::move(*analyzed);
   }
   if (!result) {

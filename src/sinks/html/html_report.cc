@@ -128,6 +128,7 @@ json SeriesJson(const std::vector<analysis::TimelineSample>& t) {
   column("allocated", [](const S& x) { return x.allocated_bytes; });
   column("peak_allocated", [](const S& x) { return x.peak_allocated_bytes; });
   column("requested", [](const S& x) { return x.live_requested_bytes; });
+  column("peak_requested", [](const S& x) { return x.peak_live_requested_bytes; });
   column("cached_free", [](const S& x) { return x.cached_free_bytes; });
   column("largest_free_block", [](const S& x) { return x.largest_free_block; });
   column("max_allocatable", [](const S& x) { return x.max_allocatable; });

@@ -102,7 +102,8 @@
       for (const s of spec.series) {
         if (hidden[s.key]) continue;
         const ys = dev.series[s.key];
-        for (let i = Math.max(0, lo - 1); i < hi; i++) if (ys[i] > ymax) ymax = ys[i];
+          const ps = s.peak ? dev.series[s.peak] : ys;
+        for (let i = Math.max(0, lo - 1); i < hi; i++) if (ps[i] > ymax) ymax = ps[i];
       }
       if (spec.cap) ymax = Math.max(ymax, spec.cap);
       if (ymax <= 0) ymax = 1;
@@ -143,7 +144,7 @@
     g.beginPath(); g.rect(L, TOP, pw, ph); g.clip();
     for (const s of spec.series) {
       if (hidden[s.key]) continue;
-      const ys = dev.series[s.key];
+      const ys = dev.series[s.key], ps = s.peak ? dev.series[s.peak] : ys;
       g.strokeStyle = COLORS[s.key] || '#333';
       g.lineWidth = 1.5;
       g.beginPath();
@@ -153,15 +154,24 @@
         if (started) g.lineTo(col, Y(cfirst)); else { g.moveTo(col, Y(cfirst)); started = true; }
         g.lineTo(col, Y(cmin)); g.lineTo(col, Y(cmax)); g.lineTo(col, Y(clast));
       };
+      // A sample is the state at the end of its window and the peak inside it: the column's
+      // maximum takes the peaks, so that no spike between two samples is lost.
       for (let i = Math.max(0, lo - 1); i < hi; i++) {
-        const c = Math.round(X(xs[i])), v = ys[i];
-        if (c !== col) { flush(); col = c; cfirst = cmin = cmax = v; }
+        const c = Math.round(X(xs[i])), v = ys[i], p = Math.max(v, ps[i]);
+        if (c !== col) { flush(); col = c; cfirst = cmin = v; cmax = p; }
         if (v < cmin) cmin = v;
-        if (v > cmax) cmax = v;
+        if (p > cmax) cmax = p;
         clast = v;
       }
       flush();
       g.stroke();
+      if (hi - Math.max(0, lo - 1) < pw / 6) {  // few samples: mark each
+        g.fillStyle = g.strokeStyle;
+        for (let i = Math.max(0, lo - 1); i < hi; i++) {
+          g.beginPath(); g.arc(X(xs[i]), Y(ys[i]), 3, 0, 7); g.fill();
+          if (ps[i] > ys[i]) { g.beginPath(); g.arc(X(xs[i]), Y(ps[i]), 3, 0, 7); g.fill(); }
+        }
+      }
     }
     g.restore();
     for (const o of dev.ooms) {
@@ -193,8 +203,9 @@
   }
 
   const BYTE_SERIES = [
-    { key: 'reserved', label: 'reserved' }, { key: 'allocated', label: 'allocated' },
-    { key: 'requested', label: 'requested' }, { key: 'cached_free', label: 'cached free' },
+    { key: 'reserved', label: 'reserved', peak: 'peak_reserved' },
+    { key: 'allocated', label: 'allocated', peak: 'peak_allocated' },
+    { key: 'requested', label: 'requested', peak: 'peak_requested' }, { key: 'cached_free', label: 'cached free' },
     { key: 'largest_free_block', label: 'largest free block' },
     { key: 'max_allocatable', label: 'max allocatable' },
   ];
@@ -487,8 +498,10 @@
     resolved = [];
     resetView();
     render();
+    // The map opens at the first OOM, else at the kept moment nearest the peak of allocated.
     const firstOom = dev.frames.findIndex((f) => f.why === 'before_oom');
-    frameIndex = firstOom >= 0 ? firstOom : dev.frames.length - 1;
+    const peak = dev.key.peak_allocated;
+    frameIndex = firstOom >= 0 ? firstOom : peak ? frameFor(peak.event + 1) : dev.frames.length - 1;
     moment = dev.frames.length ? dev.frames[frameIndex].event : null;
     drawCharts();
     api.timings.firstChartMs = performance.now();
