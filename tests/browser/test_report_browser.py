@@ -102,6 +102,7 @@ def test_report_in_chromium(name, browser, tmp_path):
     assert b.evaluate("window.fragscopeReport.errors.length") == 0
 
     (SHOTS / f"{name}.png").write_bytes(b.screenshot())
+    (SHOTS / f"{name}_top.png").write_bytes(b.screenshot((0, 0, 1300, 980)))  # docs/ picture
 
     # The verdict agrees with analyze/replay --json.
     verdict = b.evaluate("document.getElementById('verdict').textContent")

@@ -142,11 +142,12 @@
     }
     g.save();
     g.beginPath(); g.rect(L, TOP, pw, ph); g.clip();
-    for (const s of spec.series) {
-      if (hidden[s.key]) continue;
-      const ys = dev.series[s.key], ps = s.peak ? dev.series[s.peak] : ys;
-      g.strokeStyle = COLORS[s.key] || '#333';
-      g.lineWidth = 1.5;
+    // One path per series through the state at the end of each sample, with one min/max
+    // segment per pixel column; a faint second path through the peaks inside each sample,
+    // so that no spike between two samples is lost however long the run.
+    const path = (ys, width, alpha, dots) => {
+      g.lineWidth = width;
+      g.globalAlpha = alpha;
       g.beginPath();
       let col = null, cfirst = 0, cmin = 0, cmax = 0, clast = 0, started = false;
       const flush = () => {
@@ -154,24 +155,28 @@
         if (started) g.lineTo(col, Y(cfirst)); else { g.moveTo(col, Y(cfirst)); started = true; }
         g.lineTo(col, Y(cmin)); g.lineTo(col, Y(cmax)); g.lineTo(col, Y(clast));
       };
-      // A sample is the state at the end of its window and the peak inside it: the column's
-      // maximum takes the peaks, so that no spike between two samples is lost.
       for (let i = Math.max(0, lo - 1); i < hi; i++) {
-        const c = Math.round(X(xs[i])), v = ys[i], p = Math.max(v, ps[i]);
-        if (c !== col) { flush(); col = c; cfirst = cmin = v; cmax = p; }
+        const c = Math.round(X(xs[i])), v = ys[i];
+        if (c !== col) { flush(); col = c; cfirst = cmin = cmax = v; }
         if (v < cmin) cmin = v;
-        if (p > cmax) cmax = p;
+        if (v > cmax) cmax = v;
         clast = v;
       }
       flush();
       g.stroke();
-      if (hi - Math.max(0, lo - 1) < pw / 6) {  // few samples: mark each
+      if (dots && hi - Math.max(0, lo - 1) < pw / 6) {  // few samples: mark each
         g.fillStyle = g.strokeStyle;
         for (let i = Math.max(0, lo - 1); i < hi; i++) {
-          g.beginPath(); g.arc(X(xs[i]), Y(ys[i]), 3, 0, 7); g.fill();
-          if (ps[i] > ys[i]) { g.beginPath(); g.arc(X(xs[i]), Y(ps[i]), 3, 0, 7); g.fill(); }
+          g.beginPath(); g.arc(X(xs[i]), Y(ys[i]), 2.5, 0, 7); g.fill();
         }
       }
+      g.globalAlpha = 1;
+    };
+    for (const s of spec.series) {
+      if (hidden[s.key]) continue;
+      g.strokeStyle = COLORS[s.key] || '#333';
+      if (s.peak) path(dev.series[s.peak], 1, 0.3, false);
+      path(dev.series[s.key], 1.5, 1, true);
     }
     g.restore();
     for (const o of dev.ooms) {
@@ -179,7 +184,9 @@
       if (x < L || x > L + pw) continue;
       g.strokeStyle = '#d62728'; g.lineWidth = 2;
       g.beginPath(); g.moveTo(x, TOP); g.lineTo(x, TOP + ph); g.stroke();
-      g.fillStyle = '#d62728'; g.textAlign = 'left'; g.fillText('OOM', x + 3, TOP + 10);
+      g.fillStyle = '#d62728';
+      g.textAlign = x > L + pw - 40 ? 'right' : 'left';
+      g.fillText('OOM', x > L + pw - 40 ? x - 3 : x + 3, TOP + 10);
     }
     if (moment !== null) {
       const x = X(moment);
@@ -444,7 +451,7 @@
     app.append(c1, el('div', { class: 'legend' }, el('span', {}, el('i', { style: 'background:' + COLORS.fragmentation }), 'fragmentation ratio (cached free / reserved)'),
       dev.forecast ? el('span', {}, 'OOM risk band: ', ...['ok', 'watch', 'warning', 'critical'].map((l) => el('span', {}, el('i', { style: 'background:' + RISK_COLOR[l] }), l))) : null), c2);
     app.append(el('div', { class: 'hint' }, `x: event index (${D.timeline_unit === 'step' ? 'one sample per step' : 'one sample per ' + num(D.every_events) + ' events'}, ` +
-      'each pixel column keeps its minimum and maximum). Click to show the memory at that moment; drag to zoom; double-click to zoom out. Red lines: out-of-memory events.'));
+      'each pixel column keeps its minimum and maximum; faint lines: the peaks inside each sample). Click to show the memory at that moment; drag to zoom; double-click to zoom out. Red lines: out-of-memory events.'));
     charts = [
       { canvas: c1, spec: { height: 260, bytes: true, series: BYTE_SERIES, cap: dev.capacity && !D.replay?.devices.some((x) => x.capacity >= 2 ** 50) ? dev.capacity : 0 } },
       { canvas: c2, spec: { height: 120, pct: true, ymax: 1, risk: !!dev.forecast, series: [{ key: 'fragmentation' }] } },
