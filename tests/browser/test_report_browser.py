@@ -144,3 +144,55 @@ def test_report_in_chromium(name, browser, tmp_path):
         (SHOTS / f"{name}_moment.png").write_bytes(b.screenshot())
     timings = b.evaluate("JSON.stringify(window.fragscopeReport.timings)")
     print(f"{name}: map {map_ms:.1f} ms, timings {timings}")
+
+
+def load(b, html):
+    b.events.clear()
+    b.page("Page.navigate", {"url": html.as_uri()})
+    assert b.wait_for("window.fragscopeReport && window.fragscopeReport.ready === true")
+    b.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+
+def test_hover_names_the_block(browser, tmp_path):
+    html = tmp_path / "hover.html"
+    assert run("report", SAMPLE, "--capacity", "520MiB", "--no-verify", "-o", html).returncode == 0
+    b = browser
+    load(b, html)
+    x, y, w, h = rect(b, "#map")
+    b.page("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x + 100 + w / 3, "y": y + 5})
+    tip = b.evaluate("(() => { const t = document.getElementById('tip');"
+                     " return t.style.display === 'block' ? t.textContent : ''; })()")
+    assert "address 0x" in tip and "size " in tip and "stream " in tip, tip
+
+
+def test_device_selector_switches_device(browser, tmp_path):
+    html = tmp_path / "two.html"
+    assert run("report", SRC / "tests/data/cli/two_devices.jsonl", "-o", html).returncode == 0
+    b = browser
+    load(b, html)
+    first = b.evaluate("document.getElementById('verdict').textContent")
+    b.evaluate("(() => { const s = document.getElementById('device');"
+               " s.selectedIndex = 1 - s.selectedIndex; s.dispatchEvent(new Event('change')); })()")
+    second = b.evaluate("document.getElementById('verdict').textContent")
+    assert first != second
+    assert {"device 0", "device 1"} == {t for t in ("device 0", "device 1") if t in first + second}
+    assert count_near(b.pixels(rect(b, "#chart-bytes")), RESERVED, 60) > 20
+
+
+def test_forecast_band_is_drawn(browser, tmp_path):
+    html = tmp_path / "forecast.html"
+    assert run("report", SAMPLE, "--capacity", "520MiB", "--no-verify", "--forecast",
+               "-o", html).returncode == 0
+    b = browser
+    load(b, html)
+    frag = b.pixels(rect(b, "#chart-frag"))
+    # Each level the forecast reached is a band of its colour (report.js RISK_COLOR at half
+    # opacity on white).
+    half = {"ok": (149, 207, 149), "watch": (221, 222, 145), "warning": (255, 198, 135),
+            "critical": (234, 147, 147)}
+    levels = b.evaluate("fragscopeReport && JSON.parse(document.getElementById('fragscope-data')"
+                        ".textContent).devices[0].forecast.changes.map(c => c.level)")
+    assert levels
+    for level in set(levels):
+        assert count_near(frag, half[level], 12) > 50, f"no {level} band"
+    (SHOTS / "forecast.png").write_bytes(b.screenshot())

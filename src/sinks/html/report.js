@@ -81,7 +81,8 @@
       let i = 0;
       while (i < s.step_last.length && s.step_last[i] < c.step) i++;
       if (i >= s.end_event.length) i = s.end_event.length - 1;
-      if (i >= 0) out.push({ x: s.end_event[i], level: c.level, c });
+      // The level holds from the start of the sample that gave it.
+      if (i >= 0) out.push({ x: s.first_event[i], level: c.level, c });
     }
     return out;
   }
