@@ -298,6 +298,7 @@ std::string RenderHtml(const HtmlReportInput& input) {
   data["verdict"] = ReportVerdict(r);
   data["timeline_unit"] = r.timeline_unit;
   data["every_events"] = r.every_events * r.steps_per_sample;
+  data["steps_per_sample"] = r.steps_per_sample;
   data["total_events"] = r.total_events;
   data["steps"] = r.steps;
   data["notes"] = r.notes;

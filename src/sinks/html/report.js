@@ -451,7 +451,7 @@
     const c2 = el('canvas', { id: 'chart-frag', class: 'chart' });
     app.append(c1, el('div', { class: 'legend' }, el('span', {}, el('i', { style: 'background:' + COLORS.fragmentation }), 'fragmentation ratio (cached free / reserved)'),
       dev.forecast ? el('span', {}, 'OOM risk band: ', ...['ok', 'watch', 'warning', 'critical'].map((l) => el('span', {}, el('i', { style: 'background:' + RISK_COLOR[l] }), l))) : null), c2);
-    app.append(el('div', { class: 'hint' }, `x: event index (${D.timeline_unit === 'step' ? 'one sample per step' : 'one sample per ' + num(D.every_events) + ' events'}, ` +
+    app.append(el('div', { class: 'hint' }, `x: event index (${D.timeline_unit === 'step' ? (D.steps_per_sample > 1 ? 'one sample per ' + num(D.steps_per_sample) + ' steps' : 'one sample per step') : 'one sample per ' + num(D.every_events) + ' events'}, ` +
       'each pixel column keeps its minimum and maximum; faint lines: the peaks inside each sample). Click to show the memory at that moment; drag to zoom; double-click to zoom out. Red lines: out-of-memory events.'));
     charts = [
       { canvas: c1, spec: { height: 260, bytes: true, series: BYTE_SERIES, cap: dev.capacity && !D.replay?.devices.some((x) => x.capacity >= 2 ** 50) ? dev.capacity : 0 } },
