@@ -28,6 +28,7 @@
 #include "model/alloc_conf.h"
 #include "replay_command.h"
 #include "sinks/html/html_report.h"
+#include "snapshot_replay.h"
 #include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
@@ -96,55 +97,69 @@ exceed --max-size (nothing is written; the message names the options that make i
 // Inputs without step markers shorter than this are sampled every total/200 events.
 constexpr std::uint64_t kShortInputEvents = 200'000;
 
-// The explain verdict and remedies of a device's first OOM, from the figures the diagnosis has.
-std::optional<analysis::OomExplanation> ExplainFirstOom(const analysis::DeviceReport& d) {
-  if (d.oom_diagnoses.empty() || !d.capacity_bytes) return std::nullopt;
+// The explain verdict and remedies of a device's first OOM, from the figures the diagnosis has,
+// on a device of `capacity` bytes.
+analysis::OomExplanation ExplainFirstOom(const analysis::DeviceReport& d, std::uint64_t capacity) {
   const analysis::OomDiagnosis& o = d.oom_diagnoses.front();
   OomMessage m;
   m.backend = "CUDA";
   m.gpu = d.device;
   m.wording = OomWording::kCapacityOf;
   m.tried = o.rounded;
-  m.total = *d.capacity_bytes;
-  m.free = o.device_free.value_or(*d.capacity_bytes > o.reserved ? *d.capacity_bytes - o.reserved
-                                                                 : std::uint64_t{0});
+  m.total = capacity;
+  m.free = o.device_free.value_or(capacity > o.reserved ? capacity - o.reserved : 0);
   m.allocated = o.allocated;
   m.unallocated = o.reserved > o.allocated ? o.reserved - o.allocated : 0;
   m.text = fmt::format("(from the diagnosis of the oom event at event {})", o.event_index);
   return analysis::ExplainOom(m);
 }
 
-// The request events of the input, read once for the replays of explain's remedies and tune.
+// The request events of the input, read once for the replays of explain's remedies and tune,
+// with the allocator settings they are replayed under (`conf`, else a snapshot's recorded
+// settings, else PyTorch's defaults).
 struct RequestEvents {
   std::vector<Event> events;
+  std::string conf;
   std::map<std::int32_t, model::RecordedAddresses> addresses;  // a snapshot's
   std::vector<std::string> notes;
 };
-Result<RequestEvents> ReadRequests(const std::string& path, const std::string& conf,
-                                   model::ConfigVersion version) {
-  Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(conf, version);
-  if (!config.ok()) return config.status();
+// Nothing (not an error) for an allocator trace: it records no requests to replay.
+Result<std::optional<RequestEvents>> ReadRequests(const std::string& path,
+                                                  const std::optional<std::string>& conf,
+                                                  model::ConfigVersion version) {
   Result<OpenedInput> opened = OpenInput(path);
   if (!opened.ok()) return opened.status();
   RequestEvents out;
+  out.conf = conf.value_or("");
   if (opened->snapshot != nullptr) {
     out.addresses = sources::RecordedSegmentAddresses(*opened->snapshot);
+    if (!conf) {
+      Result<RecordedSettings> recorded =
+          ReadRecordedSettings(*opened->snapshot, path, version, &out.notes);
+      if (!recorded.ok()) return recorded.status();
+      out.conf = recorded->conf;
+    }
+  } else if (opened->reader->header().kind == TraceKind::kAllocator) {
+    return std::optional<RequestEvents>();
   }
+  Result<model::AllocatorConfig> config = model::ParseAllocatorConfig(out.conf, version);
+  if (!config.ok()) return config.status();
   Result<std::vector<Event>> events = ReadRequestEvents(*opened, path, config->Rules(), &out.notes);
   if (!events.ok()) return events.status();
   out.events = std::move(*events);
-  return out;
+  return std::optional<RequestEvents>(std::move(out));
 }
 
-// Replays the request trace under each of `e`'s remedies (explain's VerifyRemedies), on the
-// device the report replayed.
+// Replays the requests under each of `e`'s remedies (explain's VerifyRemedies) on a device of
+// `capacity` bytes.
 Status VerifyFirstOom(const ReportCommandFlags& flags, const RequestEvents& requests,
-                      const analysis::DeviceReplay& device, analysis::OomExplanation* e) {
+                      std::uint64_t capacity, std::uint64_t used_by_others,
+                      analysis::OomExplanation* e) {
   analysis::VerifyOptions options;
   options.version = TorchVersion(flags.torch_version);
-  options.capacity_bytes = device.capacity_bytes;
-  options.used_by_others_bytes = device.used_by_others_bytes;
-  options.current_conf = device.alloc_conf;
+  options.capacity_bytes = capacity;
+  options.used_by_others_bytes = used_by_others;
+  options.current_conf = requests.conf;
   options.addresses = requests.addresses;
   Result<analysis::Verification> verified = analysis::VerifyRemedies(requests.events, options, e);
   if (!verified.ok()) {
@@ -255,33 +270,55 @@ int RunReport(const ReportCommandFlags& flags) {
   if (run) input.replay = &run->replay;
   input.frames = std::move(frames);
   input.call_sites = std::move(call_sites);
-  // A replayed input: explain's remedies are replayed too (as `explain --trace` does), and
-  // --tune ranks the default grid of settings (as `tune` does), on the replayed device.
+  // The capacity of each device with an OOM: the replay's, the input's, else (a snapshot) the
+  // one its recorded OOM shows (reserved + driver free, as `replay` takes it).
+  std::map<std::int32_t, std::uint64_t> capacities, used_by_others;
+  TraceHeader unknown;
+  for (const analysis::DeviceReport& d : result->devices) {
+    if (d.oom_diagnoses.empty()) continue;
+    if (d.capacity_bytes) capacities[d.device] = *d.capacity_bytes;
+    if (!d.capacity_bytes && !run)
+      unknown.devices.push_back(DeviceInfo{d.device, d.name, std::nullopt, std::nullopt});
+  }
+  if (run) {
+    for (const analysis::DeviceReplay& r : run->replay.devices) {
+      capacities[r.device] = r.capacity_bytes;
+      used_by_others[r.device] = r.used_by_others_bytes;
+    }
+  }
+  if (!unknown.devices.empty()) {
+    const RecordedCapacities found = CapacitiesFromRecordedOoms(
+        *result, unknown, "get no remedies (give --capacity to replay the input)", &result->notes);
+    capacities.insert(found.bytes.begin(), found.bytes.end());
+  }
+  // Explain's remedies are replayed too (as `explain --trace` does), and --tune ranks the
+  // default grid of settings (as `tune` does), when the input records requests.
   std::optional<RequestEvents> requests;
-  if (run && !run->replay.devices.empty() &&
-      (flags.tune || (flags.verify && !run->replay.ooms.empty()))) {
-    const analysis::DeviceReplay& first = run->replay.devices.front();
-    Result<RequestEvents> read =
-        ReadRequests(flags.path, first.alloc_conf, TorchVersion(flags.torch_version));
+  if (flags.tune || (flags.verify && !capacities.empty())) {
+    std::optional<std::string> conf = flags.alloc_conf;
+    if (run && !run->replay.devices.empty()) conf = run->replay.devices.front().alloc_conf;
+    Result<std::optional<RequestEvents>> read =
+        ReadRequests(flags.path, conf, TorchVersion(flags.torch_version));
     if (!read.ok()) return BadInput(read.status().message());
     requests = std::move(*read);
   }
   for (const analysis::DeviceReport& d : result->devices) {
-    std::optional<analysis::OomExplanation> e = ExplainFirstOom(d);
-    if (!e) continue;
+    const auto device_capacity = capacities.find(d.device);
+    if (d.oom_diagnoses.empty() || device_capacity == capacities.end()) continue;
+    analysis::OomExplanation e = ExplainFirstOom(d, device_capacity->second);
     if (requests && flags.verify) {
-      for (const analysis::DeviceReplay& r : run->replay.devices) {
-        if (r.device != d.device) continue;
-        if (Status s = VerifyFirstOom(flags, *requests, r, &*e); !s.ok()) {
-          return BadInput(s.message());
-        }
+      const auto outside = used_by_others.find(d.device);
+      if (Status s = VerifyFirstOom(flags, *requests, device_capacity->second,
+                                    outside == used_by_others.end() ? 0 : outside->second, &e);
+          !s.ok()) {
+        return BadInput(s.message());
       }
     }
-    input.explanations.emplace(d.device, std::move(*e));
+    input.explanations.emplace(d.device, std::move(e));
   }
   std::vector<analysis::TuneOutcome> tuned;
   if (flags.tune) {
-    if (!requests) {
+    if (!requests || !run) {
       return BadInput(fmt::format(
           "{}: --tune replays the input's requests: give --capacity SIZE (a request trace or "
           "snapshot) so that the report is of a replay",

@@ -41,6 +41,8 @@ CASES = {
     # name: (input, extra report args, json command, needs /work/shared)
     "real_snapshot": (SHARED / "wedsonlin_medium_128_training.pickle", [], "analyze", True),
     "real_oom_snapshot": (SHARED / "nesta_memory_snapshot.json", [], "analyze", True),
+    "real_multi_device_oom": (SHARED / "constructorsun_memory_snapshot.pickle", [], "analyze",
+                              True),
     "oom_snapshot_fixture": (SRC / "tests/data/snapshots/g2_oom.pickle", [], "analyze", False),
     "replay_oom": (SAMPLE, ["--capacity", "520MiB"], "replay", False),
     "replay_fits": (SAMPLE, ["--capacity", "1GiB"], "replay", False),
@@ -196,3 +198,18 @@ def test_forecast_band_is_drawn(browser, tmp_path):
     for level in set(levels):
         assert count_near(frag, half[level], 12) > 50, f"no {level} band"
     (SHOTS / "forecast.png").write_bytes(b.screenshot())
+
+
+def test_a_snapshot_without_events_still_loads(browser, tmp_path):
+    path = SHARED / "sunny_dump_snapshot.pickle"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    html = tmp_path / "empty.html"
+    assert run("report", path, "-o", html).returncode == 0
+    b = browser
+    load(b, html)
+    errors = [e for e in b.events if e["method"] in ("Runtime.exceptionThrown",)
+              or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")]
+    assert not errors, errors
+    assert b.evaluate("document.getElementById('verdict').textContent") == \
+        "No device had an event: nothing to report."

@@ -136,3 +136,14 @@ def test_two_devices_are_both_in_the_page(tmp_path):
     _, data = page_data(out)
     assert [d["device"] for d in data["devices"]] == [0, 1]
     assert all(d["frames"] for d in data["devices"])
+
+
+def test_snapshot_oom_gets_explain_with_the_capacity_its_oom_recorded(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", "tests/data/snapshots/g2_oom.pickle", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    d = data["devices"][0]
+    assert d["explain"]["verdict"] == "shortage"
+    assert d["explain"]["remedies"]
+    assert any("capacity taken from its recorded OOM" in n for n in data["notes"])

@@ -251,8 +251,9 @@
   }
 
   function resetView() {
-    const xs = dev.series.end_event;
-    view = [0, Math.max(1, xs.length ? xs[xs.length - 1] : D.total_events)];
+    // From the device's first event to its last (event indices count every device's events).
+    const xs = dev.series.end_event, x0 = xs.length ? dev.series.first_event[0] : 0;
+    view = [x0, Math.max(x0 + 1, xs.length ? xs[xs.length - 1] : D.total_events)];
   }
 
   // ---- memory map ----
