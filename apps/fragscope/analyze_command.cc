@@ -127,11 +127,10 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
 
 }  // namespace
 
-Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
-                                              const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits, unsigned threads,
-                                              const std::function<void(const Event&)>& tap,
-                                              std::vector<Frame>* call_sites) {
+Result<analysis::AnalysisResult> AnalyzeInput(
+    const std::string& path, const analysis::AnalysisOptions& options, const TraceLimits& limits,
+    unsigned threads, const std::function<void(const TraceHeader&, const Event&)>& tap,
+    std::vector<Frame>* call_sites) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = *opened->reader;
@@ -146,7 +145,7 @@ Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
   std::vector<std::string> notes;
   auto consume = [&](const Event& e) {
     Status s = analyzer.Consume(e);
-    if (s.ok() && tap) tap(e);
+    if (s.ok() && tap) tap(reader.header(), e);
     return s;
   };
   Result<std::uint64_t> read = opened->snapshot != nullptr

@@ -28,14 +28,14 @@ Command AddAnalyzeCommand(CLI::App& app);
 /// names included), for the commands that build on it (`history record`, `history compare`).
 /// Errors name the file and where in it, as `analyze` prints them. `threads` as `--threads`
 /// (AnalysisThreads): a trace is parsed and analyzed on two threads unless it is 1. `tap`
-/// (optional) sees every event the analyzer accepted, after it (`report` records layouts);
-/// with a tap the analysis runs on this thread. `call_sites` (optional) receives the input's
-/// call-site table (the ids of Event::frame).
-Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
-                                              const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits = {}, unsigned threads = 0,
-                                              const std::function<void(const Event&)>& tap = {},
-                                              std::vector<Frame>* call_sites = nullptr);
+/// (optional) sees every event the analyzer accepted, after it, with the input's header
+/// (`report` records layouts); with a tap the analysis runs on this thread. `call_sites` (optional)
+/// receives the input's call-site table (the ids of Event::frame).
+Result<analysis::AnalysisResult> AnalyzeInput(
+    const std::string& path, const analysis::AnalysisOptions& options,
+    const TraceLimits& limits = {}, unsigned threads = 0,
+    const std::function<void(const TraceHeader&, const Event&)>& tap = {},
+    std::vector<Frame>* call_sites = nullptr);
 
 }  // namespace fragscope::cli
 

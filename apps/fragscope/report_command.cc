@@ -209,16 +209,28 @@ int RunReport(const ReportCommandFlags& flags) {
   std::vector<Frame> call_sites;
   std::vector<analysis::DeviceFrames> frames;
   auto analyze_with_frames = [&](const std::string& path) -> Result<analysis::AnalysisResult> {
+    // Made at the first event, with the input's header (its allocator settings: the rounding
+    // rules the analyzer's model uses too).
     std::unique_ptr<analysis::LayoutRecorder> recorder;
-    Result<std::unique_ptr<analysis::LayoutRecorder>> created =
-        analysis::LayoutRecorder::Create(TraceHeader{}, frame_options);
-    if (!created.ok()) return created.status();
-    recorder = std::move(*created);
+    Status recorder_status;
     Result<analysis::AnalysisResult> analyzed = AnalyzeInput(
-        path, options, TraceLimits{}, 1, [&](const Event& e) { recorder->Consume(e); },
+        path, options, TraceLimits{}, 1,
+        [&](const TraceHeader& header, const Event& e) {
+          if (recorder == nullptr && recorder_status.ok()) {
+            Result<std::unique_ptr<analysis::LayoutRecorder>> created =
+                analysis::LayoutRecorder::Create(header, frame_options);
+            if (!created.ok()) {
+              recorder_status = created.status();
+              return;
+            }
+            recorder = std::move(*created);
+          }
+          if (recorder != nullptr) recorder->Consume(e);
+        },
         &call_sites);
     if (!analyzed.ok()) return analyzed.status();
-    frames = recorder->Finish();
+    if (!recorder_status.ok()) return recorder_status;
+    frames = recorder != nullptr ? recorder->Finish() : std::vector<analysis::DeviceFrames>{};
     return analyzed;
   };
 
