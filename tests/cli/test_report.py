@@ -147,3 +147,16 @@ def test_snapshot_oom_gets_explain_with_the_capacity_its_oom_recorded(tmp_path):
     assert d["explain"]["verdict"] == "shortage"
     assert d["explain"]["remedies"]
     assert any("capacity taken from its recorded OOM" in n for n in data["notes"])
+
+
+def test_tune_table_matches_tune(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", SAMPLE, "--capacity", "520MiB", "--no-verify", "--tune", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    tuned = json.loads(run("tune", SAMPLE, "--capacity", "520MiB", "--json").stdout)
+    rows = tuned["ranked"]
+    assert len(data["tune"]) == len(rows)
+    assert [t["conf"] for t in data["tune"]] == [x["alloc_conf"] for x in rows]
+    assert data["tune"][0]["peak_reserved"] == rows[0]["peak_reserved_bytes"]
+    assert data["tune"][0]["oom"] is False
