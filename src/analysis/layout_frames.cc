@@ -15,6 +15,8 @@ std::string_view FrameReasonName(FrameReason reason) {
       return "periodic";
     case FrameReason::kBeforeOom:
       return "before_oom";
+    case FrameReason::kPeak:
+      return "peak";
     case FrameReason::kEnd:
       break;
   }
@@ -28,6 +30,8 @@ struct LayoutRecorder::Impl {
     RequestWindow small_window;
     RequestWindow large_window;
     std::size_t ooms = 0;
+    std::optional<LayoutFrame> peak;  // at the high-water mark of allocated bytes (within 1%)
+    std::uint64_t peak_bytes = 0;     // allocated bytes when `peak` was taken
   };
 
   Impl(model::AllocatorRules r, const LayoutFramesOptions& o)
@@ -146,7 +150,16 @@ struct LayoutRecorder::Impl {
             d.large_window.Add(e.size);
           }
         }
-        if (!model.Apply(e).ok()) d.frames.stopped = true;
+        if (!model.Apply(e).ok()) {
+          d.frames.stopped = true;
+        } else if (e.action == Action::kAlloc) {
+          const std::uint64_t allocated = model.FindDevice(e.device)->allocated();
+          if (allocated > d.peak_bytes + d.peak_bytes / 100) {
+            d.peak_bytes = allocated;
+            d.peak = Capture(d, FrameReason::kPeak);
+            d.peak->event_index = events + 1;  // after this event
+          }
+        }
       }
     }
     ++events;
@@ -181,6 +194,7 @@ void LayoutRecorder::Consume(const Event& event) { impl_->Consume(event); }
 std::vector<DeviceFrames> LayoutRecorder::Finish() {
   std::vector<DeviceFrames> out;
   for (auto& [index, d] : impl_->devices) {
+    if (d.peak) d.frames.frames.push_back(std::move(*d.peak));
     if (!d.frames.stopped) d.frames.frames.push_back(impl_->Capture(d, FrameReason::kEnd));
     std::stable_sort(
         d.frames.frames.begin(), d.frames.frames.end(),

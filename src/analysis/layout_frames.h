@@ -5,6 +5,8 @@
 //     held, every other one is dropped and the period doubles (like the timeline's samples), so
 //     frames stay spread over the whole run for runs of any length;
 //   * a frame just before each oom event (the first kMaxOomDiagnoses per device, never dropped);
+//   * a frame at the high-water mark of allocated bytes (taken again whenever allocated bytes
+//     exceed the last one taken by more than 1%: within 1% of the true peak);
 //   * the final layout.
 // The blocks held by all frames are bounded by `max_blocks`: periodic frames are thinned out
 // (as above) until the rest fit. The stranded flag uses the analyzer's rule (a free block below
@@ -28,8 +30,9 @@
 
 namespace fragscope::analysis {
 
-enum class FrameReason : std::uint8_t { kPeriodic, kBeforeOom, kEnd };
-std::string_view FrameReasonName(FrameReason reason);  // "periodic", "before_oom", "end"
+enum class FrameReason : std::uint8_t { kPeriodic, kBeforeOom, kPeak, kEnd };
+/// "periodic", "before_oom", "peak", "end".
+std::string_view FrameReasonName(FrameReason reason);
 
 /// The layout of one device after events [0, event_index) (event indices count the events of
 /// every device, as When::event_index does). Blocks carry their call site (LayoutBlock::frame).

@@ -285,7 +285,8 @@
     const t = performance.now();
     const f = dev.frames[frameIndex];
     const segs = segmentsOf(frameIndex);
-    const why = f.why === 'before_oom' ? ' — just before the OOM' : f.why === 'end' ? ' — end of the run' : '';
+    const why = f.why === 'before_oom' ? ' — just before the OOM' : f.why === 'end' ? ' — end of the run' :
+      f.why === 'peak' ? ' — at the peak of allocated memory' : '';
     let held = 0, used = 0, stranded = 0;
     for (const s of segs) {
       held += s[1];
@@ -474,7 +475,7 @@
     map.addEventListener('mousemove', mapHover);
     map.addEventListener('mouseleave', () => { document.getElementById('tip').style.display = 'none'; });
     app.append(el('div', { id: 'map-wrap' }, map), el('div', { id: 'map-more', class: 'hint' }),
-      el('div', { class: 'hint' }, `One row per segment, by address; ${num(dev.frames.length)} moments kept (periodic, just before each OOM, and the end). Hover a block for its details.`));
+      el('div', { class: 'hint' }, `One row per segment, by address; ${num(dev.frames.length)} moments kept (periodic, just before each OOM, the peak of allocated memory, and the end). Hover a block for its details.`));
 
     app.append(el('h2', {}, 'Out of memory'));
     const box = el('div', { id: 'oom' });
@@ -507,10 +508,10 @@
     resolved = [];
     resetView();
     render();
-    // The map opens at the first OOM, else at the kept moment nearest the peak of allocated.
+    // The map opens just before the first OOM, else at the peak of allocated memory.
     const firstOom = dev.frames.findIndex((f) => f.why === 'before_oom');
-    const peak = dev.key.peak_allocated;
-    frameIndex = firstOom >= 0 ? firstOom : peak ? frameFor(peak.event + 1) : dev.frames.length - 1;
+    const peakFrame = dev.frames.findIndex((f) => f.why === 'peak');
+    frameIndex = firstOom >= 0 ? firstOom : peakFrame >= 0 ? peakFrame : dev.frames.length - 1;
     moment = dev.frames.length ? dev.frames[frameIndex].event : null;
     drawCharts();
     api.timings.firstChartMs = performance.now();
