@@ -286,7 +286,7 @@
     const f = dev.frames[frameIndex];
     const segs = segmentsOf(frameIndex);
     const why = f.why === 'before_oom' ? ' — just before the OOM' : f.why === 'end' ? ' — end of the run' :
-      f.why === 'peak' ? ' — at the peak of allocated memory' : '';
+      f.why === 'peak' ? ' — allocated memory within 1% of its peak' : '';
     let held = 0, used = 0, stranded = 0;
     for (const s of segs) {
       held += s[1];
