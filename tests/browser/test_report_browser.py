@@ -23,7 +23,7 @@ from cdp import Browser, count_near, find_chromium
 BIN = os.environ.get("FRAGSCOPE_BIN", "fragscope")
 SRC = pathlib.Path(os.environ.get("FRAGSCOPE_SOURCE_DIR", pathlib.Path(__file__).parents[2]))
 SHARED = pathlib.Path("/work/shared/snapshots/real")
-SAMPLE = SRC / "tests/data/sample/gpt_tiny_50steps.jsonl.gz"
+SAMPLE = pathlib.Path("tests/data/sample/gpt_tiny_50steps.jsonl.gz")  # relative to SRC
 SHOTS = pathlib.Path(os.environ.get("FRAGSCOPE_SCREENSHOT_DIR",
                                     pathlib.Path(BIN).resolve().parents[2] / "browser-screenshots"
                                     if os.sep in BIN else "browser-screenshots"))
@@ -43,14 +43,16 @@ CASES = {
     "real_oom_snapshot": (SHARED / "nesta_memory_snapshot.json", [], "analyze", True),
     "real_multi_device_oom": (SHARED / "constructorsun_memory_snapshot.pickle", [], "analyze",
                               True),
-    "oom_snapshot_fixture": (SRC / "tests/data/snapshots/g2_oom.pickle", [], "analyze", False),
+    "oom_snapshot_fixture": (pathlib.Path("tests/data/snapshots/g2_oom.pickle"), [], "analyze",
+                             False),
     "replay_oom": (SAMPLE, ["--capacity", "520MiB"], "replay", False),
     "replay_fits": (SAMPLE, ["--capacity", "1GiB"], "replay", False),
 }
 
 
 def run(*args, check=True):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run([BIN, *map(str, args)], cwd=SRC, capture_output=True, text=True,
+                       timeout=300)
     if check:
         assert p.returncode in (0, 1), p.stderr
     return p
@@ -79,7 +81,7 @@ def expected_json(kind, path, extra):
 @pytest.mark.parametrize("name", list(CASES))
 def test_report_in_chromium(name, browser, tmp_path):
     path, extra, json_kind, shared = CASES[name]
-    if shared and not path.exists():
+    if shared and not (SRC / path).exists():
         pytest.skip(f"{path} is absent")
     html = tmp_path / f"{name}.html"
     p = run("report", path, *extra, "-o", html)

@@ -403,10 +403,16 @@
       const t = el('table', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'remedy'), el('th', {}, 'setting'), el('th', {}, 'why'), el('th', {}, 'replayed')));
       e.remedies.forEach((r, i) => {
         const chk = r.check ? (r.check.oom ? el('span', { class: 'bad' }, `still OOM at ${stepText(r.check.oom_step)}`) :
-          el('span', { class: 'ok' }, `fits, peak reserved ${bytes(r.check.peak_reserved)}`)) : 'not replayed';
+          el('span', { class: 'ok' }, `fits, peak reserved ${bytes(r.check.peak_reserved)}`)) :
+          (r.alloc_conf ? 'not replayed' : 'a code change: not replayable');
         t.append(el('tr', {}, el('td', {}, i + 1), el('td', {}, r.action), el('td', {}, r.alloc_conf ? el('code', {}, r.alloc_conf) : ''), el('td', {}, r.why), el('td', {}, chk)));
       });
       box.append(t);
+      const checked = e.remedies.filter((r) => r.check);
+      if (checked.length && checked.every((r) => r.check.oom) && !D.tune) {
+        box.append(el('p', { class: 'hint' }, 'No replayed setting avoids this OOM. `fragscope report … --tune` ' +
+          '(or `fragscope tune`) searches 72 allocator settings on the same device.'));
+      }
     }
   }
 
@@ -485,7 +491,7 @@
     if (dev.stranding_sites.length) {
       app.append(el('h2', {}, `Call sites that strand the most memory (at the ${dev.stranding_sites_at})`));
       const t = el('table', {}, el('tr', {}, el('th', {}, 'call site'), el('th', { class: 'n' }, 'stranded'), el('th', { class: 'n' }, 'live'), el('th', { class: 'n' }, 'blocks'), el('th', { class: 'n' }, 'segments')));
-      for (const s of dev.stranding_sites) t.append(el('tr', {}, el('td', {}, s.site), el('td', { class: 'n' }, bytes(s.stranded)), el('td', { class: 'n' }, bytes(s.live)), el('td', { class: 'n' }, num(s.blocks)), el('td', { class: 'n' }, num(s.segments))));
+      for (const s of dev.stranding_sites) t.append(el('tr', {}, el('td', {}, s.site || '(no call site recorded)'), el('td', { class: 'n' }, bytes(s.stranded)), el('td', { class: 'n' }, bytes(s.live)), el('td', { class: 'n' }, num(s.blocks)), el('td', { class: 'n' }, num(s.segments))));
       app.append(t);
     }
     if (D.tune) {
