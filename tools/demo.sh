@@ -4,7 +4,8 @@
 # virtual GPUs: one that fits, one on which PyTorch's default settings run out of memory, and
 # `tune` finding the PYTORCH_CUDA_ALLOC_CONF that avoids it, `check` gating the run as CI
 # would; then a PyTorch memory snapshot (a synthetic fixture of ours) analyzed and converted
-# for Perfetto, and a pasted CUDA OOM message explained and its remedies verified by replay.
+# for Perfetto, a pasted CUDA OOM message explained and its remedies verified by replay, and
+# the OOM written as one HTML report (docs/report.md) whose path is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${FRAGSCOPE_BIN:-build/release/apps/fragscope/fragscope}
@@ -44,3 +45,9 @@ banner "fragscope convert $snapshot -o memory.perfetto.json   (a timeline for ui
 oom_log=tests/data/explain/fragmented_oom.txt
 banner "fragscope explain $oom_log --trace ${oom_log%.txt}.jsonl   (why the OOM, and which fix works)"
 "$bin" explain "$oom_log" --trace "${oom_log%.txt}.jsonl" || exit 1
+
+report=${REPORT:-build/demo/oom-report.html}
+mkdir -p "$(dirname "$report")"
+banner "fragscope report $sample --capacity $tight -o $report   (the OOM above, as one HTML page)"
+"$bin" report "$sample" --capacity "$tight" -o "$report" || exit 1
+echo "Open it in a browser: file://$(cd "$(dirname "$report")" && pwd)/$(basename "$report")"

@@ -16,6 +16,7 @@ packages=(
   prometheus                       # integration test: a real Prometheus scrapes the daemon; promtool
   systemd                          # systemd-analyze verify deploy/systemd/fragscope.service
   libtomlplusplus-dev libssl-dev python3-yaml  # alert rules (TOML), https webhooks, deploy/ checks
+  chromium                         # the HTML report's browser test (tests/browser, docs/report.md)
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
   packages+=(python3-torch libopenblas0-pthread libtorch-dev pybind11-dev python3-dev)

@@ -15,6 +15,7 @@
 #include "gpus_command.h"
 #include "history_command.h"
 #include "replay_command.h"
+#include "report_command.h"
 #include "serve_command.h"
 #include "tune_command.h"
 
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddServeCommand(app));
   commands.push_back(fragscope::cli::AddExplainCommand(app));
   commands.push_back(fragscope::cli::AddAlertsCommand(app));
+  commands.push_back(fragscope::cli::AddReportCommand(app));
 
   try {
     app.parse(argc, argv);

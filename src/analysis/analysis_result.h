@@ -73,7 +73,8 @@ struct LayoutBlock {
   std::uint64_t size = 0;
   std::uint64_t requested = 0;
   model::BlockState state = model::BlockState::kFree;
-  bool stranded = false;  // free and smaller than its pool's stranding threshold
+  bool stranded = false;    // free and smaller than its pool's stranding threshold
+  std::int32_t frame = -1;  // call site of the allocation (TraceReader::frames()), -1 = unknown
 };
 
 struct LayoutSegment {

@@ -473,7 +473,7 @@ struct TraceAnalyzer::Impl {
             d.memory->ForEachBlock(seg, [&](const model::Block& b) {
               ls.blocks.push_back(
                   LayoutBlock{b.addr, b.size, b.requested, b.state,
-                              b.state == model::BlockState::kFree && b.size < threshold});
+                              b.state == model::BlockState::kFree && b.size < threshold, b.frame});
             });
             r.layout.push_back(std::move(ls));
           });

@@ -305,9 +305,10 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
   return out;
 }
 
-Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
-                                              const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits, unsigned threads) {
+Result<analysis::AnalysisResult> AnalyzeInput(
+    const std::string& path, const analysis::AnalysisOptions& options, const TraceLimits& limits,
+    unsigned threads, const std::function<void(const TraceHeader&, const Event&)>& tap,
+    std::vector<Frame>* call_sites) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = *opened->reader;
@@ -320,9 +321,26 @@ Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
   analysis::TraceAnalyzer& analyzer = **created;
 
   std::vector<std::string> notes;
-  Result<std::uint64_t> read = opened->snapshot != nullptr
-                                   ? AnalyzeSnapshotEvents(*opened->snapshot, analyzer, &notes)
-                                   : AnalyzeAllEvents(reader, analyzer, threads);
+  Result<std::uint64_t> read = Status::Ok();
+  if (opened->snapshot != nullptr) {
+    sources::SnapshotReader& snapshot = *opened->snapshot;
+    read = ReadSnapshotEvents(
+        snapshot,
+        [&](const Event& e) {
+          Status s = snapshot.last_was_start() ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
+          if (s.ok() && tap) tap(reader.header(), e);
+          return s;
+        },
+        &notes);
+  } else if (tap) {
+    read = ReadAllEvents(reader, [&](const Event& e) {
+      Status s = analyzer.Consume(e);
+      if (s.ok()) tap(reader.header(), e);
+      return s;
+    });
+  } else {
+    read = AnalyzeAllEvents(reader, analyzer, threads);
+  }
   if (!read.ok()) return read.status();
 
   analysis::AnalysisResult result = analyzer.Finish(path);
@@ -330,6 +348,7 @@ Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
   for (analysis::DeviceReport& d : result.devices) {
     for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
   }
+  if (call_sites != nullptr) *call_sites = reader.frames();
   return result;
 }
 

@@ -94,9 +94,14 @@ std::string RebuiltPeaksNote();
 /// names included). Errors name the file and where in it. `threads` as AnalysisThreads: a
 /// trace is parsed and analyzed on two threads unless it is 1. For a snapshot, peaks, extremes
 /// and the timeline come from the recorded history and the final state (AnalyzeSnapshotEvents).
-Result<analysis::AnalysisResult> AnalyzeInput(const std::string& path,
-                                              const analysis::AnalysisOptions& options,
-                                              const TraceLimits& limits = {}, unsigned threads = 0);
+/// `tap` (optional) sees every event the analyzer accepted, after it, with the input's header
+/// (`report` records layouts); with a tap a trace is analyzed on this thread. `call_sites`
+/// (optional) receives the input's call-site table (the ids of Event::frame).
+Result<analysis::AnalysisResult> AnalyzeInput(
+    const std::string& path, const analysis::AnalysisOptions& options,
+    const TraceLimits& limits = {}, unsigned threads = 0,
+    const std::function<void(const TraceHeader&, const Event&)>& tap = {},
+    std::vector<Frame>* call_sites = nullptr);
 
 }  // namespace fragscope::pipeline
 

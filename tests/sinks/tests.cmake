@@ -23,3 +23,4 @@ target_link_libraries(alert_config_fuzz_replay PRIVATE fragscope_sinks)
 fragscope_set_warnings(alert_config_fuzz_replay)
 add_test(NAME alert_config_fuzz_replay
   COMMAND alert_config_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/alert_config)
+fragscope_add_test(sinks/html_report_test.cc LIBS fragscope_sinks)

@@ -1,0 +1,208 @@
+#include "analysis/layout_frames.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "analysis/metrics.h"
+#include "analysis/size_profile.h"
+#include "model/memory_model.h"
+
+namespace fragscope::analysis {
+
+std::string_view FrameReasonName(FrameReason reason) {
+  switch (reason) {
+    case FrameReason::kPeriodic:
+      return "periodic";
+    case FrameReason::kBeforeOom:
+      return "before_oom";
+    case FrameReason::kPeak:
+      return "peak";
+    case FrameReason::kEnd:
+      break;
+  }
+  return "end";
+}
+
+struct LayoutRecorder::Impl {
+  struct Device {
+    explicit Device(std::size_t window) : small_window(window), large_window(window) {}
+    DeviceFrames frames;
+    RequestWindow small_window;
+    RequestWindow large_window;
+    std::size_t ooms = 0;
+    std::optional<LayoutFrame> peak;  // at the high-water mark of allocated bytes (within 1%)
+    std::uint64_t peak_bytes = 0;     // allocated bytes when `peak` was taken
+  };
+
+  Impl(model::AllocatorRules r, const LayoutFramesOptions& o)
+      : rules(r), options(o), model(r), period(std::max<std::uint64_t>(o.first_period, 1)) {
+    options.max_frames = std::max<std::size_t>(options.max_frames, 2);
+  }
+
+  Device& DeviceFor(std::int32_t device) {
+    auto it = devices.find(device);
+    if (it == devices.end()) {
+      it = devices.emplace(device, Device(options.request_window)).first;
+      it->second.frames.device = device;
+    }
+    return it->second;
+  }
+
+  std::pair<std::uint64_t, std::uint64_t> Thresholds(const Device& d) const {
+    if (options.stranded_threshold) {
+      return {*options.stranded_threshold, LargePoolThreshold(*options.stranded_threshold)};
+    }
+    return {d.small_window.Quantile(options.stranded_quantile),
+            LargePoolThreshold(d.large_window.Quantile(options.stranded_quantile))};
+  }
+
+  LayoutFrame Capture(const Device& d, FrameReason reason) const {
+    LayoutFrame f;
+    f.event_index = events;
+    f.step = step;
+    f.time_us = time_us;
+    f.reason = reason;
+    const model::DeviceMemory* memory = model.FindDevice(d.frames.device);
+    if (memory == nullptr) return f;
+    const auto [small, large] = Thresholds(d);
+    memory->ForEachSegment([&](const model::Segment& seg) {
+      LayoutSegment ls;
+      ls.addr = seg.addr;
+      ls.size = seg.size;
+      ls.stream = seg.stream;
+      ls.pool = seg.pool;
+      ls.expandable = seg.expandable;
+      ls.blocks.reserve(seg.num_blocks);
+      const std::uint64_t threshold = seg.pool == Pool::kSmall ? small : large;
+      memory->ForEachBlock(seg, [&](const model::Block& b) {
+        ls.blocks.push_back(LayoutBlock{b.addr, b.size, b.requested, b.state,
+                                        b.state == model::BlockState::kFree && b.size < threshold,
+                                        b.frame});
+      });
+      f.blocks += ls.blocks.size();
+      f.segments.push_back(std::move(ls));
+    });
+    return f;
+  }
+
+  // Drops every other periodic frame of every device (oldest kept) and doubles the period.
+  void Thin() {
+    for (auto& [index, d] : devices) {
+      std::vector<LayoutFrame> kept;
+      std::size_t nth = 0;
+      for (LayoutFrame& f : d.frames.frames) {
+        if (f.reason == FrameReason::kPeriodic && (nth++ % 2) == 1) {
+          held_blocks -= f.blocks;
+          --periodic;
+          continue;
+        }
+        kept.push_back(std::move(f));
+      }
+      d.frames.frames = std::move(kept);
+    }
+    period *= 2;
+  }
+
+  bool OverBudget() const {
+    std::size_t most = 0;
+    for (const auto& [index, d] : devices) {
+      std::size_t n = 0;
+      for (const LayoutFrame& f : d.frames.frames) n += f.reason == FrameReason::kPeriodic;
+      most = std::max(most, n);
+    }
+    return most > options.max_frames || (held_blocks > options.max_blocks && periodic > 1);
+  }
+
+  void RecordPeriodic() {
+    for (auto& [index, d] : devices) {
+      if (d.frames.stopped) continue;
+      LayoutFrame f = Capture(d, FrameReason::kPeriodic);
+      held_blocks += f.blocks;
+      ++periodic;
+      d.frames.frames.push_back(std::move(f));
+    }
+    while (OverBudget()) {
+      const std::uint64_t before = held_blocks;
+      const std::size_t before_periodic = periodic;
+      Thin();
+      if (held_blocks == before && periodic == before_periodic) break;
+    }
+  }
+
+  void Consume(const Event& e) {
+    if (e.action == Action::kStep) step = e.step;
+    if (e.time_us >= 0) time_us = e.time_us;
+    const bool wanted =
+        e.action != Action::kStep && (!options.device || e.device == *options.device);
+    if (wanted && e.device >= 0 && e.device < model::MemoryModel::kMaxDevices) {
+      Device& d = DeviceFor(e.device);
+      if (!d.frames.stopped) {
+        if (e.action == Action::kOom && d.ooms < kMaxOomDiagnoses) {
+          ++d.ooms;
+          LayoutFrame f = Capture(d, FrameReason::kBeforeOom);
+          held_blocks += f.blocks;
+          d.frames.frames.push_back(std::move(f));
+        }
+        if (e.action == Action::kAlloc) {
+          if (model::AllocatorRules::PoolFor(rules.RoundSize(e.size)) == Pool::kSmall) {
+            d.small_window.Add(e.size);
+          } else {
+            d.large_window.Add(e.size);
+          }
+        }
+        if (!model.Apply(e).ok()) {
+          d.frames.stopped = true;
+        } else if (e.action == Action::kAlloc) {
+          const std::uint64_t allocated = model.FindDevice(e.device)->allocated();
+          if (allocated > d.peak_bytes + d.peak_bytes / 100) {
+            d.peak_bytes = allocated;
+            d.peak = Capture(d, FrameReason::kPeak);
+            d.peak->event_index = events + 1;  // after this event
+          }
+        }
+      }
+    }
+    ++events;
+    if (events % period == 0) RecordPeriodic();
+  }
+
+  model::AllocatorRules rules;
+  LayoutFramesOptions options;
+  model::MemoryModel model;
+  std::map<std::int32_t, Device> devices;
+  std::uint64_t events = 0;
+  std::int64_t step = -1;
+  std::int64_t time_us = -1;
+  std::uint64_t period;
+  std::uint64_t held_blocks = 0;
+  std::size_t periodic = 0;  // periodic frames of all devices
+};
+
+LayoutRecorder::LayoutRecorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LayoutRecorder::~LayoutRecorder() = default;
+
+Result<std::unique_ptr<LayoutRecorder>> LayoutRecorder::Create(const TraceHeader& header,
+                                                               const LayoutFramesOptions& options) {
+  auto rules = model::AllocatorRules::FromSettings(header.allocator_settings);
+  if (!rules.ok()) return rules.status().WithPrefix("trace header");
+  return std::unique_ptr<LayoutRecorder>(
+      new LayoutRecorder(std::make_unique<Impl>(*rules, options)));
+}
+
+void LayoutRecorder::Consume(const Event& event) { impl_->Consume(event); }
+
+std::vector<DeviceFrames> LayoutRecorder::Finish() {
+  std::vector<DeviceFrames> out;
+  for (auto& [index, d] : impl_->devices) {
+    if (d.peak) d.frames.frames.push_back(std::move(*d.peak));
+    if (!d.frames.stopped) d.frames.frames.push_back(impl_->Capture(d, FrameReason::kEnd));
+    std::stable_sort(
+        d.frames.frames.begin(), d.frames.frames.end(),
+        [](const LayoutFrame& a, const LayoutFrame& b) { return a.event_index < b.event_index; });
+    d.frames.period = impl_->period;
+    out.push_back(std::move(d.frames));
+  }
+  return out;
+}
+
+}  // namespace fragscope::analysis

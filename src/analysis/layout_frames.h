@@ -1,0 +1,87 @@
+// LayoutRecorder: the memory layout of each device at chosen moments of a run, for a map of
+// "the memory at this moment" (the HTML report). It keeps its own memory model, fed the same
+// allocator events as the TraceAnalyzer, and records:
+//   * a periodic frame every `period` events; when more than `max_frames` periodic frames are
+//     held, every other one is dropped and the period doubles (like the timeline's samples), so
+//     frames stay spread over the whole run for runs of any length;
+//   * a frame just before each oom event (the first kMaxOomDiagnoses per device, never dropped);
+//   * a frame at the high-water mark of allocated bytes (taken again whenever allocated bytes
+//     exceed the last one taken by more than 1%: within 1% of the true peak);
+//   * the final layout.
+// The blocks held by all frames are bounded by `max_blocks`: periodic frames are thinned out
+// (as above) until the rest fit. The stranded flag uses the analyzer's rule (a free block below
+// its pool's threshold: a fixed threshold, else the quantile of recent requests).
+//
+// Thread safety: none; one thread feeds events.
+#ifndef FRAGSCOPE_ANALYSIS_LAYOUT_FRAMES_H_
+#define FRAGSCOPE_ANALYSIS_LAYOUT_FRAMES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/analysis_result.h"
+#include "fragscope/event.h"
+#include "fragscope/status.h"
+#include "fragscope/trace.h"
+
+namespace fragscope::analysis {
+
+enum class FrameReason : std::uint8_t { kPeriodic, kBeforeOom, kPeak, kEnd };
+/// "periodic", "before_oom", "peak", "end".
+std::string_view FrameReasonName(FrameReason reason);
+
+/// The layout of one device after events [0, event_index) (event indices count the events of
+/// every device, as When::event_index does). Blocks carry their call site (LayoutBlock::frame).
+struct LayoutFrame {
+  std::uint64_t event_index = 0;
+  std::int64_t step = -1;
+  std::int64_t time_us = -1;
+  FrameReason reason = FrameReason::kPeriodic;
+  std::vector<LayoutSegment> segments;
+  std::uint64_t blocks = 0;  // Σ blocks of the segments
+};
+
+struct LayoutFramesOptions {
+  std::size_t max_frames = 64;         // periodic frames per device (>= 2)
+  std::uint64_t max_blocks = 600'000;  // blocks of all frames of all devices
+  std::uint64_t first_period = 16;     // events between periodic frames at the start
+  std::optional<std::int32_t> device;  // record only this device
+  std::optional<std::uint64_t> stranded_threshold;
+  double stranded_quantile = 0.5;
+  std::size_t request_window = 1024;
+};
+
+struct DeviceFrames {
+  std::int32_t device = 0;
+  std::vector<LayoutFrame> frames;  // by event index
+  std::uint64_t period = 0;         // events between periodic frames at the end
+  bool stopped = false;             // the model rejected an event: no frames after it
+};
+
+class LayoutRecorder {
+ public:
+  /// `header` gives the allocator settings (rounding rules). Fails on malformed settings.
+  static Result<std::unique_ptr<LayoutRecorder>> Create(const TraceHeader& header,
+                                                        const LayoutFramesOptions& options);
+  ~LayoutRecorder();
+
+  /// Applies one event (of an allocator trace; others are counted only). An event the model
+  /// rejects stops that device's recording (DeviceFrames::stopped); it never fails the caller.
+  void Consume(const Event& event);
+
+  /// Adds the final frames and returns every device's frames, by device index.
+  std::vector<DeviceFrames> Finish();
+
+ private:
+  struct Impl;
+  explicit LayoutRecorder(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_LAYOUT_FRAMES_H_

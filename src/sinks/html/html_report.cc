@@ -1,0 +1,406 @@
+#include "sinks/html/html_report.h"
+
+#include <algorithm>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/units.h"
+#include "sinks/html/report_assets.h"
+
+namespace fragscope::sinks {
+namespace {
+
+using nlohmann::json;
+
+std::string_view KindText(TraceKind kind) {
+  switch (kind) {
+    case TraceKind::kRequest:
+      return "request";
+    case TraceKind::kAllocator:
+      return "allocator";
+    case TraceKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+// "event 3,041 (step 12)", or "event 17" before the first step marker.
+std::string AtText(std::uint64_t event, std::int64_t step) {
+  return step >= 0 ? fmt::format("event {} (step {})", event, step)
+                   : fmt::format("event {}", event);
+}
+
+// Block states as the page codes them: 0 free, 1 allocated, 2 pending free, 3 stranded (free).
+int StateCode(const analysis::LayoutBlock& b) {
+  switch (b.state) {
+    case model::BlockState::kAllocated:
+      return 1;
+    case model::BlockState::kPendingFree:
+      return 2;
+    case model::BlockState::kFree:
+      break;
+  }
+  return b.stranded ? 3 : 0;
+}
+
+json SegmentJson(const analysis::LayoutSegment& s, std::set<std::int32_t>* sites) {
+  json blocks = json::array();
+  for (const analysis::LayoutBlock& b : s.blocks) {
+    blocks.push_back(b.addr - s.addr);
+    blocks.push_back(b.size);
+    blocks.push_back(b.requested);
+    blocks.push_back(StateCode(b));
+    blocks.push_back(b.frame);
+    if (b.frame >= 0) sites->insert(b.frame);
+  }
+  return json::array(
+      {s.addr, s.size, s.stream, s.pool == Pool::kSmall ? 0 : 1, s.expandable, std::move(blocks)});
+}
+
+bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment& b) {
+  if (a.addr != b.addr || a.size != b.size || a.stream != b.stream || a.pool != b.pool ||
+      a.blocks.size() != b.blocks.size())
+    return false;
+  for (std::size_t i = 0; i < a.blocks.size(); ++i) {
+    const analysis::LayoutBlock& x = a.blocks[i];
+    const analysis::LayoutBlock& y = b.blocks[i];
+    if (x.addr != y.addr || x.size != y.size || x.requested != y.requested || x.state != y.state ||
+        x.stranded != y.stranded || x.frame != y.frame)
+      return false;
+  }
+  return true;
+}
+
+// Frames of one device. A segment unchanged since the previous frame is written as the index
+// of that segment in the previous frame (a number instead of an array): long runs repeat most
+// segments from frame to frame.
+json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) {
+  json out = json::array();
+  const analysis::LayoutFrame* previous = nullptr;
+  for (const analysis::LayoutFrame& f : d.frames) {
+    std::unordered_map<std::uint64_t, std::size_t> before;  // addr -> index in previous
+    if (previous != nullptr) {
+      for (std::size_t i = 0; i < previous->segments.size(); ++i)
+        before.emplace(previous->segments[i].addr, i);
+    }
+    json segs = json::array();
+    for (const analysis::LayoutSegment& s : f.segments) {
+      const auto it = before.find(s.addr);
+      if (it != before.end() && SameSegment(previous->segments[it->second], s)) {
+        segs.push_back(it->second);
+      } else {
+        segs.push_back(SegmentJson(s, sites));
+      }
+    }
+    out.push_back({{"event", f.event_index},
+                   {"step", f.step},
+                   {"time_us", f.time_us},
+                   {"why", analysis::FrameReasonName(f.reason)},
+                   {"segs", std::move(segs)}});
+    previous = &f;
+  }
+  return out;
+}
+
+json ExtremeJson(const analysis::Extreme& e) {
+  if (!e.seen) return nullptr;
+  return {{"bytes", e.bytes}, {"event", e.when.event_index}, {"step", e.when.step}};
+}
+
+json SeriesJson(const std::vector<analysis::TimelineSample>& t) {
+  json s;
+  auto column = [&](const char* name, auto get) {
+    json a = json::array();
+    for (const analysis::TimelineSample& x : t) a.push_back(get(x));
+    s[name] = std::move(a);
+  };
+  using S = analysis::TimelineSample;
+  column("first_event", [](const S& x) { return x.first_event; });
+  column("end_event", [](const S& x) { return x.end_event; });
+  column("step_first", [](const S& x) { return x.step_first; });
+  column("step_last", [](const S& x) { return x.step_last; });
+  column("reserved", [](const S& x) { return x.reserved_bytes; });
+  column("peak_reserved", [](const S& x) { return x.peak_reserved_bytes; });
+  column("allocated", [](const S& x) { return x.allocated_bytes; });
+  column("peak_allocated", [](const S& x) { return x.peak_allocated_bytes; });
+  column("requested", [](const S& x) { return x.live_requested_bytes; });
+  column("peak_requested", [](const S& x) { return x.peak_live_requested_bytes; });
+  column("cached_free", [](const S& x) { return x.cached_free_bytes; });
+  column("largest_free_block", [](const S& x) { return x.largest_free_block; });
+  column("max_allocatable", [](const S& x) { return x.max_allocatable; });
+  column("stranded", [](const S& x) { return x.stranded_bytes; });
+  column("fragmentation", [](const S& x) {
+    return static_cast<double>(static_cast<std::int64_t>(x.fragmentation_ratio * 10000)) / 10000;
+  });
+  return s;
+}
+
+json OomJson(const analysis::OomDiagnosis& o) {
+  json j = {{"event", o.event_index},
+            {"step", o.step},
+            {"requested", o.requested},
+            {"rounded", o.rounded},
+            {"needed", o.needed},
+            {"pool", o.pool == Pool::kSmall ? "small" : "large"},
+            {"reserved", o.reserved},
+            {"allocated", o.allocated},
+            {"free_unusable", o.free_unusable},
+            {"largest_free_block", o.largest_free_block},
+            {"cause", analysis::OomCauseName(o.cause)},
+            {"margin", o.margin}};
+  j["device_free"] = o.device_free ? json(*o.device_free) : json(nullptr);
+  return j;
+}
+
+json ExplanationJson(const analysis::OomExplanation& e) {
+  json remedies = json::array();
+  for (const analysis::Remedy& r : e.remedies) {
+    json x = {{"id", r.id}, {"alloc_conf", r.alloc_conf}, {"action", r.action}, {"why", r.why}};
+    if (r.check) {
+      x["check"] = {{"oom", r.check->oom},
+                    {"oom_step", r.check->oom_step},
+                    {"peak_reserved", r.check->peak_reserved}};
+    }
+    remedies.push_back(std::move(x));
+  }
+  return {{"verdict", analysis::OomVerdictName(e.verdict)},
+          {"summary", e.summary},
+          {"reasons", e.reasons},
+          {"notes", e.notes},
+          {"remedies", std::move(remedies)}};
+}
+
+json ForecastJson(const analysis::DeviceForecast& f) {
+  json changes = json::array();
+  for (const analysis::ForecastPoint& p : f.changes) {
+    changes.push_back({{"step", p.step},
+                       {"level", RiskLevelName(p.level)},
+                       {"steps_to_oom", p.steps_to_oom ? json(*p.steps_to_oom) : json(nullptr)},
+                       {"reason", p.reason}});
+  }
+  return {{"unit", f.unit},
+          {"changes", std::move(changes)},
+          {"worst", RiskLevelName(f.worst)},
+          {"first_warning_step", f.first_warning_step ? json(*f.first_warning_step) : json()},
+          {"first_critical_step", f.first_critical_step ? json(*f.first_critical_step) : json()},
+          {"notes", f.notes}};
+}
+
+std::string SiteName(const std::vector<Frame>& table, std::int32_t id) {
+  analysis::SiteStranding s;
+  s.frame = id;
+  analysis::NameSite(table, &s);
+  return s.site;
+}
+
+// '<' inside the JSON (strings only) as \u003c, so no "</script>" or "<!--" ends the element.
+std::string ScriptSafe(const std::string& text) {
+  std::string out;
+  out.reserve(text.size() + 64);
+  for (char c : text) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string HtmlEscape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string DeviceVerdict(const analysis::AnalysisResult& result, const analysis::DeviceReport& d) {
+  const std::string on = fmt::format("device {}", d.device);
+  if (!d.oom_diagnoses.empty()) {
+    const analysis::OomDiagnosis& o = d.oom_diagnoses.front();
+    const std::uint64_t free_total = o.free_unusable + o.device_free.value_or(0);
+    const std::string more =
+        d.num_ooms > 1 ? fmt::format(" ({} out-of-memory events in all)", d.num_ooms) : "";
+    if (o.cause == analysis::OomCause::kFragmentation) {
+      return fmt::format(
+          "Out of memory at {} on {}: fragmentation — {} was free (gaps + device), {} "
+          "more than the {} block it needed, but no free block was large enough{}.",
+          AtText(o.event_index, o.step), on, FormatBytes(free_total), FormatBytes(o.margin),
+          FormatBytes(o.needed), more);
+    }
+    return fmt::format(
+        "Out of memory at {} on {}: real shortage — even joined, the free memory ({}) "
+        "falls {} short of the {} block it needed{}.",
+        AtText(o.event_index, o.step), on, FormatBytes(free_total), FormatBytes(o.margin),
+        FormatBytes(o.needed), more);
+  }
+  if (d.num_ooms > 0) {
+    return fmt::format("Out of memory on {}: {} out-of-memory events (no diagnosis recorded).", on,
+                       d.num_ooms);
+  }
+  if (result.kind == TraceKind::kRequest) {
+    return fmt::format(
+        "No out-of-memory on {}: the program's live requests peaked at {} (a request trace; "
+        "give --capacity to replay it through the allocator).",
+        on, FormatBytes(d.peak_live_requested.bytes));
+  }
+  std::string capacity =
+      d.capacity_bytes ? fmt::format(" of {}", FormatBytes(*d.capacity_bytes)) : std::string();
+  return fmt::format(
+      "Fits on {}: no out-of-memory; peak reserved {}{}, peak allocated {}, worst fragmentation "
+      "{:.1f}%.",
+      on, FormatBytes(d.peak_reserved.bytes), capacity, FormatBytes(d.peak_allocated.bytes),
+      d.worst_fragmentation_ratio * 100);
+}
+
+std::string ReportVerdict(const analysis::AnalysisResult& result) {
+  const analysis::DeviceReport* pick = nullptr;
+  for (const analysis::DeviceReport& d : result.devices) {
+    if (d.num_ooms > 0) {
+      pick = &d;
+      break;
+    }
+    if (pick == nullptr || d.peak_reserved.bytes > pick->peak_reserved.bytes) pick = &d;
+  }
+  if (pick == nullptr) return "No device had an event: nothing to report.";
+  return DeviceVerdict(result, *pick);
+}
+
+std::string RenderHtml(const HtmlReportInput& input) {
+  const analysis::AnalysisResult& r = *input.result;
+  json data;
+  data["schema"] = "fragscope.report/1";
+  data["source"] = r.source;
+  data["kind"] = KindText(r.kind);
+  data["command"] = input.command;
+  data["verdict"] = ReportVerdict(r);
+  data["timeline_unit"] = r.timeline_unit;
+  data["every_events"] = r.every_events * r.steps_per_sample;
+  data["steps_per_sample"] = r.steps_per_sample;
+  data["total_events"] = r.total_events;
+  data["steps"] = r.steps;
+  data["notes"] = r.notes;
+  if (input.replay != nullptr) {
+    json rep = {{"ooms", input.replay->ooms.size()},
+                {"stopped_at_oom", input.replay->stopped_at_oom},
+                {"notes", input.replay->notes}};
+    json devs = json::array();
+    for (const analysis::DeviceReplay& d : input.replay->devices) {
+      devs.push_back({{"device", d.device},
+                      {"capacity", d.capacity_bytes},
+                      {"used_by_others", d.used_by_others_bytes},
+                      {"alloc_conf", d.alloc_conf}});
+    }
+    rep["devices"] = std::move(devs);
+    data["replay"] = std::move(rep);
+  }
+  std::set<std::int32_t> sites;
+  json devices = json::array();
+  for (const analysis::DeviceReport& d : r.devices) {
+    json j;
+    j["device"] = d.device;
+    j["name"] = d.name;
+    j["capacity"] = d.capacity_bytes ? json(*d.capacity_bytes) : json(nullptr);
+    j["verdict"] = DeviceVerdict(r, d);
+    j["events"] = d.events;
+    j["num_ooms"] = d.num_ooms;
+    j["key"] = {{"peak_reserved", ExtremeJson(d.peak_reserved)},
+                {"peak_allocated", ExtremeJson(d.peak_allocated)},
+                {"peak_requested", ExtremeJson(d.peak_live_requested)},
+                {"worst_fragmentation_ratio", d.worst_fragmentation_ratio},
+                {"worst_fragmentation", ExtremeJson(d.worst_fragmentation)},
+                {"min_largest_free_block", ExtremeJson(d.min_largest_free_block)},
+                {"min_max_allocatable", ExtremeJson(d.min_max_allocatable)},
+                {"request_p50", d.requests.p50},
+                {"request_p90", d.requests.p90},
+                {"request_max", d.requests.max}};
+    j["series"] = SeriesJson(d.timeline);
+    json ooms = json::array();
+    for (const analysis::OomDiagnosis& o : d.oom_diagnoses) ooms.push_back(OomJson(o));
+    j["ooms"] = std::move(ooms);
+    json stranding = json::array();
+    for (const analysis::SiteStranding& s : d.stranding_sites) {
+      stranding.push_back({{"site", s.site},
+                           {"stranded", s.stranded_bytes},
+                           {"live", s.live_bytes},
+                           {"blocks", s.blocks},
+                           {"segments", s.segments}});
+    }
+    j["stranding_sites"] = std::move(stranding);
+    j["stranding_sites_at"] = d.stranding_sites_at;
+    if (d.forecast) j["forecast"] = ForecastJson(*d.forecast);
+    if (const auto e = input.explanations.find(d.device); e != input.explanations.end()) {
+      j["explain"] = ExplanationJson(e->second);
+    }
+    j["frames"] = json::array();
+    for (const analysis::DeviceFrames& f : input.frames) {
+      if (f.device != d.device) continue;
+      j["frames"] = FramesJson(f, &sites);
+      j["frames_stopped"] = f.stopped;
+    }
+    devices.push_back(std::move(j));
+  }
+  data["devices"] = std::move(devices);
+  json names = json::object();
+  for (std::int32_t id : sites) names[std::to_string(id)] = SiteName(input.call_sites, id);
+  data["sites"] = std::move(names);
+  if (input.tune != nullptr) {
+    json rows = json::array();
+    for (const analysis::TuneOutcome& t : *input.tune) {
+      rows.push_back({{"conf", t.conf},
+                      {"oom", t.oom},
+                      {"oom_step", t.oom_step},
+                      {"peak_reserved", t.peak_reserved},
+                      {"peak_allocated", t.peak_allocated},
+                      {"waste_at_peak", t.waste_at_peak},
+                      {"retries", t.num_alloc_retries}});
+    }
+    data["tune"] = std::move(rows);
+  }
+
+  std::string out;
+  out += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
+  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  out +=
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+      "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n";
+  out += fmt::format("<title>fragscope report: {}</title>\n", HtmlEscape(r.source));
+  out += "<style>\n";
+  out += kReportCss;
+  out += "</style></head><body>\n";
+  out += fmt::format(
+      "<noscript><p>{}</p><p>This report draws its charts with JavaScript.</p>"
+      "</noscript>\n",
+      HtmlEscape(data["verdict"].get<std::string>()));
+  out += "<div id=\"app\"></div>\n";
+  out += "<script type=\"application/json\" id=\"fragscope-data\">";
+  out += ScriptSafe(data.dump(-1, ' ', false, json::error_handler_t::replace));
+  out += "</script>\n<script>\n";
+  out += kReportJs;
+  out += "</script>\n</body></html>\n";
+  return out;
+}
+
+}  // namespace fragscope::sinks

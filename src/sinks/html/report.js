@@ -1,0 +1,543 @@
+// fragscope HTML report: draws the page from the JSON in #fragscope-data (written by
+// src/sinks/html/html_report.cc; docs/report.md). Plain canvas, no library, no network.
+// window.fragscopeReport exposes the state the browser test (tests/browser) reads.
+'use strict';
+(function () {
+  const T0 = performance.now();
+  const api = (window.fragscopeReport = { ready: false, errors: [], timings: {} });
+  const D = JSON.parse(document.getElementById('fragscope-data').textContent);
+  const app = document.getElementById('app');
+  const COLORS = {
+    reserved: '#1f77b4', allocated: '#2ca02c', requested: '#9467bd', cached_free: '#ff7f0e',
+    largest_free_block: '#8c564b', max_allocatable: '#17becf', fragmentation: '#e15759',
+  };
+  const STATE = ['free', 'allocated', 'pending free', 'stranded (free, too small)'];
+  const STATE_COLOR = ['#cfd4dc', '#4e79a7', '#f28e2b', '#e15759'];
+  const RISK_COLOR = { ok: '#2ca02c', watch: '#bcbd22', warning: '#ff7f0e', critical: '#d62728', unknown: '#c7c7c7' };
+
+  // ---- formatting ----
+  function bytes(n) {
+    if (n === null || n === undefined) return '–';
+    const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+    let i = 0, v = n;
+    while (Math.abs(v) >= 1024 && i < u.length - 1) { v /= 1024; i++; }
+    return (i === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)) + ' ' + u[i];
+  }
+  function num(n) { return Number(n).toLocaleString('en-US'); }
+  function hex(n) { return '0x' + Number(n).toString(16); }
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const k in attrs || {}) {
+      if (k === 'class') e.className = attrs[k];
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), attrs[k]);
+      else e.setAttribute(k, attrs[k]);
+    }
+    for (const c of kids) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+    return e;
+  }
+  function stepText(s) { return s >= 0 ? 'step ' + num(s) : 'before the first step'; }
+  function niceStep(range, ticks) {
+    const raw = range / ticks, p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * p;
+  }
+  function niceBytesStep(range, ticks) {
+    const raw = range / ticks;
+    let unit = 1;
+    while (raw / unit >= 1024) unit *= 1024;
+    return niceStep(raw * ticks / unit, ticks) * unit;
+  }
+  function setupCanvas(c, cssHeight) {
+    const dpr = window.devicePixelRatio || 1;
+    const w = c.clientWidth || 800;
+    c.style.height = cssHeight + 'px';
+    c.width = Math.round(w * dpr);
+    c.height = Math.round(cssHeight * dpr);
+    const g = c.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    return { g, w, h: cssHeight };
+  }
+
+  // ---- state ----
+  let dev = null;        // the device shown
+  let view = null;       // [x0, x1] event range shown in the charts
+  let moment = null;     // event index chosen for the map
+  let frameIndex = -1;   // frame of the map
+  let resolved = [];     // resolved segment lists per frame of `dev`
+  const hidden = {};     // series switched off in the legend
+
+  // Frames write an unchanged segment as its index in the previous frame: resolve in order.
+  function segmentsOf(i) {
+    if (resolved[i]) return resolved[i];
+    const f = dev.frames[i];
+    const prev = i > 0 ? segmentsOf(i - 1) : [];
+    resolved[i] = f.segs.map((s) => (typeof s === 'number' ? prev[s] : s));
+    return resolved[i];
+  }
+
+  function riskPoints(d) {
+    if (!d.forecast) return [];
+    const s = d.series, out = [];
+    for (const c of d.forecast.changes) {
+      let i = 0;
+      while (i < s.step_last.length && s.step_last[i] < c.step) i++;
+      if (i >= s.end_event.length) i = s.end_event.length - 1;
+      // The level holds from the start of the sample that gave it.
+      if (i >= 0) out.push({ x: s.first_event[i], level: c.level, c });
+    }
+    return out;
+  }
+
+  // ---- charts ----
+  // Draws series over [view] with one min/max segment per pixel column, so that no peak of a
+  // long run is lost however many samples fall into one column.
+  function drawChart(canvas, spec) {
+    const t = performance.now();
+    const { g, w, h } = setupCanvas(canvas, spec.height);
+    const L = 70, R = 10, TOP = 8, B = 22, pw = w - L - R, ph = h - TOP - B;
+    const xs = dev.series.end_event, n = xs.length;
+    const [x0, x1] = view;
+    const X = (x) => L + ((x - x0) / Math.max(1, x1 - x0)) * pw;
+    let ymax = spec.ymax || 0;
+    const lo = lowerBound(xs, x0), hi = Math.min(n, lowerBound(xs, x1) + 1);
+    if (!spec.ymax) {
+      for (const s of spec.series) {
+        if (hidden[s.key]) continue;
+        const ys = dev.series[s.key];
+          const ps = s.peak ? dev.series[s.peak] : ys;
+        for (let i = Math.max(0, lo - 1); i < hi; i++) if (ps[i] > ymax) ymax = ps[i];
+      }
+      if (spec.cap) ymax = Math.max(ymax, spec.cap);
+      if (ymax <= 0) ymax = 1;
+      ymax *= 1.05;
+    }
+    const Y = (v) => TOP + ph - (v / ymax) * ph;
+    g.clearRect(0, 0, w, h);
+    g.font = '11px system-ui, sans-serif';
+    g.fillStyle = '#5b6475';
+    g.strokeStyle = '#eceef2';
+    g.lineWidth = 1;
+    const ystep = spec.bytes ? niceBytesStep(ymax, 4) : niceStep(ymax, 4);
+    g.textAlign = 'right';
+    for (let v = 0; v <= ymax; v += ystep) {
+      g.beginPath(); g.moveTo(L, Y(v) + 0.5); g.lineTo(L + pw, Y(v) + 0.5); g.stroke();
+      g.fillText(spec.bytes ? bytes(v) : spec.pct ? (v * 100).toFixed(0) + '%' : String(v), L - 4, Y(v) + 4);
+    }
+    g.textAlign = 'center';
+    const xstep = niceStep(Math.max(1, x1 - x0), 6);
+    for (let v = Math.ceil(x0 / xstep) * xstep; v <= x1; v += xstep) {
+      g.fillText(num(v), X(v), h - 6);
+    }
+    if (spec.cap) {
+      g.strokeStyle = '#999'; g.setLineDash([4, 3]);
+      g.beginPath(); g.moveTo(L, Y(spec.cap)); g.lineTo(L + pw, Y(spec.cap)); g.stroke();
+      g.setLineDash([]); g.textAlign = 'left'; g.fillText('capacity', L + 4, Y(spec.cap) - 3);
+    }
+    if (spec.risk) {
+      const pts = riskPoints(dev);
+      for (let k = 0; k < pts.length; k++) {
+        const a = Math.max(L, X(pts[k].x)), b = Math.min(L + pw, k + 1 < pts.length ? X(pts[k + 1].x) : L + pw);
+        if (b <= a) continue;
+        g.fillStyle = RISK_COLOR[pts[k].level] || '#ccc';
+        g.globalAlpha = 0.5; g.fillRect(a, TOP + ph - 8, b - a, 8); g.globalAlpha = 1;
+      }
+    }
+    g.save();
+    g.beginPath(); g.rect(L, TOP, pw, ph); g.clip();
+    // One path per series through the state at the end of each sample, with one min/max
+    // segment per pixel column; a faint second path through the peaks inside each sample,
+    // so that no spike between two samples is lost however long the run.
+    const path = (ys, width, alpha, dots) => {
+      g.lineWidth = width;
+      g.globalAlpha = alpha;
+      g.beginPath();
+      let col = null, cfirst = 0, cmin = 0, cmax = 0, clast = 0, started = false;
+      const flush = () => {
+        if (col === null) return;
+        if (started) g.lineTo(col, Y(cfirst)); else { g.moveTo(col, Y(cfirst)); started = true; }
+        g.lineTo(col, Y(cmin)); g.lineTo(col, Y(cmax)); g.lineTo(col, Y(clast));
+      };
+      for (let i = Math.max(0, lo - 1); i < hi; i++) {
+        const c = Math.round(X(xs[i])), v = ys[i];
+        if (c !== col) { flush(); col = c; cfirst = cmin = cmax = v; }
+        if (v < cmin) cmin = v;
+        if (v > cmax) cmax = v;
+        clast = v;
+      }
+      flush();
+      g.stroke();
+      if (dots && hi - Math.max(0, lo - 1) < pw / 6) {  // few samples: mark each
+        g.fillStyle = g.strokeStyle;
+        for (let i = Math.max(0, lo - 1); i < hi; i++) {
+          g.beginPath(); g.arc(X(xs[i]), Y(ys[i]), 2.5, 0, 7); g.fill();
+        }
+      }
+      g.globalAlpha = 1;
+    };
+    for (const s of spec.series) {
+      if (hidden[s.key]) continue;
+      g.strokeStyle = COLORS[s.key] || '#333';
+      if (s.peak) path(dev.series[s.peak], 1, 0.3, false);
+      path(dev.series[s.key], 1.5, 1, true);
+    }
+    g.restore();
+    for (const o of dev.ooms) {
+      const x = X(o.event);
+      if (x < L || x > L + pw) continue;
+      g.strokeStyle = '#d62728'; g.lineWidth = 2;
+      g.beginPath(); g.moveTo(x, TOP); g.lineTo(x, TOP + ph); g.stroke();
+      g.fillStyle = '#d62728';
+      g.textAlign = x > L + pw - 40 ? 'right' : 'left';
+      g.fillText('OOM', x > L + pw - 40 ? x - 3 : x + 3, TOP + 10);
+    }
+    if (moment !== null) {
+      const x = X(moment);
+      if (x >= L && x <= L + pw) {
+        g.strokeStyle = '#1d2330'; g.lineWidth = 1; g.setLineDash([3, 3]);
+        g.beginPath(); g.moveTo(x + 0.5, TOP); g.lineTo(x + 0.5, TOP + ph); g.stroke(); g.setLineDash([]);
+      }
+    }
+    if (spec.sel) {
+      g.fillStyle = 'rgba(31,119,180,0.15)';
+      g.fillRect(Math.min(spec.sel[0], spec.sel[1]), TOP, Math.abs(spec.sel[1] - spec.sel[0]), ph);
+    }
+    canvas._geom = { L, pw, x0, x1 };
+    api.timings.lastChartMs = performance.now() - t;
+  }
+
+  function lowerBound(a, v) {
+    let l = 0, r = a.length;
+    while (l < r) { const m = (l + r) >> 1; if (a[m] < v) l = m + 1; else r = m; }
+    return l;
+  }
+
+  const BYTE_SERIES = [
+    { key: 'reserved', label: 'reserved', peak: 'peak_reserved' },
+    { key: 'allocated', label: 'allocated', peak: 'peak_allocated' },
+    { key: 'requested', label: 'requested', peak: 'peak_requested' }, { key: 'cached_free', label: 'cached free' },
+    { key: 'largest_free_block', label: 'largest free block' },
+    { key: 'max_allocatable', label: 'max allocatable' },
+  ];
+  let charts = [];
+
+  function drawCharts(sel) {
+    for (const c of charts) drawChart(c.canvas, Object.assign({}, c.spec, { sel: c.canvas === sel?.canvas ? sel.range : null }));
+  }
+
+  function attachChart(canvas) {
+    let down = null;
+    const xOf = (ev) => ev.clientX - canvas.getBoundingClientRect().left;
+    const eventAt = (px) => {
+      const gm = canvas._geom;
+      return Math.round(gm.x0 + ((px - gm.L) / gm.pw) * (gm.x1 - gm.x0));
+    };
+    canvas.addEventListener('mousedown', (ev) => { down = xOf(ev); });
+    canvas.addEventListener('mousemove', (ev) => {
+      if (down === null) return;
+      drawCharts({ canvas, range: [down, xOf(ev)] });
+    });
+    canvas.addEventListener('mouseup', (ev) => {
+      const up = xOf(ev);
+      if (down !== null && Math.abs(up - down) > 5) {
+        const a = eventAt(Math.min(up, down)), b = eventAt(Math.max(up, down));
+        view = [Math.max(0, a), Math.max(a + 1, b)];
+        drawCharts();
+      } else if (down !== null) {
+        selectMoment(Math.max(0, eventAt(up)));
+      }
+      down = null;
+    });
+    canvas.addEventListener('mouseleave', () => { if (down !== null) { down = null; drawCharts(); } });
+    canvas.addEventListener('dblclick', () => { resetView(); drawCharts(); });
+  }
+
+  function resetView() {
+    // From the device's first event to its last (event indices count every device's events).
+    const xs = dev.series.end_event, x0 = xs.length ? dev.series.first_event[0] : 0;
+    view = [x0, Math.max(x0 + 1, xs.length ? xs[xs.length - 1] : D.total_events)];
+  }
+
+  // ---- memory map ----
+  let mapRows = [];
+  function frameFor(event) {
+    // The last kept frame at or before `event` (the first frame if none).
+    let best = 0;
+    for (let i = 0; i < dev.frames.length; i++) if (dev.frames[i].event <= event) best = i;
+    return best;
+  }
+
+  function selectMoment(event) {
+    moment = event;
+    if (dev.frames.length) frameIndex = frameFor(event);
+    drawCharts();
+    drawMap();
+  }
+  api.selectMoment = (event) => { selectMoment(event); return frameIndex; };
+  api.selectFrame = (i) => { frameIndex = i; moment = dev.frames[i].event; drawCharts(); drawMap(); return i; };
+
+  function drawMap() {
+    const canvas = document.getElementById('map');
+    const title = document.getElementById('map-title');
+    if (!dev.frames.length) {
+      title.textContent = 'No memory map: the input has no segments (a request trace, or no allocator events).';
+      setupCanvas(canvas, 10);
+      return;
+    }
+    const t = performance.now();
+    const f = dev.frames[frameIndex];
+    const segs = segmentsOf(frameIndex);
+    const why = f.why === 'before_oom' ? ' — just before the OOM' : f.why === 'end' ? ' — end of the run' :
+      f.why === 'peak' ? ' — allocated memory within 1% of its peak' : '';
+    let held = 0, used = 0, stranded = 0;
+    for (const s of segs) {
+      held += s[1];
+      const b = s[5];
+      for (let k = 0; k < b.length; k += 5) {
+        if (b[k + 3] === 1 || b[k + 3] === 2) used += b[k + 1];
+        else if (b[k + 3] === 3) stranded += b[k + 1];
+      }
+    }
+    title.textContent = `Memory at event ${num(f.event)} (${stepText(f.step)})${why}: ${num(segs.length)} segments, ` +
+      `${bytes(held)} reserved, ${bytes(used)} in blocks in use, ${bytes(stranded)} stranded` +
+      (moment !== null && moment !== f.event ? ` (nearest kept moment at or before event ${num(moment)})` : '');
+    const maxRows = 400;
+    const rows = segs.slice(0, maxRows);
+    const rowH = Math.max(4, Math.min(18, Math.floor(560 / Math.max(1, rows.length))));
+    const LBL = 92;
+    const { g, w } = setupCanvas(canvas, Math.max(40, rows.length * rowH + 4));
+    const shared = document.getElementById('map-scale').value === 'shared';
+    let maxSize = 1;
+    for (const s of rows) if (s[1] > maxSize) maxSize = s[1];
+    g.clearRect(0, 0, w, canvas.height);
+    g.font = Math.min(11, rowH) + 'px system-ui, sans-serif';
+    mapRows = [];
+    const pw = w - LBL - 4;
+    rows.forEach((s, r) => {
+      const y = r * rowH + 2, hgt = Math.max(2, rowH - 1);
+      const scale = (shared ? pw / maxSize : pw / s[1]);
+      const b = s[5];
+      g.fillStyle = '#5b6475'; g.textAlign = 'right';
+      if (rowH >= 9) g.fillText(bytes(s[1]) + (s[3] === 0 ? ' s' : ''), LBL - 6, y + hgt - 2);
+      for (let k = 0; k < b.length; k += 5) {
+        const x = LBL + b[k] * scale, bw = Math.max(1, b[k + 1] * scale);
+        g.fillStyle = STATE_COLOR[b[k + 3]];
+        g.fillRect(x, y, bw, hgt);
+        if (bw > 4) { g.fillStyle = '#ffffff'; g.fillRect(x + bw - 1, y, 1, hgt); }
+      }
+      mapRows.push({ y, hgt, s, scale });
+    });
+    document.getElementById('map-more').textContent = segs.length > maxRows ?
+      `Showing the first ${maxRows} of ${num(segs.length)} segments (by address).` : '';
+    const slider = document.getElementById('frame-slider');
+    slider.max = String(dev.frames.length - 1);
+    slider.value = String(frameIndex);
+    api.timings.lastMapMs = performance.now() - t;
+    api.frameIndex = frameIndex;
+  }
+
+  function mapHover(ev) {
+    const tip = document.getElementById('tip');
+    const rect = ev.target.getBoundingClientRect();
+    const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
+    const row = mapRows.find((r) => y >= r.y && y < r.y + r.hgt + 1);
+    if (!row) { tip.style.display = 'none'; return; }
+    const s = row.s, b = s[5], off = (x - 92) / row.scale;
+    let hit = -1;
+    for (let k = 0; k < b.length; k += 5) if (off >= b[k] && off < b[k] + b[k + 1]) { hit = k; break; }
+    if (hit < 0) { tip.style.display = 'none'; return; }
+    const st = b[hit + 3], site = b[hit + 4] >= 0 ? (D.sites[String(b[hit + 4])] || 'frame ' + b[hit + 4]) : null;
+    tip.textContent = `${STATE[st]} block\naddress ${hex(s[0] + b[hit])}\nsize ${bytes(b[hit + 1])} (${num(b[hit + 1])} B)` +
+      (st === 1 || st === 2 ? `\nrequested ${bytes(b[hit + 2])}` : '') +
+      `\nsegment ${hex(s[0])}, ${bytes(s[1])}, ${s[3] === 0 ? 'small' : 'large'} pool${s[4] ? ', expandable' : ''}\nstream ${s[2]}` +
+      (site ? `\ncall site ${site}` : '');
+    tip.style.display = 'block';
+    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 300) + 'px';
+    tip.style.top = ev.clientY + 14 + 'px';
+  }
+
+  // ---- OOM panel ----
+  function oomPanel(box) {
+    if (!dev.ooms.length) {
+      box.append(el('p', {}, dev.num_ooms ? `${num(dev.num_ooms)} out-of-memory events, without a diagnosis.` :
+        'No out-of-memory event on this device.'));
+      return;
+    }
+    const o = dev.ooms[0];
+    box.append(el('p', {}, `First OOM at event ${num(o.event)} (${stepText(o.step)}): asked for ${bytes(o.requested)} ` +
+      `(a ${bytes(o.rounded)} block; ${bytes(o.needed)} with a new segment) in the ${o.pool} pool. Reserved ${bytes(o.reserved)}, ` +
+      `allocated ${bytes(o.allocated)}, free in gaps ${bytes(o.free_unusable)}, device free ${bytes(o.device_free)}, ` +
+      `largest free block of the pool ${bytes(o.largest_free_block)}. Verdict: ${o.cause === 'fragmentation' ? 'fragmentation' : 'real shortage'} ` +
+      `(${o.cause === 'fragmentation' ? 'free memory exceeded the need by' : 'short by'} ${bytes(o.margin)}).`));
+    const fi = dev.frames.findIndex((f) => f.why === 'before_oom' && f.event === o.event);
+    if (fi >= 0) {
+      const free = [];
+      for (const s of segmentsOf(fi)) {
+        if ((s[3] === 0 ? 'small' : 'large') !== o.pool) continue;
+        const b = s[5];
+        for (let k = 0; k < b.length; k += 5) if (b[k + 3] === 0 || b[k + 3] === 3) free.push(b[k + 1]);
+      }
+      free.sort((a, b) => b - a);
+      const c = el('canvas', { id: 'oom-chart', class: 'chart' });
+      box.append(el('div', { class: 'hint' }, `The request against the ${num(free.length)} free blocks of the ${o.pool} pool (largest first, up to 40):`), c);
+      requestAnimationFrame(() => {
+        const top = free.slice(0, 40);
+        const H = 26 + top.length * 14;
+        const { g, w } = setupCanvas(c, H);
+        const m = Math.max(o.rounded, top[0] || 1);
+        const L = 150, pw = w - L - 20;
+        g.font = '11px system-ui, sans-serif';
+        g.fillStyle = '#d62728'; g.fillRect(L, 4, (o.rounded / m) * pw, 12);
+        g.textAlign = 'right'; g.fillText('request ' + bytes(o.rounded), L - 6, 14);
+        top.forEach((v, i) => {
+          g.fillStyle = '#cfd4dc'; g.fillRect(L, 24 + i * 14, Math.max(1, (v / m) * pw), 11);
+          g.fillStyle = '#5b6475'; g.fillText(bytes(v), L - 6, 33 + i * 14);
+        });
+        g.strokeStyle = '#d62728'; g.setLineDash([3, 3]);
+        g.beginPath(); g.moveTo(L + (o.rounded / m) * pw, 4); g.lineTo(L + (o.rounded / m) * pw, H); g.stroke();
+      });
+      box.append(el('button', { onclick: () => { api.selectFrame(fi); document.getElementById('map-title').scrollIntoView(); } },
+        'Show the map just before this OOM'));
+    }
+    if (dev.explain) {
+      const e = dev.explain;
+      box.append(el('h3', {}, 'What to do (fragscope explain)'), el('p', {}, e.summary));
+      const t = el('table', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'remedy'), el('th', {}, 'setting'), el('th', {}, 'why'), el('th', {}, 'replayed')));
+      e.remedies.forEach((r, i) => {
+        const chk = r.check ? (r.check.oom ? el('span', { class: 'bad' }, `still OOM at ${stepText(r.check.oom_step)}`) :
+          el('span', { class: 'ok' }, `fits, peak reserved ${bytes(r.check.peak_reserved)}`)) :
+          (r.alloc_conf ? 'not replayed' : 'a code change: not replayable');
+        t.append(el('tr', {}, el('td', {}, i + 1), el('td', {}, r.action), el('td', {}, r.alloc_conf ? el('code', {}, r.alloc_conf) : ''), el('td', {}, r.why), el('td', {}, chk)));
+      });
+      box.append(t);
+      const checked = e.remedies.filter((r) => r.check);
+      if (checked.length && checked.every((r) => r.check.oom) && !D.tune) {
+        box.append(el('p', { class: 'hint' }, 'No replayed setting avoids this OOM. `fragscope report … --tune` ' +
+          '(or `fragscope tune`) searches 72 allocator settings on the same device.'));
+      }
+    }
+  }
+
+  // ---- page ----
+  function keyNumbers(d) {
+    const k = d.key, box = el('div', { class: 'keys' });
+    const add = (l, v, sub) => box.append(el('div', { class: 'key' }, el('div', { class: 'v' }, v), el('div', { class: 'l' }, l + (sub ? ' · ' + sub : ''))));
+    const at = (x) => (x ? 'event ' + num(x.event) + ', ' + stepText(x.step) : '');
+    if (D.kind !== 'request') {
+      add('peak reserved', bytes(k.peak_reserved && k.peak_reserved.bytes), at(k.peak_reserved));
+      add('peak allocated', bytes(k.peak_allocated && k.peak_allocated.bytes), at(k.peak_allocated));
+      add('worst fragmentation ratio', (k.worst_fragmentation_ratio * 100).toFixed(1) + '%', at(k.worst_fragmentation));
+      add('smallest largest free block', bytes(k.min_largest_free_block && k.min_largest_free_block.bytes), 'typical request (p90) ' + bytes(k.request_p90));
+      add('smallest max allocatable', bytes(k.min_max_allocatable && k.min_max_allocatable.bytes), at(k.min_max_allocatable));
+    }
+    add('peak requested', bytes(k.peak_requested && k.peak_requested.bytes), at(k.peak_requested));
+    add('device', d.name ? `${d.device}: ${d.name}` : String(d.device), d.capacity ? 'capacity ' + bytes(d.capacity) : 'capacity unknown');
+    add('events', num(d.events), num(d.num_ooms) + ' OOM');
+    return box;
+  }
+
+  function render() {
+    app.textContent = '';
+    const hasOom = dev.ooms.length > 0 || dev.num_ooms > 0;
+    app.append(el('h1', {}, 'fragscope report'), el('div', { class: 'source' }, D.source + ' · ' + D.kind + ' trace · ' + num(D.total_events) + ' events' +
+      (D.replay ? ' · replayed on a virtual GPU (' + D.replay.devices.map((x) => bytes(x.capacity) + (x.alloc_conf ? ', ' + x.alloc_conf : '')).join('; ') + ')' : '')));
+    if (D.devices.length > 1) {
+      const sel = el('select', { id: 'device', onchange: (ev) => { choose(Number(ev.target.value)); } });
+      D.devices.forEach((d, i) => { const o = el('option', { value: i }, `device ${d.device}${d.num_ooms ? ' (OOM)' : ''}`); if (d === dev) o.selected = true; sel.append(o); });
+      app.append(el('div', { class: 'bar' }, 'Device: ', sel));
+    }
+    app.append(el('div', { id: 'verdict', class: 'verdict' + (hasOom ? ' oom' : '') }, dev.verdict));
+    app.append(keyNumbers(dev));
+
+    app.append(el('h2', {}, 'Timeline'));
+    const legend = el('div', { class: 'legend' });
+    for (const s of BYTE_SERIES) {
+      const sp = el('span', { class: hidden[s.key] ? 'off' : '', onclick: () => { hidden[s.key] = !hidden[s.key]; sp.classList.toggle('off'); drawCharts(); } },
+        el('i', { style: 'background:' + COLORS[s.key] }), s.label);
+      legend.append(sp);
+    }
+    app.append(legend);
+    const c1 = el('canvas', { id: 'chart-bytes', class: 'chart' });
+    const c2 = el('canvas', { id: 'chart-frag', class: 'chart' });
+    app.append(c1, el('div', { class: 'legend' }, el('span', {}, el('i', { style: 'background:' + COLORS.fragmentation }), 'fragmentation ratio (cached free / reserved)'),
+      dev.forecast ? el('span', {}, 'OOM risk band: ', ...['ok', 'watch', 'warning', 'critical'].map((l) => el('span', {}, el('i', { style: 'background:' + RISK_COLOR[l] }), l))) : null), c2);
+    app.append(el('div', { class: 'hint' }, `x: event index (${D.timeline_unit === 'step' ? (D.steps_per_sample > 1 ? 'one sample per ' + num(D.steps_per_sample) + ' steps' : 'one sample per step') : 'one sample per ' + num(D.every_events) + ' events'}, ` +
+      'each pixel column keeps its minimum and maximum; faint lines: the peaks inside each sample). Click to show the memory at that moment; drag to zoom; double-click to zoom out. Red lines: out-of-memory events.'));
+    charts = [
+      { canvas: c1, spec: { height: 260, bytes: true, series: BYTE_SERIES, cap: dev.capacity && !D.replay?.devices.some((x) => x.capacity >= 2 ** 50) ? dev.capacity : 0 } },
+      { canvas: c2, spec: { height: 120, pct: true, ymax: 1, risk: !!dev.forecast, series: [{ key: 'fragmentation' }] } },
+    ];
+    if (dev.forecast) {
+      const f = dev.forecast;
+      app.append(el('div', { class: 'hint' }, `Forecast: worst level ${f.worst}` + (f.first_warning_step != null ? `, first warning at ${f.unit} ${f.first_warning_step}` : '') +
+        (f.first_critical_step != null ? `, first critical at ${f.unit} ${f.first_critical_step}` : '') + '.'));
+    }
+    charts.forEach((c) => attachChart(c.canvas));
+
+    app.append(el('h2', {}, 'Memory map'));
+    const scale = el('select', { id: 'map-scale', onchange: drawMap }, el('option', { value: 'segment' }, 'each segment fills the width'), el('option', { value: 'shared' }, 'one scale for all segments'));
+    const slider = el('input', { id: 'frame-slider', type: 'range', min: '0', max: '0', value: '0', style: 'flex:1', oninput: (ev) => api.selectFrame(Number(ev.target.value)) });
+    app.append(el('div', { id: 'map-title' }), el('div', { class: 'bar' }, 'Kept moments: ', slider, scale));
+    app.append(el('div', { class: 'legend' }, ...STATE.map((s, i) => el('span', {}, el('i', { style: 'background:' + STATE_COLOR[i] }), s))));
+    const map = el('canvas', { id: 'map' });
+    map.addEventListener('mousemove', mapHover);
+    map.addEventListener('mouseleave', () => { document.getElementById('tip').style.display = 'none'; });
+    app.append(el('div', { id: 'map-wrap' }, map), el('div', { id: 'map-more', class: 'hint' }),
+      el('div', { class: 'hint' }, `One row per segment, by address; ${num(dev.frames.length)} moments kept (periodic, just before each OOM, the peak of allocated memory, and the end). Hover a block for its details.`));
+
+    app.append(el('h2', {}, 'Out of memory'));
+    const box = el('div', { id: 'oom' });
+    app.append(box);
+    oomPanel(box);
+
+    if (dev.stranding_sites.length) {
+      app.append(el('h2', {}, `Call sites that strand the most memory (at the ${dev.stranding_sites_at})`));
+      const t = el('table', {}, el('tr', {}, el('th', {}, 'call site'), el('th', { class: 'n' }, 'stranded'), el('th', { class: 'n' }, 'live'), el('th', { class: 'n' }, 'blocks'), el('th', { class: 'n' }, 'segments')));
+      for (const s of dev.stranding_sites) t.append(el('tr', {}, el('td', {}, s.site || '(no call site recorded)'), el('td', { class: 'n' }, bytes(s.stranded)), el('td', { class: 'n' }, bytes(s.live)), el('td', { class: 'n' }, num(s.blocks)), el('td', { class: 'n' }, num(s.segments))));
+      app.append(t);
+    }
+    if (D.tune) {
+      app.append(el('h2', {}, 'Allocator settings, ranked (tune)'));
+      const t = el('table', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'PYTORCH_CUDA_ALLOC_CONF'), el('th', {}, 'outcome'), el('th', { class: 'n' }, 'peak reserved'), el('th', { class: 'n' }, 'waste at peak')));
+      D.tune.forEach((r, i) => t.append(el('tr', {}, el('td', {}, i + 1), el('td', {}, el('code', {}, r.conf || '(defaults)')), el('td', {}, r.oom ? el('span', { class: 'bad' }, 'OOM at ' + stepText(r.oom_step)) : el('span', { class: 'ok' }, 'fits')),
+        el('td', { class: 'n' }, bytes(r.peak_reserved)), el('td', { class: 'n' }, (r.waste_at_peak * 100).toFixed(1) + '%'))));
+      app.append(t);
+    }
+    const notes = [...D.notes, ...(D.replay ? D.replay.notes : []), ...(dev.forecast ? dev.forecast.notes : [])];
+    if (notes.length) {
+      app.append(el('h2', {}, 'Notes'));
+      app.append(el('ul', { class: 'notes' }, ...notes.map((n) => el('li', {}, n))));
+    }
+    app.append(el('p', { class: 'hint' }, 'Made by ' + D.command + '. Metrics: docs/metrics.md; this page: docs/report.md.'));
+  }
+
+  function choose(i) {
+    dev = D.devices[i];
+    resolved = [];
+    resetView();
+    render();
+    // The map opens just before the first OOM, else at the peak of allocated memory.
+    const firstOom = dev.frames.findIndex((f) => f.why === 'before_oom');
+    const peakFrame = dev.frames.findIndex((f) => f.why === 'peak');
+    frameIndex = firstOom >= 0 ? firstOom : peakFrame >= 0 ? peakFrame : dev.frames.length - 1;
+    moment = dev.frames.length ? dev.frames[frameIndex].event : null;
+    drawCharts();
+    api.timings.firstChartMs = performance.now();
+    drawMap();
+    api.device = dev.device;
+  }
+
+  try {
+    document.body.append(el('div', { id: 'tip' }));
+    if (!D.devices.length) {
+      app.append(el('h1', {}, 'fragscope report'), el('div', { id: 'verdict', class: 'verdict' }, D.verdict));
+    } else {
+      let start = D.devices.findIndex((d) => d.num_ooms > 0);
+      choose(start >= 0 ? start : 0);
+    }
+    window.addEventListener('resize', () => { if (dev) { drawCharts(); drawMap(); } });
+    api.timings.scriptMs = performance.now() - T0;
+    api.ready = true;
+  } catch (e) {
+    api.errors.push(String(e && e.stack || e));
+    throw e;
+  }
+})();

@@ -1,0 +1,162 @@
+"""Tests of `fragscope report` against the built binary (the page itself is checked in a real
+browser by tests/browser/test_report_browser.py; docs/report.md).
+
+Here: bad input gets analyze's messages and exit codes and writes nothing; an oversized report
+is refused with the options that bound it and leaves no file; the page is self-contained and
+its embedded data agrees with `analyze --json`; the kept memory maps are bounded.
+"""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+SOURCE_DIR = os.environ.get(
+    "FRAGSCOPE_SOURCE_DIR",
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.environ.get("FRAGSCOPE_BIN", "")
+SAMPLE = "tests/data/sample/gpt_tiny_50steps.jsonl.gz"
+CLI = "tests/data/cli/"
+
+pytestmark = pytest.mark.skipif(not BIN or not os.path.exists(BIN),
+                                reason="FRAGSCOPE_BIN is not set to the built fragscope")
+
+
+def run(*args):
+    return subprocess.run([BIN, *map(str, args)], cwd=SOURCE_DIR, capture_output=True,
+                          text=True, timeout=300)
+
+
+def page_data(path):
+    html = open(path, encoding="utf-8").read()
+    m = re.search(r'<script type="application/json" id="fragscope-data">(.*?)</script>', html,
+                  re.S)
+    assert m, "no embedded data"
+    return html, json.loads(m.group(1))
+
+
+@pytest.mark.parametrize("fixture", [
+    "bad_unknown_action.jsonl", "bad_empty.jsonl", "snapshot_truncated.pickle", "evil.pickle",
+    "bad_overlapping_segments.jsonl", "no_such_file.jsonl"])
+def test_bad_input_as_analyze_and_nothing_written(fixture, tmp_path):
+    out = tmp_path / "r.html"
+    a = run("analyze", CLI + fixture)
+    r = run("report", CLI + fixture, "-o", out)
+    assert r.returncode == a.returncode
+    if a.returncode == 2:
+        assert r.stderr.splitlines()[0] == a.stderr.splitlines()[0]
+        assert not out.exists()
+        assert os.listdir(tmp_path) == []
+
+
+def test_request_trace_needs_a_capacity(tmp_path):
+    r = run("report", SAMPLE, "-o", tmp_path / "r.html")
+    assert r.returncode == 2
+    assert "give --capacity SIZE" in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_tune_needs_a_replay(tmp_path):
+    r = run("report", CLI + "snapshot_small.pickle", "--tune", "-o", tmp_path / "r.html")
+    assert r.returncode == 2
+    assert "--tune" in r.stderr and "--capacity" in r.stderr
+
+
+def test_oversized_report_is_refused_with_the_options_that_bound_it(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", SAMPLE, "--capacity", "520MiB", "--no-verify", "-o", out,
+            "--max-size", "64KiB")
+    assert r.returncode == 2
+    for option in ("--max-frames", "--every", "--device", "--max-size"):
+        assert option in r.stderr
+    assert "nothing was written" in r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_page_is_self_contained_and_agrees_with_analyze(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", CLI + "allocator_basic.jsonl", "-o", out)
+    assert r.returncode == 0, r.stderr
+    html, data = page_data(out)
+    # Nothing is fetched: no external script, style, font or image.
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html)
+    assert "@import" not in html and "url(http" not in html
+    assert "default-src 'none'" in html
+    a = json.loads(run("analyze", CLI + "allocator_basic.jsonl", "--json").stdout)
+    assert len(data["devices"]) == len(a["devices"])
+    for d, j in zip(data["devices"], a["devices"]):
+        assert d["device"] == j["device"]
+        assert d["num_ooms"] == j["ooms"]
+        assert d["key"]["peak_reserved"]["bytes"] == j["peak_reserved"]["bytes"]
+        assert len(d["series"]["reserved"]) == len(j["timeline"])
+        assert d["frames"], "no memory map kept"
+        # The final frame is the final layout analyze prints.
+        final = d["frames"][-1]
+        assert final["why"] == "end"
+        assert len(final["segs"]) == len(j["layout"])
+
+
+def test_replayed_oom_has_the_panel_and_verified_remedies(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", SAMPLE, "--capacity", "520MiB", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    replay = json.loads(run("replay", SAMPLE, "--capacity", "520MiB", "--json", "--no-map").stdout)
+    d = data["devices"][0]
+    first = replay["analysis"]["devices"][0]["oom_diagnoses"][0]
+    assert d["ooms"][0]["event"] == first["when"]["event_index"]
+    assert data["verdict"].startswith(f"Out of memory at event {first['when']['event_index']}")
+    assert any(f["why"] == "before_oom" and f["event"] == d["ooms"][0]["event"]
+               for f in d["frames"])
+    checked = [x for x in d["explain"]["remedies"] if "check" in x]
+    assert checked, "no remedy was replayed"
+
+
+def test_kept_maps_are_bounded(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", SAMPLE, "--capacity", "1GiB", "--max-frames", "4", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    frames = data["devices"][0]["frames"]
+    periodic = [f for f in frames if f["why"] == "periodic"]
+    assert 2 <= len(periodic) <= 4
+    assert frames[-1]["why"] == "end"
+    events = [f["event"] for f in frames]
+    assert events == sorted(events)
+    # Spread over the run, not bunched at its start.
+    assert periodic[-1]["event"] > data["total_events"] / 4
+
+
+def test_two_devices_are_both_in_the_page(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", CLI + "two_devices.jsonl", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    assert [d["device"] for d in data["devices"]] == [0, 1]
+    assert all(d["frames"] for d in data["devices"])
+
+
+def test_snapshot_oom_gets_explain_with_the_capacity_its_oom_recorded(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", "tests/data/snapshots/g2_oom.pickle", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    d = data["devices"][0]
+    assert d["explain"]["verdict"] == "shortage"
+    assert d["explain"]["remedies"]
+    assert any("capacity taken from its recorded OOM" in n for n in data["notes"])
+
+
+def test_tune_table_matches_tune(tmp_path):
+    out = tmp_path / "r.html"
+    r = run("report", SAMPLE, "--capacity", "520MiB", "--no-verify", "--tune", "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    tuned = json.loads(run("tune", SAMPLE, "--capacity", "520MiB", "--json").stdout)
+    rows = tuned["ranked"]
+    assert len(data["tune"]) == len(rows)
+    assert [t["conf"] for t in data["tune"]] == [x["alloc_conf"] for x in rows]
+    assert data["tune"][0]["peak_reserved"] == rows[0]["peak_reserved_bytes"]
+    assert data["tune"][0]["oom"] is False
