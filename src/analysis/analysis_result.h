@@ -161,7 +161,11 @@ struct DeviceForecast {
   std::optional<std::int64_t> first_warning_step;   // first sample at warning or worse
   std::optional<std::int64_t> first_critical_step;  // first sample at critical
   RiskLevel worst = RiskLevel::kUnknown;
-  ForecastPoint last;                        // the verdict of the last sample
+  ForecastPoint last;  // the verdict of the last sample
+  /// The sample with the highest P(OOM within the warning horizon, 100 steps by default), when
+  /// one reached 0.1% (`check --max-oom-risk` gates on it).
+  std::optional<ForecastPoint> riskiest;
+  std::uint64_t risk_horizon = 100;          // that horizon
   std::vector<std::string> notes;            // not enough data, fallbacks, missing capacity
   std::optional<ForecastBaseline> baseline;  // set by the caller (analyze --baseline)
 };

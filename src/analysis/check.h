@@ -33,6 +33,9 @@ struct CheckLimits {
   double max_peak_increase = 0.10;
   /// Fail when the forecast reaches this level (kUnknown: the forecast is not checked).
   RiskLevel fail_at_level = RiskLevel::kCritical;
+  /// Fail the forecast item too when P(OOM within the risk horizon, 100 steps) reached this
+  /// at any sample (`--max-oom-risk`); nullopt: not checked.
+  std::optional<double> max_oom_risk;
 };
 
 /// Everything known about one device.

@@ -440,6 +440,7 @@ void ForecastTrack::Reset(bool step_unit) {
   forecaster_ = Forecaster(options_, capacity_);
   result_ = DeviceForecast{};
   result_.unit = step_unit ? "step" : "window";
+  result_.risk_horizon = options_.risk_options.warning_horizon;
   result_.every = std::max<std::uint64_t>(options_.every, 1);
   group_.reset();
   group_steps_ = 0;
@@ -492,6 +493,13 @@ void ForecastTrack::ObserveGroup() {
     result_.first_critical_step = p.step;
   }
   result_.worst = std::max(result_.worst, p.level);
+  if (p.risk) {
+    const std::uint64_t h = options_.risk_options.warning_horizon;
+    const double now = p.risk->At(h).value_or(0);
+    if (now >= 0.001 && (!result_.riskiest || now > result_.riskiest->risk->At(h).value_or(0))) {
+      result_.riskiest = p;
+    }
+  }
   result_.last = std::move(p);
 }
 
@@ -512,6 +520,7 @@ DeviceForecast ForecastTrack::Finish() {
     out.changes_dropped = 0;
     out.first_warning_step.reset();
     out.first_critical_step.reset();
+    out.riskiest.reset();
     out.worst = RiskLevel::kUnknown;
     out.last = ForecastPoint{};
     out.last.reason = "not enough data";

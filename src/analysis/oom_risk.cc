@@ -285,7 +285,10 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   r.largest_demand_bytes = values_.back();
   r.spread_bytes = spread_;
   r.headroom_bytes = (low + high) / 2 - mean;
-  if (spread_ > 0) r.headroom_spreads = r.headroom_bytes / spread_;
+  // A spread below 0.01% of the demand is rounding noise (a perfect line detrended).
+  if (spread_ > 1e-4 * std::max(std::fabs(mean), 1.0)) {
+    r.headroom_spreads = r.headroom_bytes / spread_;
+  }
   r.cost_bytes = cost_now_;
   r.slope_bytes_per_step = slope_;
   r.tail_only = values_.back() <= low;
@@ -303,16 +306,32 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
     r.steps_to_oom = static_cast<std::uint64_t>(std::ceil(hi));
   }
   // Advice: removing the cache's cost (expandable segments: no stranded gaps) if that alone
-  // brings the warning-horizon risk below the warning threshold; otherwise a shape cap.
+  // brings the warning-horizon risk below the warning threshold; else stopping the growth if
+  // the trend more than doubles the watch-horizon risk; otherwise a shape cap.
   const double warn_h = static_cast<double>(o.warning_horizon);
   const double now = risk_at(warn_h, 0);
   const double cap = std::max(low - cost_now_ - slope_ * warn_h, 0.0);
+  // P(OOM within the watch horizon) with the whole trend removed (demand held at today's).
+  const double watch_h = static_cast<double>(o.watch_horizon);
+  const auto flat_risk = [&]() {
+    double total = 0;
+    for (double limit : limits) {
+      const double p = StepExceedance(limit);
+      total += p >= 1 ? 1.0 : -std::expm1(watch_h * std::log1p(-p));
+    }
+    return total / kLimitPoints;
+  };
   if (cost_now_ > 0 && now >= o.warning_probability &&
       risk_at(warn_h, -(cost_now_ + cost_slope_ * warn_h)) < o.warning_probability) {
     r.advice = fmt::format(
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache's {} of stranded bytes "
         "are what makes the coming steps not fit",
         Bytes(cost_now_));
+  } else if (slope_ > 0 && r.steps_to_oom && risk_at(watch_h, 0) > 2 * flat_risk()) {
+    r.advice = fmt::format(
+        "stop the growth: step demand rises {}/step (a leak, growing shapes or caches, or "
+        "stranded bytes accumulating) and meets the limit's low end, {}, in ~{} steps",
+        Bytes(slope_), Bytes(low), static_cast<std::uint64_t>(std::max(low - mean, 0.0) / slope_));
   } else {
     r.shape_cap_bytes = static_cast<std::uint64_t>(std::llround(cap));
     r.advice = fmt::format(

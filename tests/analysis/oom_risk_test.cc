@@ -159,6 +159,7 @@ TEST(OomRiskTest, ATrendCarriesDemandToTheLimit) {
   EXPECT_LT(P(*without, 500), 0.5 * P(*with, 500));
   ASSERT_TRUE(with->steps_to_oom);
   EXPECT_LT(*with->steps_to_oom, 400u);
+  EXPECT_NE(with->advice.find("stop the growth"), std::string::npos) << with->advice;
 }
 
 // A job that survived a demand close to the capacity shows the device serves more than
