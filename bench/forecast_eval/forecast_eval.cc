@@ -587,6 +587,7 @@ int Usage() {
       "usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]\n"
       "                     [--no-synthetic] [--every A,B] [--live A,B] [--verbose]\n"
       "                     [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]\n"
+      "                     [--write-resampled DIR]\n"
       "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
       "resampled to that many steps for it.\n"
@@ -609,6 +610,7 @@ int main(int argc, char** argv) {
   bool risk = false, risk_only = false;
   std::int64_t long_steps = 1000;
   std::optional<double> risk_allowance;
+  std::string write_dir;  // --write-resampled: the long runs, as request traces
   std::vector<std::uint64_t> periods = {1, 50};
   std::vector<std::uint64_t> live_periods = {10, 50};
   for (int i = 1; i < argc; ++i) {
@@ -636,6 +638,8 @@ int main(int argc, char** argv) {
       risk = true;
     } else if (a == "--risk-only") {
       risk = risk_only = true;
+    } else if (a == "--write-resampled" && (v = value())) {
+      write_dir = *v;
     } else if (a == "--risk-allowance" && (v = value())) {
       risk_allowance = std::strtod(v->c_str(), nullptr);
       if (!(*risk_allowance >= 1 && *risk_allowance < 100)) return Usage();
@@ -669,6 +673,20 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "forecast_eval: %s: resampled from %lld to %lld steps\n",
                      w->name.c_str(), static_cast<long long>(source),
                      static_cast<long long>(w->steps));
+        if (!write_dir.empty()) {  // for the cost benchmark (docs/benchmarks.md)
+          TraceHeader header;
+          header.kind = TraceKind::kRequest;
+          header.devices.push_back(DeviceInfo{0, "virtual-gpu", std::nullopt, std::nullopt});
+          auto out = TraceWriter::Create(write_dir + "/" + w->name + ".jsonl", header);
+          Status st = out.ok() ? Status::Ok() : out.status();
+          for (std::size_t i = 0; st.ok() && i < w->events.size(); ++i) {
+            Event e = w->events[i];
+            e.frame = -1;  // frames are not carried over
+            st = (*out)->Write(e);
+          }
+          if (st.ok()) st = (*out)->Close();
+          if (!st.ok()) std::fprintf(stderr, "forecast_eval: %s\n", st.message().c_str());
+        }
       }
       workloads.push_back(std::move(*w));
     } else {
