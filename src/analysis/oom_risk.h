@@ -41,7 +41,7 @@ struct OomRiskOptions {
   /// Samples, and steps they cover, needed before a risk is given: a tail fit from fewer
   /// than ~25 exceedances swings wildly (at every = 1, 100 steps = 25 exceedances).
   std::size_t min_samples = 6;
-  std::uint64_t min_steps = 50;
+  std::uint64_t min_steps = 100;
   /// Fraction of the kept samples above the tail threshold (at least 4 exceedances).
   double tail_fraction = 0.25;
   /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
