@@ -514,6 +514,13 @@ DeviceForecast ForecastTrack::Finish() {
         "device capacity unknown: classic signals only, no steps-to-OOM (give the trace "
         "header's capacity_bytes, or replay with --capacity)");
   }
+  if (capacity_ && options_.risk && !out.last.risk && windows_total_ >= 2) {
+    out.notes.push_back(fmt::format(
+        "no OOM risk yet: it needs {} steps in {} samples after the {}-step warm-up ({} {}{} "
+        "seen)",
+        options_.risk_options.min_steps, options_.risk_options.min_samples, options_.warmup_steps,
+        out.steps_covered, step_unit_ ? "step" : "window", out.steps_covered == 1 ? "" : "s"));
+  }
   if (windows_total_ < 2) {
     out.enough_data = false;
     out.changes.clear();
