@@ -9,7 +9,8 @@
 // allowance, or the largest demand already survived) and the capacity, so the risk is averaged
 // over that interval.
 //
-// Cost: O(window) per sample (a sort of at most `window` doubles), O(window) memory.
+// Cost: O(window log window) per sample (a sort of at most `window` doubles) plus ~50
+// evaluations of the risk curve (5 limits x 8 pieces each), O(window) memory.
 // Thread safety: none; one thread observes.
 #ifndef FRAGSCOPE_ANALYSIS_OOM_RISK_H_
 #define FRAGSCOPE_ANALYSIS_OOM_RISK_H_
@@ -90,7 +91,8 @@ class OomRiskModel {
   void Add(std::int64_t step, std::uint64_t steps, double base, double cost,
            std::optional<double> demand_slope = std::nullopt);
 
-  /// The risk now (after the latest Add); nullopt before min_samples samples.
+  /// The risk now (after the latest Add); nullopt before min_samples samples covering
+  /// min_steps steps, or without a capacity.
   std::optional<OomRisk> Estimate() const;
 
   /// The level the risk alone gives.
