@@ -56,7 +56,7 @@ eval:
 	cmake --preset bench
 	cmake --build --preset bench --target forecast_eval
 	build/bench/bench/forecast_eval/forecast_eval --workloads bench/forecast_eval/workloads \
-	  --trace $(SAMPLE)
+	  --trace $(SAMPLE) --risk
 # Load and fault test of `fragscope serve` (release build): 64 agents x 10 samples/s for 60 s,
 # scrapes every 100 ms, agents that send garbage, flood or disconnect mid-frame. Prints scrape
 # latency and the daemon's peak RSS; fails if a sample is lost (docs/benchmarks.md).

@@ -29,6 +29,10 @@ banner "fragscope tune $sample --capacity $tight   (which allocator setting avoi
 "$bin" tune "$sample" --capacity "$tight" --rows 10
 rc=$?; [[ $rc -le 1 ]] || exit 1
 
+banner "fragscope replay $sample --capacity 600MiB --forecast --forecast-every 1   (the forecast; its OOM risk needs 120 steps, the note says so)"
+"$bin" replay "$sample" --capacity 600MiB --forecast --forecast-every 1 --timeline-rows 0 --no-map
+rc=$?; [[ $rc -le 1 ]] || exit 1
+
 banner "fragscope check $sample --capacity $tight --max-fragmentation 0.9   (a CI gate: exit 1)"
 "$bin" check "$sample" --capacity "$tight" --max-fragmentation 0.9
 rc=$?; [[ $rc -le 1 ]] || exit 1

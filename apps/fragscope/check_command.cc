@@ -38,6 +38,7 @@ struct CheckFlags {
   double max_growth_ratio = 1.5;
   double max_peak_increase = 0.10;
   std::string fail_at = "critical";
+  std::optional<double> max_oom_risk;
   std::uint64_t forecast_every = 50;
   std::int32_t device = -1;
   bool json = false;
@@ -59,7 +60,8 @@ constexpr std::string_view kFooter =
   fragmentation   --max-fragmentation: the worst fragmentation ratio (cached free / reserved)
                   at the end of any step.
   forecast        the forecaster (docs/forecast.md) must not reach --fail-at (default
-                  critical: an OOM predicted for the coming steps).
+                  critical: an OOM predicted for the coming steps); with --max-oom-risk P,
+                  nor P(OOM within 100 steps) reach P at any sample.
   baseline        --baseline LABEL: compared with the last --last runs of that architecture
                   in the history (docs/history.md), the run must not fragment more than
                   --max-growth-ratio times as fast, nor grow its peak allocated memory by
@@ -102,7 +104,8 @@ int RunCheck(const CheckFlags& flags) {
   analysis::AnalysisOptions options;
   if (flags.device >= 0) options.device = flags.device;
   options.keep_layout = false;
-  if (limits.fail_at_level != RiskLevel::kUnknown) {
+  limits.max_oom_risk = flags.max_oom_risk;
+  if (limits.fail_at_level != RiskLevel::kUnknown || limits.max_oom_risk) {
     analysis::ForecastOptions forecast;
     forecast.every = flags.forecast_every;
     options.forecast = forecast;
@@ -252,6 +255,11 @@ Command AddCheckCommand(CLI::App& app) {
   sub->add_option("--fail-at", flags->fail_at, "Forecast level that fails the check")
       ->check(CLI::IsMember({"watch", "warning", "critical", "never"}))
       ->capture_default_str();
+  sub->add_option("--max-oom-risk", flags->max_oom_risk,
+                  "Fail the forecast when P(OOM within 100 steps) reaches P at any sample "
+                  "(docs/forecast.md, \"OOM risk\")")
+      ->type_name("P")
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--forecast-every", flags->forecast_every,
                   "Steps per forecaster sample (as a live agent would sample)")
       ->type_name("N")

@@ -198,6 +198,12 @@ void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions*
       ->type_name("X")
       ->check(CLI::Range(1.0, 100.0))
       ->capture_default_str();
+  sub.add_option("--forecast-risk-horizons", f->risk_options.horizons,
+                 "Steps ahead for which P(OOM) is reported (docs/forecast.md, \"OOM risk\")")
+      ->type_name("N,N,...")
+      ->delimiter(',')
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{10'000'000}))
+      ->capture_default_str();
   // Each --forecast-* option tunes the forecaster, so it needs --forecast.
   for (CLI::Option* option : sub.get_options(
            [](const CLI::Option* o) { return o->get_name().rfind("--forecast-", 0) == 0; })) {

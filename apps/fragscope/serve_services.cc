@@ -62,6 +62,10 @@ void ProcessForecasts::Prepare(agent::AgentSample& sample) {
       live_.Observe(fmt::format("{} {}", sample.pid, sample.device_uuid), live);
   sample.forecast_level = v.point.level;
   if (v.point.steps_to_oom) sample.steps_to_oom = static_cast<std::int64_t>(*v.point.steps_to_oom);
+  if (v.point.risk) {
+    for (const auto& h : v.point.risk->horizons)
+      sample.oom_risk.emplace_back(h.steps, h.probability);
+  }
   const bool alarm = v.point.level >= RiskLevel::kWarning;
   if (log_ && alarm != (v.previous >= RiskLevel::kWarning)) {
     log_(fmt::format("forecast: pid {} on {}, step {}: {}: {}", sample.pid, sample.device_uuid,

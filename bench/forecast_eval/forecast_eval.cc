@@ -11,14 +11,18 @@
 //
 // Usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]
 //                      [--no-synthetic] [--every A,B] [--live A,B] [--verbose]
+//                      [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <random>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -26,6 +30,7 @@
 #include "analysis/forecast.h"
 #include "analysis/live_forecast.h"
 #include "analysis/replay_result.h"
+#include "analysis/timeline.h"
 #include "analysis/trace_analyzer.h"
 #include "common/units.h"
 #include "fragscope/trace.h"
@@ -55,6 +60,126 @@ std::int64_t CountSteps(const std::vector<Event>& events) {
   std::int64_t n = 0;
   for (const Event& e : events) n += e.action == Action::kStep;
   return n;
+}
+
+// Resampling a captured request trace into a long run (docs/benchmarks.md, "OOM risk
+// evaluation"): the setup events and the first `prefix` steps (weights, optimizer state,
+// first-step caches) are kept verbatim; every later step is a uniformly drawn source step
+// (seeded) after the prefix, its allocations given fresh ids. An allocation that the source
+// frees in the same step is freed at the same place; one that the source frees in a later
+// step ("carried": gradients, caches) is freed by the next emitted step's first free of a
+// carried allocation of the same size, or at that step's end; one the source never frees is
+// not emitted (it would leak once per draw). A free of an allocation made before the
+// resampled steps (setup, prefix) is emitted once. So every emitted step has the allocation
+// pattern of a real step, and the live set cannot drift.
+Workload Resample(const Workload& w, std::int64_t steps, std::uint64_t seed,
+                  std::int64_t prefix = 2) {
+  std::vector<std::size_t> marks;  // index of each step marker
+  for (std::size_t i = 0; i < w.events.size(); ++i) {
+    if (w.events[i].action == Action::kStep) marks.push_back(i);
+  }
+  const auto source_steps = static_cast<std::int64_t>(marks.size());
+  if (source_steps <= prefix + 1 || source_steps >= steps) return w;
+  // Where each allocation's source step and free step are (step -1: setup; INT64_MAX: never).
+  std::unordered_map<std::uint64_t, std::pair<std::int64_t, std::int64_t>> life;
+  std::unordered_map<std::uint64_t, std::uint64_t> sizes;  // source id -> requested bytes
+  std::int64_t current = -1;
+  for (const Event& e : w.events) {
+    if (e.action == Action::kStep) {
+      ++current;
+    } else if (e.action == Action::kAlloc) {
+      life[e.addr] = {current, INT64_MAX};
+      sizes[e.addr] = e.size;
+    } else if (e.action == Action::kFreeRequested) {
+      auto it = life.find(e.addr);
+      if (it != life.end()) it->second.second = current;
+    }
+  }
+  Workload out;
+  out.name = fmt::format("{}~{}", w.name, steps);
+  out.synthetic = w.synthetic;
+  const std::size_t verbatim_end =
+      static_cast<std::size_t>(prefix) < marks.size() ? marks[prefix] : w.events.size();
+  out.events.assign(w.events.begin(), w.events.begin() + static_cast<std::ptrdiff_t>(verbatim_end));
+  std::uint64_t next_id = 0;
+  for (const Event& e : w.events) next_id = std::max(next_id, e.addr);
+  std::unordered_map<std::uint64_t, bool> early_freed;  // setup/prefix ids already freed
+  for (std::size_t i = 0; i < verbatim_end; ++i) {
+    if (w.events[i].action == Action::kFreeRequested) early_freed[w.events[i].addr] = true;
+  }
+  struct Carried {
+    std::uint64_t id, size;
+    std::int64_t emitted;
+  };
+  std::vector<Carried> carried;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> pick(prefix, source_steps - 1);
+  for (std::int64_t t = prefix; t < steps; ++t) {
+    const std::int64_t j = pick(rng);
+    const std::size_t begin = marks[j];
+    const std::size_t end = j + 1 < source_steps ? marks[j + 1] : w.events.size();
+    Event marker = w.events[begin];
+    marker.step = t;
+    out.events.push_back(marker);
+    std::unordered_map<std::uint64_t, std::uint64_t> ids;  // source id -> emitted id
+    for (std::size_t i = begin + 1; i < end; ++i) {
+      Event e = w.events[i];
+      if (e.action == Action::kAlloc) {
+        const auto& [born, dies] = life[e.addr];
+        if (dies == INT64_MAX) continue;
+        const std::uint64_t id = ++next_id;
+        if (dies == j) {
+          ids[e.addr] = id;
+        } else {
+          carried.push_back({id, e.size, t});
+        }
+        e.addr = id;
+        out.events.push_back(e);
+      } else if (e.action == Action::kFreeRequested) {
+        if (auto it = ids.find(e.addr); it != ids.end()) {
+          e.addr = it->second;
+          out.events.push_back(e);
+          continue;
+        }
+        const auto lit = life.find(e.addr);
+        if (lit == life.end()) continue;
+        if (lit->second.first < prefix) {  // made in the setup or the prefix
+          if (!early_freed[e.addr]) {
+            early_freed[e.addr] = true;
+            out.events.push_back(e);
+          }
+          continue;
+        }
+        // A carried allocation of an earlier emitted step with the source's size.
+        const auto sit = sizes.find(e.addr);
+        for (std::size_t c = 0; sit != sizes.end() && c < carried.size(); ++c) {
+          if (carried[c].emitted < t && carried[c].size == sit->second) {
+            e.addr = carried[c].id;
+            out.events.push_back(e);
+            carried.erase(carried.begin() + static_cast<std::ptrdiff_t>(c));
+            break;
+          }
+        }
+      } else {
+        out.events.push_back(e);
+      }
+    }
+    // Carried allocations of earlier emitted steps that no free matched: freed now.
+    std::vector<Carried> keep;
+    for (const Carried& c : carried) {
+      if (c.emitted < t) {
+        Event f;
+        f.action = Action::kFreeRequested;
+        f.addr = c.id;
+        out.events.push_back(f);
+      } else {
+        keep.push_back(c);
+      }
+    }
+    carried = std::move(keep);
+  }
+  out.steps = CountSteps(out.events);
+  return out;
 }
 
 // A request trace from disk, device 0's events only (plus the step markers).
@@ -161,6 +286,7 @@ struct Run {
   std::optional<std::int64_t> oom_step;
   std::string kind = "-";
   std::map<std::string, analysis::DeviceForecast> forecasts;  // by mode
+  std::vector<analysis::TimelineSample> timeline;             // per step (want_timeline)
 };
 
 // A forecast mode: the analyzer's forecaster sampling every N steps ("N"), or the daemon's on an
@@ -218,9 +344,9 @@ analysis::DeviceForecast LiveForecast(const std::vector<analysis::TimelineSample
 }
 
 Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity, const std::vector<Mode>& modes,
-                     const analysis::ForecastOptions& base) {
+                     const analysis::ForecastOptions& base, bool want_timeline) {
   std::vector<std::uint64_t> periods;
-  bool any_live = false;
+  bool any_live = want_timeline;
   for (const Mode& m : modes) {
     if (m.live) {
       any_live = true;
@@ -293,9 +419,115 @@ Result<Run> ReplayAt(const Workload& w, std::uint64_t capacity, const std::vecto
         if (m.live)
           run.forecasts[m.name] = LiveForecast(d.timeline, run.oom_step, capacity, m, base);
       }
+      if (want_timeline) run.timeline = d.timeline;
     }
   }
   return run;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The OOM risk evaluation (docs/benchmarks.md, "OOM risk evaluation"): every sample's
+// P(OOM within H) against what happened, the lead of the first warning, false warnings.
+
+constexpr std::uint64_t kRiskHorizon = 100;
+constexpr double kBuckets[] = {0, 0.01, 0.05, 0.10, 0.20, 0.40, 0.60, 0.80, 1.0000001};
+constexpr std::size_t kBucketCount = std::size(kBuckets) - 1;
+
+struct RiskSample {
+  std::int64_t step = 0;
+  RiskLevel level = RiskLevel::kUnknown;
+  std::optional<double> p;  // P(OOM within kRiskHorizon)
+};
+
+// The analyzer's forecaster over a replay's per-step timeline, sampling every `every` steps
+// (as ForecastTrack merges them), never seeing the failing step.
+std::vector<RiskSample> RiskTrack(const std::vector<analysis::TimelineSample>& timeline,
+                                  std::optional<std::int64_t> oom_step, std::uint64_t capacity,
+                                  std::uint64_t every, const analysis::ForecastOptions& options) {
+  std::vector<RiskSample> out;
+  analysis::Forecaster f(options, capacity);
+  std::optional<analysis::TimelineSample> group;
+  std::uint64_t count = 0;
+  std::int64_t previous = -1;
+  for (const analysis::TimelineSample& row : timeline) {
+    if (row.step_last < 0) continue;
+    if (oom_step && row.step_last >= *oom_step) break;
+    group = group ? analysis::MergeSamples(*group, row) : row;
+    if (++count < every) continue;
+    const std::uint64_t steps =
+        previous < 0 ? count : static_cast<std::uint64_t>(row.step_last - previous);
+    const analysis::ForecastPoint p = f.Observe(*group, row.step_last, steps);
+    RiskSample r;
+    r.step = row.step_last;
+    r.level = p.level;
+    if (p.risk) r.p = p.risk->At(kRiskHorizon);
+    out.push_back(r);
+    previous = row.step_last;
+    group.reset();
+    count = 0;
+  }
+  return out;
+}
+
+struct RiskTotals {
+  double brier = 0;
+  std::uint64_t scored = 0, positives = 0;  // samples with a known outcome, OOM within H
+  std::uint64_t unscored = 0;               // samples without a risk yet (counted as p = 0)
+  std::array<std::uint64_t, kBucketCount> n{};
+  std::array<double, kBucketCount> p_sum{}, o_sum{};
+  std::uint64_t ooms = 0, warned_20 = 0, warned = 0;                  // OOMs at step >= 50
+  std::uint64_t clean_runs = 0, clean_steps = 0, clean_episodes = 0;  // >= 10% headroom
+};
+
+void ScoreRisk(const std::vector<RiskSample>& samples, std::optional<std::int64_t> oom_step,
+               std::int64_t last_step, bool headroom, RiskTotals* t, std::string* lead_text) {
+  for (const RiskSample& r : samples) {
+    const std::int64_t until = r.step + static_cast<std::int64_t>(kRiskHorizon);
+    int outcome;
+    if (oom_step && *oom_step > r.step && *oom_step <= until) {
+      outcome = 1;
+    } else if ((oom_step && *oom_step > until) || (!oom_step && until <= last_step)) {
+      outcome = 0;
+    } else {
+      continue;  // censored: the run ended (no OOM) within the horizon
+    }
+    const double p = r.p.value_or(0.0);
+    if (!r.p) ++t->unscored;
+    t->brier += (p - outcome) * (p - outcome);
+    ++t->scored;
+    t->positives += static_cast<std::uint64_t>(outcome);
+    std::size_t b = 0;
+    while (b + 1 < kBucketCount && p >= kBuckets[b + 1]) ++b;
+    ++t->n[b];
+    t->p_sum[b] += p;
+    t->o_sum[b] += outcome;
+  }
+  if (oom_step && *oom_step >= 50) {
+    ++t->ooms;
+    std::optional<std::int64_t> first;
+    for (const RiskSample& r : samples) {
+      if (r.step < *oom_step && r.level >= RiskLevel::kWarning) {
+        first = r.step;
+        break;
+      }
+    }
+    if (first) {
+      ++t->warned;
+      if (*oom_step - *first >= 20) ++t->warned_20;
+      *lead_text = fmt::format("{}", *oom_step - *first);
+    } else {
+      *lead_text = "none";
+    }
+  }
+  if (!oom_step && headroom) {
+    ++t->clean_runs;
+    t->clean_steps += static_cast<std::uint64_t>(std::max<std::int64_t>(last_step + 1, 0));
+    RiskLevel previous = RiskLevel::kUnknown;
+    for (const RiskSample& r : samples) {
+      if (r.level >= RiskLevel::kWarning && previous < RiskLevel::kWarning) ++t->clean_episodes;
+      previous = r.level;
+    }
+  }
 }
 
 // Warning episodes: entries into warning-or-worse from below, before step `before`.
@@ -354,6 +586,11 @@ int Usage() {
   std::fputs(
       "usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]\n"
       "                     [--no-synthetic] [--every A,B] [--live A,B] [--verbose]\n"
+      "                     [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]\n"
+      "                     [--write-resampled DIR]\n"
+      "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
+      "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
+      "resampled to that many steps for it.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",
@@ -370,6 +607,10 @@ int main(int argc, char** argv) {
   std::uint64_t seed = 1;
   bool synthetic = true;
   bool verbose = false;
+  bool risk = false, risk_only = false;
+  std::int64_t long_steps = 1000;
+  std::optional<double> risk_allowance;
+  std::string write_dir;  // --write-resampled: the long runs, as request traces
   std::vector<std::uint64_t> periods = {1, 50};
   std::vector<std::uint64_t> live_periods = {10, 50};
   for (int i = 1; i < argc; ++i) {
@@ -393,6 +634,17 @@ int main(int argc, char** argv) {
     } else if (a == "--live" && (v = value())) {
       live_periods = ParseList(*v);
       if (std::count(live_periods.begin(), live_periods.end(), 0u) > 0) return Usage();
+    } else if (a == "--risk") {
+      risk = true;
+    } else if (a == "--risk-only") {
+      risk = risk_only = true;
+    } else if (a == "--write-resampled" && (v = value())) {
+      write_dir = *v;
+    } else if (a == "--risk-allowance" && (v = value())) {
+      risk_allowance = std::strtod(v->c_str(), nullptr);
+      if (!(*risk_allowance >= 1 && *risk_allowance < 100)) return Usage();
+    } else if (a == "--long-steps" && (v = value())) {
+      long_steps = std::max<std::int64_t>(2, std::strtoll(v->c_str(), nullptr, 10));
     } else if (a == "--verbose") {
       verbose = true;
     } else if (a == "--no-synthetic") {
@@ -415,6 +667,27 @@ int main(int argc, char** argv) {
   for (const std::string& path : traces) {
     std::string error;
     if (auto w = Load(path, &error)) {
+      if (risk && w->steps < long_steps) {
+        const std::int64_t source = w->steps;
+        *w = Resample(*w, long_steps, seed);
+        std::fprintf(stderr, "forecast_eval: %s: resampled from %lld to %lld steps\n",
+                     w->name.c_str(), static_cast<long long>(source),
+                     static_cast<long long>(w->steps));
+        if (!write_dir.empty()) {  // for the cost benchmark (docs/benchmarks.md)
+          TraceHeader header;
+          header.kind = TraceKind::kRequest;
+          header.devices.push_back(DeviceInfo{0, "virtual-gpu", std::nullopt, std::nullopt});
+          auto out = TraceWriter::Create(write_dir + "/" + w->name + ".jsonl", header);
+          Status st = out.ok() ? Status::Ok() : out.status();
+          for (std::size_t i = 0; st.ok() && i < w->events.size(); ++i) {
+            Event e = w->events[i];
+            e.frame = -1;  // frames are not carried over
+            st = (*out)->Write(e);
+          }
+          if (st.ok()) st = (*out)->Close();
+          if (!st.ok()) std::fprintf(stderr, "forecast_eval: %s\n", st.message().c_str());
+        }
+      }
       workloads.push_back(std::move(*w));
     } else {
       std::fprintf(stderr, "forecast_eval: skipped %s: %s\n", path.c_str(), error.c_str());
@@ -433,6 +706,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Mode> modes;
+  if (risk_only) periods.clear(), live_periods.clear();
   for (std::uint64_t every : periods) modes.push_back({fmt::format("{}", every), every});
   for (std::uint64_t every : live_periods) {
     modes.push_back({fmt::format("live{}", every), every, true, false});
@@ -446,6 +720,32 @@ int main(int argc, char** argv) {
       std::max(defaults.warmup_steps + defaults.trend_min_steps, 3 * defaults.block_steps - 1));
   // Totals by set ("captured": trace files, "synthetic": synthetic.cc, "all") and period.
   std::map<std::pair<std::string, std::size_t>, Totals> totals;  // by set and mode index
+  // The risk evaluation's forecasters: the default, and ablations that each switch one signal
+  // off (a good forecaster should beat each of them).
+  struct Variant {
+    std::string name;
+    std::uint64_t every;
+    analysis::ForecastOptions options;
+  };
+  std::vector<Variant> variants;
+  if (risk) {
+    analysis::ForecastOptions d;
+    if (risk_allowance) d.risk_options.allowance = *risk_allowance;
+    auto with = [&](auto change) {
+      analysis::ForecastOptions o = d;
+      change(o);
+      return o;
+    };
+    variants.push_back({"risk/1", 1, d});
+    variants.push_back({"risk/50", 50, d});
+    variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
+    variants.push_back({"no-trend/1", 1, with([](auto& o) { o.risk_options.use_trend = false; })});
+    variants.push_back({"no-cost/1", 1, with([](auto& o) { o.risk_options.use_cost = false; })});
+    variants.push_back({"signals/1", 1, with([](auto& o) { o.risk = false; })});
+    variants.push_back({"signals/50", 50, with([](auto& o) { o.risk = false; })});
+  }
+  std::map<std::pair<std::string, std::size_t>, RiskTotals> risk_totals;
+  std::vector<std::string> risk_rows;
   fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>7} {:>7} {:>10} {:>6} {:>8}\n", "workload",
              "steps", "capacity", "x fit", "OOM step", "every", "kind", "first warn", "lead",
              "false/1k");
@@ -466,11 +766,42 @@ int main(int argc, char** argv) {
           factor < 0 ? fails
                      : static_cast<std::uint64_t>(std::llround(static_cast<double>(*fit) * factor));
       if (factor < 0) factor = static_cast<double>(fails) / static_cast<double>(*fit);
-      auto run = ReplayAt(w, capacity, modes, defaults);
+      auto run = ReplayAt(w, capacity, modes, defaults, risk);
       if (!run.ok()) {
         std::fprintf(stderr, "forecast_eval: %s at %s: %s\n", w.name.c_str(),
                      FormatBytes(capacity).c_str(), run.status().message().c_str());
         continue;
+      }
+      if (risk) {
+        const std::int64_t last = run->timeline.empty() ? -1 : run->timeline.back().step_last;
+        const std::int64_t end = run->oom_step.value_or(last);
+        std::string leads;
+        for (std::size_t v = 0; v < variants.size(); ++v) {
+          const auto samples = RiskTrack(run->timeline, run->oom_step, capacity, variants[v].every,
+                                         variants[v].options);
+          std::string lead;
+          for (const std::string set : {w.synthetic ? "synthetic" : "captured", "all"}) {
+            ScoreRisk(samples, run->oom_step, end, factor >= 1.10 - 1e-9, &risk_totals[{set, v}],
+                      &lead);
+          }
+          if (!lead.empty()) leads += fmt::format(" {}={}", variants[v].name, lead);
+        }
+        if (run->oom_step) {
+          // Demand (peak allocated + stranded) / capacity: the largest survived, and the
+          // failing step's (its partial row), to see where the limit lies in demand units.
+          double survived = 0, failing = 0;
+          for (const analysis::TimelineSample& row : run->timeline) {
+            const double d = static_cast<double>(row.peak_allocated_bytes + row.stranded_bytes) /
+                             static_cast<double>(capacity);
+            if (row.step_last >= 0 && row.step_last < *run->oom_step)
+              survived = std::max(survived, d);
+            if (row.step_last == *run->oom_step) failing = std::max(failing, d);
+          }
+          risk_rows.push_back(fmt::format(
+              "{:<28} {:>9.4f} OOM at {:>5}, demand/capacity survived {:.3f} failing {:.3f}, "
+              "lead:{}",
+              w.name, factor, *run->oom_step, survived, failing, leads));
+        }
       }
       for (std::size_t mode = 0; mode < modes.size(); ++mode) {
         const std::string& every = modes[mode].name;
@@ -561,6 +892,52 @@ int main(int argc, char** argv) {
         t.clean_steps == 0
             ? 0.0
             : 1000.0 * static_cast<double>(t.clean_episodes) / static_cast<double>(t.clean_steps));
+  }
+  if (risk) {
+    fmt::print(
+        "\nOOM risk evaluation: OOM runs (lead = steps from the first warning to the OOM)\n");
+    for (const std::string& row : risk_rows) fmt::print("{}\n", row);
+    fmt::print("\n{:<9} {:<11} {:>8} {:>6} {:>7} {:>8} {:>7} {:>15} {:>24}\n", "set", "forecaster",
+               "samples", "rate", "Brier", "skill", "no risk", "warned >= 20",
+               "false warn /1k (runs)");
+    for (const auto& [key, t] : risk_totals) {
+      const double rate =
+          t.scored ? static_cast<double>(t.positives) / static_cast<double>(t.scored) : 0;
+      const double bs = t.scored ? t.brier / static_cast<double>(t.scored) : 0;
+      const double ref = rate * (1 - rate);
+      fmt::print(
+          "{:<9} {:<11} {:>8} {:>6.3f} {:>7.4f} {:>8} {:>7} {:>15} {:>24}\n", key.first,
+          variants[key.second].name, t.scored, rate, bs,
+          ref > 0 ? fmt::format("{:.3f}", 1 - bs / ref) : "n/a", t.unscored,
+          fmt::format("{}/{} ({})", t.warned_20, t.ooms,
+                      t.ooms ? fmt::format("{:.0f}%", 100.0 * static_cast<double>(t.warned_20) /
+                                                          static_cast<double>(t.ooms))
+                             : "n/a"),
+          fmt::format("{}/{} = {:.2f} ({})", t.clean_episodes, t.clean_steps,
+                      t.clean_steps ? 1000.0 * static_cast<double>(t.clean_episodes) /
+                                          static_cast<double>(t.clean_steps)
+                                    : 0.0,
+                      t.clean_runs));
+    }
+    for (const auto& [key, t] : risk_totals) {
+      if (key.first != "all" ||
+          (variants[key.second].name != "risk/1" && variants[key.second].name != "risk/50")) {
+        continue;
+      }
+      fmt::print(
+          "\nReliability at H = {} ({}, all workloads): predicted bucket, samples, mean "
+          "predicted, observed\n",
+          kRiskHorizon, variants[key.second].name);
+      for (std::size_t b = 0; b < kBucketCount; ++b) {
+        if (t.n[b] == 0) {
+          fmt::print("  [{:.2f}, {:.2f})  {:>7}\n", kBuckets[b], std::min(kBuckets[b + 1], 1.0), 0);
+          continue;
+        }
+        fmt::print("  [{:.2f}, {:.2f})  {:>7}  {:.3f}  {:.3f}\n", kBuckets[b],
+                   std::min(kBuckets[b + 1], 1.0), t.n[b], t.p_sum[b] / static_cast<double>(t.n[b]),
+                   t.o_sum[b] / static_cast<double>(t.n[b]));
+      }
+    }
   }
   return 0;
 }

@@ -96,12 +96,45 @@ struct RequestProfile {
   model::SizeHistogram histogram;
 };
 
+/// The calibrated OOM risk of one device at one sample (analysis/oom_risk.h, docs/forecast.md
+/// "OOM risk"). Bytes are of demand: peak allocated plus the cache's cost (stranded bytes).
+struct OomRisk {
+  struct Horizon {
+    std::uint64_t steps = 0;
+    double probability = 0;  // P(an OOM within the next `steps` steps)
+  };
+  std::vector<Horizon> horizons;              // ascending steps
+  double limit_low_bytes = 0;                 // the demand the device serves lies in [low, high]
+  double limit_high_bytes = 0;                // (the capacity)
+  double mean_demand_bytes = 0;               // weighted over the kept samples, trend-adjusted
+  double largest_demand_bytes = 0;            // largest kept (trend-adjusted)
+  double spread_bytes = 0;                    // standard deviation of the step demand
+  double headroom_bytes = 0;                  // midpoint of the limit minus the mean demand
+  std::optional<double> headroom_spreads;     // headroom / spread (spread > 0)
+  std::optional<std::uint64_t> steps_to_oom;  // median: steps until P(OOM) reaches 50%
+  double cost_bytes = 0;                      // the cache's cost beyond allocated now (stranded)
+  double slope_bytes_per_step = 0;            // significant demand trend (0: none)
+  /// The one change that would lower the risk most: "expandable_segments:True" (the cost
+  /// removed), or a shape cap ("steps needing more than N bytes at their peak will not fit").
+  std::string advice;
+  std::optional<std::uint64_t> shape_cap_bytes;  // N of the shape cap (peak allocated)
+  bool tail_only = false;  // every kept step fits: the risk comes from the fitted tail alone
+  /// P(OOM within `steps`) if that horizon is reported.
+  std::optional<double> At(std::uint64_t steps) const {
+    for (const Horizon& h : horizons) {
+      if (h.steps == steps) return h.probability;
+    }
+    return std::nullopt;
+  }
+};
+
 /// One verdict of the forecaster (docs/forecast.md): the level at the end of a sampled step.
 struct ForecastPoint {
   std::int64_t step = -1;  // last step of the sample (or window index without step markers)
   RiskLevel level = RiskLevel::kUnknown;
   std::optional<std::uint64_t> steps_to_oom;  // when a trend or the demand's spread gives one
   std::string reason;
+  std::optional<OomRisk> risk;  // with a capacity, once enough samples were seen
 };
 
 /// How the run compares with the earlier runs of its architecture in the history, shown with
@@ -129,7 +162,11 @@ struct DeviceForecast {
   std::optional<std::int64_t> first_warning_step;   // first sample at warning or worse
   std::optional<std::int64_t> first_critical_step;  // first sample at critical
   RiskLevel worst = RiskLevel::kUnknown;
-  ForecastPoint last;                        // the verdict of the last sample
+  ForecastPoint last;  // the verdict of the last sample
+  /// The sample with the highest P(OOM within the warning horizon, 100 steps by default), when
+  /// one reached 0.1% (`check --max-oom-risk` gates on it).
+  std::optional<ForecastPoint> riskiest;
+  std::uint64_t risk_horizon = 100;          // that horizon
   std::vector<std::string> notes;            // not enough data, fallbacks, missing capacity
   std::optional<ForecastBaseline> baseline;  // set by the caller (analyze --baseline)
 };

@@ -125,11 +125,15 @@ CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limit
 
 CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
   CheckItem item{in.report->device, "forecast", CheckOutcome::kSkipped, "", "", ""};
-  if (limits.fail_at_level == RiskLevel::kUnknown) {
+  if (limits.fail_at_level == RiskLevel::kUnknown && !limits.max_oom_risk) {
     item.detail = "forecast not checked (--fail-at never)";
     return item;
   }
-  item.limit = fmt::format("below {}", RiskLevelName(limits.fail_at_level));
+  if (limits.fail_at_level != RiskLevel::kUnknown) {
+    item.limit = fmt::format("below {}", RiskLevelName(limits.fail_at_level));
+  } else {
+    item.limit = "any level";
+  }
   if (!in.report->forecast) {
     item.detail = "no forecast for this device";
     return item;
@@ -152,7 +156,30 @@ CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
   item.measured = fmt::format("{} at {} {}", RiskLevelName(f.worst), unit, at.step);
   if (at.steps_to_oom) item.measured += fmt::format(" (~{} {}s to OOM)", *at.steps_to_oom, unit);
   item.detail = at.reason;
-  item.outcome = f.worst >= limits.fail_at_level ? CheckOutcome::kFail : CheckOutcome::kPass;
+  item.outcome = limits.fail_at_level != RiskLevel::kUnknown && f.worst >= limits.fail_at_level
+                     ? CheckOutcome::kFail
+                     : CheckOutcome::kPass;
+  if (limits.max_oom_risk) {
+    item.limit += fmt::format(", P(OOM within {} {}s) < {:.3g}%", f.risk_horizon, unit,
+                              100 * *limits.max_oom_risk);
+    const double p = f.riskiest ? f.riskiest->risk->At(f.risk_horizon).value_or(0) : 0.0;
+    if (f.riskiest) {
+      item.measured += fmt::format("; P(OOM within {} {}s) up to {:.1f}% at {} {}", f.risk_horizon,
+                                   unit, 100 * p, unit, f.riskiest->step);
+    } else if (f.last.risk) {
+      item.measured +=
+          fmt::format("; P(OOM within {} {}s) below 0.1% throughout", f.risk_horizon, unit);
+    } else {
+      item.measured += "; no OOM risk (no capacity, or too few steps)";
+    }
+    if (p >= *limits.max_oom_risk) {
+      item.outcome = CheckOutcome::kFail;
+      if (limits.fail_at_level == RiskLevel::kUnknown || f.worst < limits.fail_at_level) {
+        item.detail = fmt::format("P(OOM within {} {}s) reached {:.1f}%: {}", f.risk_horizon, unit,
+                                  100 * p, f.riskiest->risk->advice);
+      }
+    }
+  }
   return item;
 }
 

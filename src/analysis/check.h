@@ -36,6 +36,9 @@ struct CheckLimits {
   /// A --baseline without earlier runs fails the baseline check (a gate with nothing to compare
   /// with would pass anything), unless this says it is the label's first run.
   bool allow_new_baseline = false;
+  /// Fail the forecast item too when P(OOM within the risk horizon, 100 steps) reached this
+  /// at any sample (`--max-oom-risk`); nullopt: not checked.
+  std::optional<double> max_oom_risk;
 };
 
 /// Everything known about one device.

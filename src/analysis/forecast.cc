@@ -33,6 +33,7 @@ std::size_t Index(RiskLevel level) { return static_cast<std::size_t>(level); }
 
 Status ValidateForecastOptions(const ForecastOptions& o) {
   if (o.every == 0) return Status::InvalidArgument("forecast sampling period must be >= 1 step");
+  if (o.risk) FRAGSCOPE_RETURN_IF_ERROR(ValidateOomRiskOptions(o.risk_options));
   if (o.block_steps == 0 || o.block_steps > (std::uint64_t{1} << 40)) {
     return Status::InvalidArgument("forecast demand block must be >= 1 step");
   }
@@ -137,6 +138,7 @@ Forecaster::Forecaster(const ForecastOptions& options, std::optional<std::uint64
       ratio_(options.half_life_steps),
       largest_(options.half_life_steps) {
   if (capacity_bytes && *capacity_bytes > 0) capacity_ = static_cast<double>(*capacity_bytes);
+  if (capacity_ && options.risk) risk_.emplace(options.risk_options, *capacity_);
 }
 
 ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, std::uint64_t steps) {
@@ -148,10 +150,11 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
   const bool allocator = s.peak_reserved_bytes > 0 || s.reserved_bytes > 0;
   // Demand: the peak bytes the step held, plus (allocator state) the bytes stranded in gaps
   // between live blocks at its end, which no large request can use and no release can free.
-  const double demand =
+  const double base_demand =
       static_cast<double>(allocator ? std::max(s.peak_allocated_bytes, s.peak_live_requested_bytes)
-                                    : s.peak_live_requested_bytes) +
-      (allocator ? static_cast<double>(s.stranded_bytes) : 0.0);
+                                    : s.peak_live_requested_bytes);
+  const double cost = allocator ? static_cast<double>(s.stranded_bytes) : 0.0;
+  const double demand = base_demand + cost;
   const double pressure =
       static_cast<double>(allocator ? s.peak_reserved_bytes : s.peak_live_requested_bytes);
   const double allocated_peak = static_cast<double>(s.peak_allocated_bytes);
@@ -307,6 +310,35 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
           {level, fmt::format("~{} steps to OOM: {}", RoundSteps(*steps_to_oom), steps_reason)});
     }
   }
+  // The calibrated risk: P(OOM within H steps) from the demand distribution's tail, moved by
+  // the demand trend of signal 1 when significant.
+  std::optional<OomRisk> risk;
+  if (risk_ && warm && demand > 0) {
+    double slope = 0;
+    if (steps_after_warmup_ >= o.trend_min_steps && demand_.count() >= 3 && demand_.slope() > 0 &&
+        demand_.slope() > o.trend_sigmas * demand_.slope_stderr()) {
+      slope = demand_.slope();
+    }
+    risk_->Add(step, steps, base_demand, cost, slope);
+  }
+  if (risk_ && warm) risk = risk_->Estimate();
+  if (risk) {
+    const RiskLevel level = risk_->Level(*risk);
+    if (level > RiskLevel::kOk) {
+      std::string horizons;
+      for (const OomRisk::Horizon& h : risk->horizons) {
+        horizons += fmt::format("{}{} steps {:.0f}%", horizons.empty() ? "" : ", ", h.steps,
+                                100 * h.probability);
+      }
+      findings.push_back(
+          {level,
+           fmt::format(
+               "P(OOM within {}); step demand {} ± {}, the device serves {}–{}{}", horizons,
+               Bytes(risk->mean_demand_bytes), Bytes(risk->spread_bytes),
+               Bytes(risk->limit_low_bytes), Bytes(risk->limit_high_bytes),
+               risk->tail_only ? " (above every step seen: the tail model's estimate)" : "")});
+    }
+  }
   // 4. Release-and-retry: the allocator hit the device limit and freed its cache to go on.
   if (last_release_step_ && static_cast<double>(step - *last_release_step_) <= o.hold_steps) {
     findings.push_back(
@@ -354,6 +386,7 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
 
   ForecastPoint point;
   point.step = step;
+  point.risk = std::move(risk);
   if (steps_to_oom) point.steps_to_oom = RoundSteps(*steps_to_oom);
   RiskLevel raw = RiskLevel::kOk;
   std::string reason;
@@ -407,6 +440,7 @@ void ForecastTrack::Reset(bool step_unit) {
   forecaster_ = Forecaster(options_, capacity_);
   result_ = DeviceForecast{};
   result_.unit = step_unit ? "step" : "window";
+  result_.risk_horizon = options_.risk_options.warning_horizon;
   result_.every = std::max<std::uint64_t>(options_.every, 1);
   group_.reset();
   group_steps_ = 0;
@@ -459,6 +493,13 @@ void ForecastTrack::ObserveGroup() {
     result_.first_critical_step = p.step;
   }
   result_.worst = std::max(result_.worst, p.level);
+  if (p.risk) {
+    const std::uint64_t h = options_.risk_options.warning_horizon;
+    const double now = p.risk->At(h).value_or(0);
+    if (now >= 0.001 && (!result_.riskiest || now > result_.riskiest->risk->At(h).value_or(0))) {
+      result_.riskiest = p;
+    }
+  }
   result_.last = std::move(p);
 }
 
@@ -473,12 +514,20 @@ DeviceForecast ForecastTrack::Finish() {
         "device capacity unknown: classic signals only, no steps-to-OOM (give the trace "
         "header's capacity_bytes, or replay with --capacity)");
   }
+  if (capacity_ && options_.risk && !out.last.risk && windows_total_ >= 2) {
+    out.notes.push_back(fmt::format(
+        "no OOM risk yet: it needs {} steps in {} samples after the {}-step warm-up ({} {}{} "
+        "seen)",
+        options_.risk_options.min_steps, options_.risk_options.min_samples, options_.warmup_steps,
+        out.steps_covered, step_unit_ ? "step" : "window", out.steps_covered == 1 ? "" : "s"));
+  }
   if (windows_total_ < 2) {
     out.enough_data = false;
     out.changes.clear();
     out.changes_dropped = 0;
     out.first_warning_step.reset();
     out.first_critical_step.reset();
+    out.riskiest.reset();
     out.worst = RiskLevel::kUnknown;
     out.last = ForecastPoint{};
     out.last.reason = "not enough data";

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "analysis/analysis_result.h"
+#include "analysis/oom_risk.h"
 #include "fragscope/risk.h"
 #include "fragscope/status.h"
 
@@ -61,6 +62,10 @@ struct ForecastOptions {
   /// every = block_steps then feed them the same numbers, and the spread is a distribution of
   /// block maxima (Gumbel), not of single steps.
   std::uint64_t block_steps = 50;
+  /// The calibrated OOM risk (oom_risk.h, docs/forecast.md "OOM risk"): needs a capacity. Its
+  /// level joins the signals' levels (the worst wins). Off: the signals alone, no risk.
+  bool risk = true;
+  OomRiskOptions risk_options;
 };
 
 /// Checks ranges (fractions in [0, 1], positive step counts, ordered thresholds).
@@ -120,6 +125,7 @@ class Forecaster {
   std::optional<std::int64_t> last_release_step_;
   std::uint64_t last_release_retries_ = 0;  // counted retries then; 0: the stand-in
   std::array<std::optional<std::int64_t>, 5> last_raw_at_level_{};  // by RiskLevel
+  std::optional<OomRiskModel> risk_;  // with a capacity and options.risk
 };
 
 /// Feeds per-step (or per-window) timeline samples to a Forecaster, merging `every` of them per

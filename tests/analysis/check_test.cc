@@ -83,9 +83,10 @@ TEST(CheckTest, ForecastFailsAtTheChosenLevel) {
   DeviceForecast f;
   f.enough_data = true;
   f.worst = RiskLevel::kWarning;
-  f.changes = {ForecastPoint{0, RiskLevel::kOk, std::nullopt, "fine"},
-               ForecastPoint{40, RiskLevel::kWarning, 12, "largest free block shrinks"},
-               ForecastPoint{90, RiskLevel::kWatch, std::nullopt, "calmer"}};
+  f.changes = {
+      ForecastPoint{0, RiskLevel::kOk, std::nullopt, "fine", std::nullopt},
+      ForecastPoint{40, RiskLevel::kWarning, 12, "largest free block shrinks", std::nullopt},
+      ForecastPoint{90, RiskLevel::kWatch, std::nullopt, "calmer", std::nullopt}};
   r.forecast = f;
   CheckDeviceInput in;
   in.report = &r;
@@ -100,6 +101,34 @@ TEST(CheckTest, ForecastFailsAtTheChosenLevel) {
   EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kSkipped);
   r.forecast->enough_data = false;  // a single step: no verdict, not a failure
   limits.fail_at_level = RiskLevel::kWatch;
+  EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kSkipped);
+}
+
+TEST(CheckTest, OomRiskLimitFailsTheForecast) {
+  DeviceReport r = Report();
+  DeviceForecast f;
+  f.enough_data = true;
+  f.worst = RiskLevel::kWatch;
+  ForecastPoint p{70, RiskLevel::kWatch, std::nullopt, "watch", std::nullopt};
+  p.risk = OomRisk{};
+  p.risk->horizons = {{50, 0.05}, {100, 0.2}, {500, 0.6}};
+  p.risk->advice = "cap step shapes";
+  f.changes = {p};
+  f.riskiest = p;
+  r.forecast = f;
+  CheckDeviceInput in;
+  in.report = &r;
+  CheckLimits limits;
+  limits.fail_at_level = RiskLevel::kUnknown;  // --fail-at never: only the risk limit
+  limits.max_oom_risk = 0.1;
+  CheckItem item = Item(CheckDevice(in, limits), "forecast");
+  EXPECT_EQ(item.outcome, CheckOutcome::kFail);
+  EXPECT_NE(item.measured.find("P(OOM within 100 steps) up to 20.0% at step 70"), std::string::npos)
+      << item.measured;
+  EXPECT_NE(item.detail.find("cap step shapes"), std::string::npos) << item.detail;
+  limits.max_oom_risk = 0.3;
+  EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kPass);
+  limits.max_oom_risk.reset();
   EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kSkipped);
 }
 

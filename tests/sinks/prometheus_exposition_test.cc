@@ -217,5 +217,19 @@ TEST(TextfileTest, ReplacesTheFileAtomicallyAndReportsErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// The daemon's OOM risk: one series per horizon, labelled horizon_steps; none when unknown.
+TEST(ExpositionTest, OomRiskIsAGaugePerHorizon) {
+  NodeState state = TestState();
+  state.agents[0].sample.oom_risk = {{50, 0.01}, {100, 0.125}, {500, 0.5}};
+  const std::string text = RenderExposition(state);
+  EXPECT_TRUE(Has(text, "# TYPE fragscope_process_oom_risk gauge")) << text;
+  const std::size_t at = text.find("fragscope_process_oom_risk{gpu=\"3\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_NE(line.find(",horizon_steps=\"50\"} 0.01"), std::string::npos) << line;
+  EXPECT_TRUE(text.find(R"(horizon_steps="100"} 0.125)") != std::string::npos) << text;
+  EXPECT_EQ(text.find(R"(pid="5",horizon_steps)"), std::string::npos);  // no risk: no series
+}
+
 }  // namespace
 }  // namespace fragscope::sinks::prometheus

@@ -341,6 +341,9 @@ std::string RenderExposition(const NodeState& state) {
     Family steps("fragscope_process_steps_to_oom", "gauge",
                  "Training steps until the forecast expects an out-of-memory error (absent when "
                  "none is expected).");
+    Family risk("fragscope_process_oom_risk", "gauge",
+                "The daemon's calibrated OOM risk: P(an out-of-memory error within the next "
+                "horizon_steps steps), 0..1 (docs/forecast.md, \"OOM risk\"; absent until known).");
     Family samples("fragscope_process_samples_total", "counter",
                    "Samples accepted for this process and device since its series appeared.");
     Family step("fragscope_process_step", "gauge", "The training step of the latest sample.");
@@ -387,14 +390,19 @@ std::string RenderExposition(const NodeState& state) {
       }
       level.AddRendered(rendered, static_cast<std::uint64_t>(s.forecast_level));
       if (s.steps_to_oom) steps.AddRendered(rendered, *s.steps_to_oom);
+      for (const auto& [horizon, p] : s.oom_risk) {
+        risk.AddRendered(
+            fmt::format("{}{}horizon_steps=\"{}\"", rendered, rendered.empty() ? "" : ",", horizon),
+            p);
+      }
       samples.AddRendered(rendered, e.samples);
       if (s.step >= 0) step.AddRendered(rendered, s.step);
       last.AddRendered(rendered, static_cast<double>(e.received_unix_ms) / 1000.0);
     }
     for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
     for (const KnownGauge& gauge : known_gauges) gauge.family.Emit(&out);
-    for (const Family* f :
-         {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &samples, &step, &last}) {
+    for (const Family* f : {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &risk,
+                            &samples, &step, &last}) {
       f->Emit(&out);
     }
   }

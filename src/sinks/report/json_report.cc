@@ -1,5 +1,6 @@
 #include "sinks/report/json_report.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -207,12 +208,41 @@ Json SiteJson(const analysis::SiteStranding& s) {
   return j;
 }
 
+// The calibrated OOM risk of one verdict (docs/json-schema.md, "risk").
+Json OomRiskJson(const analysis::OomRisk& r) {
+  Json j = Json::object();
+  Json horizons = Json::array();
+  for (const analysis::OomRisk::Horizon& h : r.horizons) {
+    Json x = Json::object();
+    x["steps"] = h.steps;
+    x["probability"] = h.probability;
+    horizons.push_back(std::move(x));
+  }
+  const auto bytes = [](double b) { return static_cast<std::int64_t>(std::llround(b)); };
+  j["horizons"] = std::move(horizons);
+  j["limit_low_bytes"] = bytes(r.limit_low_bytes);
+  j["limit_high_bytes"] = bytes(r.limit_high_bytes);
+  j["mean_demand_bytes"] = bytes(r.mean_demand_bytes);
+  j["largest_demand_bytes"] = bytes(r.largest_demand_bytes);
+  j["spread_bytes"] = bytes(r.spread_bytes);
+  j["headroom_bytes"] = bytes(r.headroom_bytes);
+  j["headroom_spreads"] = r.headroom_spreads ? Json(*r.headroom_spreads) : Json(nullptr);
+  j["steps_to_oom"] = r.steps_to_oom ? Json(*r.steps_to_oom) : Json(nullptr);
+  j["cost_bytes"] = bytes(r.cost_bytes);
+  j["slope_bytes_per_step"] = r.slope_bytes_per_step;
+  j["tail_only"] = r.tail_only;
+  j["advice"] = r.advice;
+  j["shape_cap_bytes"] = r.shape_cap_bytes ? Json(*r.shape_cap_bytes) : Json(nullptr);
+  return j;
+}
+
 Json ForecastPointJson(const analysis::ForecastPoint& p) {
   Json j = Json::object();
   j["step"] = p.step;
   j["level"] = std::string(RiskLevelName(p.level));
   j["steps_to_oom"] = p.steps_to_oom ? Json(*p.steps_to_oom) : Json(nullptr);
   j["reason"] = p.reason;
+  j["risk"] = p.risk ? OomRiskJson(*p.risk) : Json(nullptr);
   return j;
 }
 
@@ -227,6 +257,8 @@ Json ForecastJson(const analysis::DeviceForecast& f) {
   j["first_critical_step"] = f.first_critical_step ? Json(*f.first_critical_step) : Json(nullptr);
   j["worst_level"] = std::string(RiskLevelName(f.worst));
   j["last"] = f.enough_data ? ForecastPointJson(f.last) : Json(nullptr);
+  j["risk_horizon"] = f.risk_horizon;
+  j["riskiest"] = f.riskiest ? ForecastPointJson(*f.riskiest) : Json(nullptr);
   Json changes = Json::array();
   for (const analysis::ForecastPoint& p : f.changes) changes.push_back(ForecastPointJson(p));
   j["changes"] = std::move(changes);

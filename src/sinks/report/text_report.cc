@@ -1,6 +1,7 @@
 #include "sinks/report/text_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <string_view>
 #include <utility>
@@ -600,6 +601,25 @@ void RenderStrandingSites(const DeviceReport& d, const Styler& style, std::strin
   *out += t.Render("  ");
 }
 
+// One line of the calibrated OOM risk: P per horizon, headroom, median steps to OOM, advice.
+std::string RiskLine(const analysis::OomRisk& r) {
+  std::string line = "OOM risk:";
+  for (const analysis::OomRisk::Horizon& h : r.horizons) {
+    line += fmt::format("{} {:.1f}% within {} steps", &h == &r.horizons.front() ? "" : ",",
+                        100 * h.probability, h.steps);
+  }
+  const auto bytes = [](double b) {
+    return (b < 0 ? "-" : "") + FormatBytes(static_cast<std::uint64_t>(std::llround(std::fabs(b))));
+  };
+  line += fmt::format("; headroom {}", bytes(r.headroom_bytes));
+  if (r.headroom_spreads) line += fmt::format(" ({:.1f} spreads)", *r.headroom_spreads);
+  line += r.steps_to_oom ? fmt::format("; median steps to OOM ~{}", *r.steps_to_oom)
+                         : std::string("; no OOM expected");
+  if (r.tail_only) line += " (tail model only: no step seen was this large)";
+  if (!r.advice.empty()) line += "; would lower it most: " + r.advice;
+  return line;
+}
+
 // The forecaster's verdicts (docs/forecast.md): first warning and critical steps, then the
 // level changes.
 void RenderForecast(const DeviceReport& d, const Styler& style, std::string* out) {
@@ -625,6 +645,11 @@ void RenderForecast(const DeviceReport& d, const Styler& style, std::string* out
   }
   now += " - " + f.last.reason;
   *out += (f.last.level >= RiskLevel::kWarning ? style.Warn(now) : now) + '\n';
+  if (f.last.risk) *out += "  " + RiskLine(*f.last.risk) + '\n';
+  if (f.riskiest && f.riskiest->step != f.last.step) {
+    *out += fmt::format("  riskiest ({} {}): {}\n", unit, f.riskiest->step,
+                        RiskLine(*f.riskiest->risk));
+  }
   Table t({std::string(unit), "level", "to OOM", "reason"}, "><><");
   for (const analysis::ForecastPoint& p : f.changes) {
     t.AddRow({fmt::format("{}", p.step), std::string(RiskLevelName(p.level)),

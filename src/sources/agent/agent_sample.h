@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fragscope/risk.h"
 
@@ -61,6 +63,8 @@ struct AgentSample {
   // The agent's forecast (docs/forecast.md).
   RiskLevel forecast_level = RiskLevel::kUnknown;
   std::optional<std::int64_t> steps_to_oom;
+  /// The daemon's OOM risk (not sent by agents): P(an OOM within `first` steps) per horizon.
+  std::vector<std::pair<std::uint64_t, double>> oom_risk;
 };
 
 }  // namespace fragscope::agent

@@ -1,0 +1,363 @@
+#include "analysis/oom_risk.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace fragscope::analysis {
+
+namespace {
+
+constexpr int kLimitPoints = 5;              // quadrature points over the unknown limit
+constexpr int kChunks = 8;                   // piecewise-constant hazard pieces per horizon
+constexpr double kMaxSteps = 1e7;            // beyond this, "no OOM expected"
+constexpr double kMinScaleFraction = 0.002;  // scale floor: 0.2% of the threshold
+
+std::string Bytes(double bytes) {
+  return FormatBytes(bytes <= 0 ? 0 : static_cast<std::uint64_t>(std::llround(bytes)));
+}
+
+}  // namespace
+
+Status ValidateOomRiskOptions(const OomRiskOptions& o) {
+  if (o.horizons.empty() || o.horizons.size() > 16) {
+    return Status::InvalidArgument("risk horizons: give 1 to 16 step counts");
+  }
+  for (std::uint64_t h : o.horizons) {
+    if (h == 0 || h > 10'000'000) {
+      return Status::InvalidArgument(
+          fmt::format("risk horizon {} is outside [1, 10000000] steps", h));
+    }
+  }
+  for (std::uint64_t h : {o.critical_horizon, o.warning_horizon, o.watch_horizon}) {
+    if (h == 0 || h > 10'000'000) {
+      return Status::InvalidArgument(
+          fmt::format("risk level horizon {} is outside [1, 10000000] steps", h));
+    }
+  }
+  for (double p : {o.critical_probability, o.warning_probability, o.watch_probability}) {
+    if (!(p > 0 && p <= 1)) {
+      return Status::InvalidArgument(fmt::format("risk probability {} is outside (0, 1]", p));
+    }
+  }
+  if (o.min_samples < 4 || o.window < o.min_samples || o.window > 65536 ||
+      o.min_steps > 10'000'000) {
+    return Status::InvalidArgument("risk window must satisfy 4 <= min_samples <= window <= 65536");
+  }
+  if (!(o.tail_fraction > 0 && o.tail_fraction < 1)) {
+    return Status::InvalidArgument("risk tail fraction must be in (0, 1)");
+  }
+  if (!(o.min_shape <= o.max_shape && o.min_shape >= -1 && o.max_shape < 1)) {
+    return Status::InvalidArgument("risk tail shape bounds must satisfy -1 <= min <= max < 1");
+  }
+  if (!(o.allowance >= 1 && o.allowance < 100)) {
+    return Status::InvalidArgument(
+        fmt::format("risk allowance {} is outside [1, 100)", o.allowance));
+  }
+  if (!(o.half_life_steps >= 1 && o.half_life_steps < 1e12) ||
+      !(o.trend_sigmas >= 0 && o.trend_sigmas < 1e6)) {
+    return Status::InvalidArgument("risk half-life must be >= 1 step, sigmas finite and >= 0");
+  }
+  return Status::Ok();
+}
+
+double ParetoTail::Exceedance(double x) const {
+  const double y = std::max(x - threshold, 0.0);
+  if (scale <= 0) return 0;
+  if (std::fabs(shape) < 1e-9) return rate * std::exp(-y / scale);
+  const double t = 1 + shape * y / scale;
+  if (t <= 0) return 0;  // beyond the end of a bounded tail
+  return rate * std::pow(t, -1 / shape);
+}
+
+std::optional<ParetoTail> FitParetoTail(std::vector<double> excess, double min_shape,
+                                        double max_shape) {
+  if (excess.size() < 3) return std::nullopt;
+  std::sort(excess.begin(), excess.end());
+  const double n = static_cast<double>(excess.size());
+  double a0 = 0, a1 = 0;
+  for (std::size_t i = 0; i < excess.size(); ++i) {
+    const double plot = (static_cast<double>(i) + 1 - 0.35) / n;  // plotting position
+    a0 += excess[i];
+    a1 += (1 - plot) * excess[i];
+  }
+  a0 /= n;
+  a1 /= n;
+  ParetoTail tail;
+  // Hosking & Wallis: k = a0 / (a0 - 2 a1) - 2, sigma = 2 a0 a1 / (a0 - 2 a1); xi = -k.
+  const double d = a0 - 2 * a1;
+  if (a0 <= 0) return std::nullopt;
+  double shape = d > 0 ? -(a0 / d - 2) : max_shape;
+  shape = std::clamp(shape, min_shape, max_shape);
+  // Keep the mean of the exceedances, sigma / (1 - xi), whatever the clamp did.
+  tail.shape = shape;
+  tail.scale = a0 * (1 - shape);
+  return tail;
+}
+
+void OomRiskModel::Trend::Add(double x, double y) {
+  if (any) {
+    const double dx = std::max(x - x_last, 0.0);
+    const double w = std::exp2(decay_log2 * dx);
+    s0 *= w;
+    sx *= w;
+    sxx *= w;
+    sy *= w;
+    syy *= w;
+    sxy *= w;
+    sxx = sxx - 2 * dx * sx + dx * dx * s0;
+    sxy -= dx * sy;
+    sx -= dx * s0;
+  }
+  any = true;
+  x_last = x;
+  s0 += 1;
+  sy += y;
+  syy += y * y;
+}
+
+double OomRiskModel::Trend::Slope() const {
+  if (s0 <= 0) return 0;
+  const double mx = sx / s0, my = sy / s0;
+  const double varx = sxx / s0 - mx * mx;
+  if (!(varx > 1e-12)) return 0;
+  return (sxy / s0 - mx * my) / varx;
+}
+
+double OomRiskModel::Trend::SlopeStderr() const {
+  if (s0 <= 2) return std::numeric_limits<double>::infinity();
+  const double mx = sx / s0, my = sy / s0;
+  const double varx = sxx / s0 - mx * mx;
+  if (!(varx > 1e-12)) return std::numeric_limits<double>::infinity();
+  const double cov = sxy / s0 - mx * my;
+  const double vary = syy / s0 - my * my;
+  return std::sqrt(std::max(vary - cov * cov / varx, 0.0) / (varx * (s0 - 2)));
+}
+
+OomRiskModel::OomRiskModel(const OomRiskOptions& options, double capacity_bytes)
+    : options_(options), capacity_(capacity_bytes) {
+  options_.window = std::max<std::size_t>(options_.window, 4);
+  const double decay = -1.0 / std::max(options_.half_life_steps, 1e-9);
+  base_trend_.decay_log2 = decay;
+  cost_trend_.decay_log2 = decay;
+  ring_.reserve(options_.window);
+}
+
+void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, double cost,
+                       std::optional<double> demand_slope) {
+  const OomRiskOptions& o = options_;
+  if (!o.use_cost) cost = 0;
+  const double x = static_cast<double>(step);
+  Point p{x, base, cost, std::max<std::uint64_t>(steps, 1)};
+  if (ring_.size() < o.window) {
+    ring_.push_back(p);
+  } else {
+    ring_[next_] = p;
+    next_ = (next_ + 1) % o.window;
+  }
+  survived_ = std::max(survived_, base + cost);
+  steps_ += p.steps;
+  cost_now_ = cost;
+  base_trend_.Add(x, base);
+  cost_trend_.Add(x, cost);
+  // Significant trends only: a slope beyond trend_sigmas standard errors.
+  const auto significant = [&](const Trend& t) {
+    const double s = t.Slope();
+    return s > 0 && s > o.trend_sigmas * t.SlopeStderr() ? s : 0.0;
+  };
+  cost_slope_ = o.use_cost ? significant(cost_trend_) : 0.0;
+  if (demand_slope) {
+    // The caller's demand trend includes the cost's growth: the larger of the two.
+    slope_ = std::max(o.use_trend ? std::max(*demand_slope, 0.0) : 0.0, cost_slope_);
+  } else {
+    slope_ = (o.use_trend ? significant(base_trend_) : 0.0) + cost_slope_;
+  }
+  // The kept demands, moved to what each would need now (the trend since it was seen).
+  values_.clear();
+  double steps_sum = 0;
+  for (const Point& q : ring_) {
+    values_.push_back(q.base + q.cost + slope_ * std::max(x - q.x, 0.0));
+    steps_sum += static_cast<double>(q.steps);
+  }
+  mean_steps_ = steps_sum / static_cast<double>(ring_.size());
+  std::sort(values_.begin(), values_.end());
+  double mean = 0, sq = 0;
+  for (double v : values_) mean += v;
+  mean /= static_cast<double>(values_.size());
+  for (double v : values_) sq += (v - mean) * (v - mean);
+  spread_ = values_.size() > 1 ? std::sqrt(sq / static_cast<double>(values_.size() - 1)) : 0;
+  // Peaks over threshold: the top tail_fraction of the kept demands (at least 4).
+  tail_.reset();
+  const std::size_t n = values_.size();
+  if (o.use_tail && n >= o.min_samples) {
+    const auto k = std::min<std::size_t>(
+        n - 1, std::max<std::size_t>(4, static_cast<std::size_t>(
+                                            std::ceil(o.tail_fraction * static_cast<double>(n)))));
+    const double u = values_[n - k - 1];
+    std::vector<double> excess;
+    for (std::size_t i = n - k; i < n; ++i) excess.push_back(values_[i] - u);
+    // Ties at the threshold (bounded shapes) give zero exceedances: keep the positive ones.
+    excess.erase(std::remove_if(excess.begin(), excess.end(), [](double e) { return e <= 0; }),
+                 excess.end());
+    const double floor = kMinScaleFraction * std::max(u, 1.0);
+    auto tail = FitParetoTail(excess, o.min_shape, o.max_shape);
+    if (!tail) {
+      // Constant or nearly constant demand: an exponential tail with the floor scale.
+      tail = ParetoTail{};
+      tail->shape = 0;
+      tail->scale = floor;
+    }
+    tail->threshold = u;
+    tail->rate =
+        static_cast<double>(std::max<std::size_t>(excess.size(), 1)) / static_cast<double>(n);
+    tail->scale = std::max(tail->scale, floor);
+    tail_ = tail;
+  }
+}
+
+double OomRiskModel::StepExceedance(double need) const {
+  const std::size_t n = values_.size();
+  if (n == 0) return 0;
+  double p_sample;
+  if (tail_ && need >= tail_->threshold) {
+    p_sample = tail_->Exceedance(need);
+  } else {
+    // Empirical: the fraction of kept samples whose demand exceeds `need`.
+    const auto above = values_.end() - std::upper_bound(values_.begin(), values_.end(), need);
+    p_sample = static_cast<double>(above) / static_cast<double>(n);
+  }
+  if (p_sample <= 0) return 0;
+  if (p_sample >= 1) return 1;
+  // A sample's peak is the largest of mean_steps_ steps: per step, 1 - (1 - P)^(1 / m).
+  return -std::expm1(std::log1p(-p_sample) / mean_steps_);
+}
+
+std::optional<OomRisk> OomRiskModel::Estimate() const {
+  const OomRiskOptions& o = options_;
+  if (ring_.size() < o.min_samples || steps_ < o.min_steps || !(capacity_ > 0)) {
+    return std::nullopt;
+  }
+  const double high = capacity_;
+  const double low =
+      std::min(high, std::max(high / o.allowance, o.learn_survived ? survived_ : 0.0));
+  std::array<double, kLimitPoints> limits{};
+  for (int j = 0; j < kLimitPoints; ++j) {
+    limits[j] = low + (high - low) * (j + 0.5) / kLimitPoints;
+  }
+  // P(OOM within k steps), averaged over the limit; `shift` moves every demand (cost removed).
+  const auto risk_at = [&](double k, double shift) {
+    double total = 0;
+    for (double limit : limits) {
+      double log_survive = 0;
+      const int chunks = slope_ > 0 ? kChunks : 1;
+      for (int c = 0; c < chunks; ++c) {
+        const double mid = k * (c + 0.5) / chunks;
+        const double p = StepExceedance(limit - slope_ * mid - shift);
+        if (p >= 1) {
+          log_survive = -std::numeric_limits<double>::infinity();
+          break;
+        }
+        log_survive += (k / chunks) * std::log1p(-p);
+      }
+      total += -std::expm1(log_survive);
+    }
+    return total / kLimitPoints;
+  };
+  OomRisk r;
+  std::vector<std::uint64_t> horizons = o.horizons;
+  horizons.insert(horizons.end(), {o.critical_horizon, o.warning_horizon, o.watch_horizon});
+  std::sort(horizons.begin(), horizons.end());
+  horizons.erase(std::unique(horizons.begin(), horizons.end()), horizons.end());
+  for (std::uint64_t h : horizons) {
+    r.horizons.push_back({h, risk_at(static_cast<double>(h), 0)});
+  }
+  double mean = 0;
+  for (double v : values_) mean += v;
+  mean /= static_cast<double>(values_.size());
+  r.limit_low_bytes = low;
+  r.limit_high_bytes = high;
+  r.mean_demand_bytes = mean;
+  r.largest_demand_bytes = values_.back();
+  r.spread_bytes = spread_;
+  r.headroom_bytes = (low + high) / 2 - mean;
+  // A spread below 0.01% of the demand is rounding noise (a perfect line detrended).
+  if (spread_ > 1e-4 * std::max(std::fabs(mean), 1.0)) {
+    r.headroom_spreads = r.headroom_bytes / spread_;
+  }
+  r.cost_bytes = cost_now_;
+  r.slope_bytes_per_step = slope_;
+  r.tail_only = values_.back() <= low;
+  // Median steps to OOM: the smallest k with risk >= 50%, by doubling then bisection.
+  if (risk_at(kMaxSteps, 0) >= 0.5) {
+    double lo = 0, hi = 1;
+    while (risk_at(hi, 0) < 0.5) {
+      lo = hi;
+      hi *= 2;
+    }
+    for (int i = 0; i < 30 && hi - lo > 1; ++i) {
+      const double mid = (lo + hi) / 2;
+      (risk_at(mid, 0) < 0.5 ? lo : hi) = mid;
+    }
+    r.steps_to_oom = static_cast<std::uint64_t>(std::ceil(hi));
+  }
+  // Advice: removing the cache's cost (expandable segments: no stranded gaps) if that alone
+  // brings the warning-horizon risk below the warning threshold; else stopping the growth if
+  // the trend more than doubles the watch-horizon risk; otherwise a shape cap.
+  const double warn_h = static_cast<double>(o.warning_horizon);
+  const double now = risk_at(warn_h, 0);
+  const double cap = std::max(low - cost_now_ - slope_ * warn_h, 0.0);
+  // P(OOM within the watch horizon) with the whole trend removed (demand held at today's).
+  const double watch_h = static_cast<double>(o.watch_horizon);
+  const auto flat_risk = [&]() {
+    double total = 0;
+    for (double limit : limits) {
+      const double p = StepExceedance(limit);
+      total += p >= 1 ? 1.0 : -std::expm1(watch_h * std::log1p(-p));
+    }
+    return total / kLimitPoints;
+  };
+  if (cost_now_ > 0 && now >= o.warning_probability &&
+      risk_at(warn_h, -(cost_now_ + cost_slope_ * warn_h)) < o.warning_probability) {
+    r.advice = fmt::format(
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache's {} of stranded bytes "
+        "are what makes the coming steps not fit",
+        Bytes(cost_now_));
+  } else if (slope_ > 0 && r.steps_to_oom && risk_at(watch_h, 0) > 2 * flat_risk()) {
+    r.advice = fmt::format(
+        "stop the growth: step demand rises {}/step (a leak, growing shapes or caches, or "
+        "stranded bytes accumulating) and meets the limit's low end, {}, in ~{} steps",
+        Bytes(slope_), Bytes(low), static_cast<std::uint64_t>(std::max(low - mean, 0.0) / slope_));
+  } else {
+    r.shape_cap_bytes = static_cast<std::uint64_t>(std::llround(cap));
+    r.advice = fmt::format(
+        "cap step shapes: a step needing more than {} at its peak (allocated) may not fit; "
+        "{:.1f}% of recent steps did",
+        Bytes(cap),
+        100.0 *
+            static_cast<double>(values_.end() -
+                                std::upper_bound(values_.begin(), values_.end(), cap + cost_now_)) /
+            static_cast<double>(values_.size()));
+  }
+  return r;
+}
+
+RiskLevel OomRiskModel::Level(const OomRisk& risk) const {
+  const OomRiskOptions& o = options_;
+  const auto at = [&](std::uint64_t h) {
+    for (const OomRisk::Horizon& x : risk.horizons) {
+      if (x.steps == h) return x.probability;
+    }
+    return 0.0;
+  };
+  if (at(o.critical_horizon) >= o.critical_probability) return RiskLevel::kCritical;
+  if (at(o.warning_horizon) >= o.warning_probability) return RiskLevel::kWarning;
+  if (at(o.watch_horizon) >= o.watch_probability) return RiskLevel::kWatch;
+  return RiskLevel::kOk;
+}
+
+}  // namespace fragscope::analysis

@@ -1,0 +1,138 @@
+// OomRiskModel: P(an OOM within the next H steps) for one device, from the distribution of
+// per-step demand seen so far (docs/forecast.md, "OOM risk"). A step's demand is what it needs
+// from the device at its peak: the bytes allocated at the peak (the base) plus the cache's cost
+// of serving them (bytes stranded in gaps of partly used segments, which no release can give
+// back). The model keeps the last `window` samples, fits a generalized Pareto tail to the
+// demands above a high quantile (peaks over threshold, probability-weighted moments), moves the
+// distribution by the significant trends of the base and of the cost, and compares it with
+// the demand the device can serve — known only to lie between a lower bound (capacity /
+// allowance, or the largest demand already survived) and the capacity, so the risk is averaged
+// over that interval.
+//
+// Cost: O(window log window) per sample (a sort of at most `window` doubles) plus ~50
+// evaluations of the risk curve (5 limits x 8 pieces each), O(window) memory.
+// Thread safety: none; one thread observes.
+#ifndef FRAGSCOPE_ANALYSIS_OOM_RISK_H_
+#define FRAGSCOPE_ANALYSIS_OOM_RISK_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/analysis_result.h"
+#include "fragscope/status.h"
+
+namespace fragscope::analysis {
+
+/// The knobs of the risk model; docs/forecast.md, "OOM risk", justifies each default.
+struct OomRiskOptions {
+  /// Horizons (steps) reported; the level horizons below are always reported too.
+  std::vector<std::uint64_t> horizons = {50, 100, 500};
+  /// Level thresholds: critical when P(OOM within critical_horizon) >= critical_probability,
+  /// warning for the warning pair, watch for the watch pair.
+  std::uint64_t critical_horizon = 50;
+  double critical_probability = 0.5;
+  std::uint64_t warning_horizon = 100;
+  double warning_probability = 0.10;
+  std::uint64_t watch_horizon = 500;
+  double watch_probability = 0.10;
+  /// Samples kept for the demand distribution (the most recent).
+  std::size_t window = 256;
+  /// Samples, and steps they cover, needed before a risk is given: a tail fit from fewer
+  /// than ~25 exceedances swings wildly (at every = 1, 100 steps = 25 exceedances).
+  std::size_t min_samples = 6;
+  std::uint64_t min_steps = 100;
+  /// Fraction of the kept samples above the tail threshold (at least 4 exceedances).
+  double tail_fraction = 0.25;
+  /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
+  /// as a length or batch cap gives); above 0.5 the variance is infinite.
+  double min_shape = -1.0;
+  double max_shape = 0.5;
+  /// Device bytes per byte of demand at worst (rounding, split remainders): the lower end of
+  /// the demand the device can serve is capacity / allowance (raised by survived demand).
+  double allowance = 1.10;
+  /// Memory of the trend regressions (steps) and the significance they need (standard errors).
+  double half_life_steps = 200;
+  double trend_sigmas = 2.0;
+  /// Signals, for tests and for the evaluation's ablations (each on by default).
+  bool use_tail = true;        // off: the empirical distribution only (nothing above the max)
+  bool use_cost = true;        // off: demand is the base only, no cost trend
+  bool use_trend = true;       // off: no base trend
+  bool learn_survived = true;  // off: the limit's lower end stays capacity / allowance
+};
+
+/// Checks ranges (probabilities in (0, 1], horizons >= 1, window >= min_samples >= 4, ...).
+Status ValidateOomRiskOptions(const OomRiskOptions& options);
+
+/// Exposed for tests: a generalized Pareto fit of exceedances (shape xi, scale sigma).
+struct ParetoTail {
+  double threshold = 0;  // u
+  double shape = 0;      // xi
+  double scale = 0;      // sigma > 0
+  double rate = 0;       // fraction of samples above u
+  /// P(X > x) for x >= threshold.
+  double Exceedance(double x) const;
+};
+/// Fits exceedances `excess` (> 0) by probability-weighted moments (Hosking and Wallis 1987),
+/// clamping the shape to [min_shape, max_shape]. nullopt below 3 exceedances.
+std::optional<ParetoTail> FitParetoTail(std::vector<double> excess, double min_shape,
+                                        double max_shape);
+
+class OomRiskModel {
+ public:
+  OomRiskModel(const OomRiskOptions& options, double capacity_bytes);
+
+  /// One sample ending at step `step`, covering `steps` steps: `base` = peak allocated (or live
+  /// requested) bytes inside it, `cost` = the cache's cost beyond allocated (stranded bytes).
+  /// `demand_slope`: the caller's significant trend of the demand per step (the Forecaster's
+  /// block-peak trend, 0 when not significant); nullopt: the model's own regression of the
+  /// base over samples.
+  void Add(std::int64_t step, std::uint64_t steps, double base, double cost,
+           std::optional<double> demand_slope = std::nullopt);
+
+  /// The risk now (after the latest Add); nullopt before min_samples samples covering
+  /// min_steps steps, or without a capacity.
+  std::optional<OomRisk> Estimate() const;
+
+  /// The level the risk alone gives.
+  RiskLevel Level(const OomRisk& risk) const;
+
+ private:
+  struct Point {
+    double x, base, cost;
+    std::uint64_t steps;
+  };
+  // P(one step's demand > need), from the kept samples (empirical below the tail threshold,
+  // the Pareto tail above it), per step.
+  double StepExceedance(double need) const;
+
+  OomRiskOptions options_;
+  double capacity_;
+  std::vector<Point> ring_;
+  std::size_t next_ = 0;
+  std::uint64_t steps_ = 0;  // steps covered by every sample added
+  double survived_ = 0;
+  // Trends (exponentially weighted least squares over steps).
+  struct Trend {
+    double decay_log2;
+    bool any = false;
+    double x_last = 0, s0 = 0, sx = 0, sxx = 0, sy = 0, syy = 0, sxy = 0;
+    void Add(double x, double y);
+    double Slope() const;
+    double SlopeStderr() const;
+  };
+  Trend base_trend_, cost_trend_;
+  // Fit state, refreshed by Add.
+  std::vector<double> values_;  // detrended demands, ascending
+  std::optional<ParetoTail> tail_;
+  double mean_steps_ = 1;
+  double slope_ = 0;       // significant demand slope per step (base + cost)
+  double cost_slope_ = 0;  // its cost part
+  double spread_ = 0;      // standard deviation of the detrended demands
+  double cost_now_ = 0;    // latest cost
+};
+
+}  // namespace fragscope::analysis
+
+#endif  // FRAGSCOPE_ANALYSIS_OOM_RISK_H_

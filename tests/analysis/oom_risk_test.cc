@@ -1,0 +1,265 @@
+#include "analysis/oom_risk.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "analysis/forecast.h"
+#include "common/units.h"
+
+namespace fragscope::analysis {
+namespace {
+
+constexpr double kG = static_cast<double>(kGiB);
+constexpr double kM = static_cast<double>(kMiB);
+
+double P(const OomRisk& r, std::uint64_t h) { return r.At(h).value_or(-1); }
+
+TEST(ParetoTailTest, RecoversAnExponentialTail) {
+  std::mt19937_64 rng(3);
+  std::exponential_distribution<double> e(1.0 / 50.0);
+  std::vector<double> x;
+  for (int i = 0; i < 4000; ++i) x.push_back(e(rng));
+  auto t = FitParetoTail(x, -0.5, 0.5);
+  ASSERT_TRUE(t);
+  EXPECT_NEAR(t->shape, 0.0, 0.08);
+  EXPECT_NEAR(t->scale, 50.0, 5.0);
+}
+
+TEST(ParetoTailTest, RecoversAHeavyTailAndABoundedOne) {
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> u(0, 1);
+  std::vector<double> heavy, bounded;
+  for (int i = 0; i < 4000; ++i) {
+    // GPD(xi = 0.3, sigma = 10) by inversion; uniform(0, 100) has xi = -1 (clamped to -0.5).
+    heavy.push_back(10.0 / 0.3 * (std::pow(1 - u(rng), -0.3) - 1));
+    bounded.push_back(100 * u(rng));
+  }
+  auto h = FitParetoTail(heavy, -0.5, 0.5);
+  ASSERT_TRUE(h);
+  EXPECT_NEAR(h->shape, 0.3, 0.08);
+  auto b = FitParetoTail(bounded, -0.5, 0.5);
+  ASSERT_TRUE(b);
+  EXPECT_DOUBLE_EQ(b->shape, -0.5);
+  // The mean of the exceedances is kept through the clamp: sigma / (1 - xi) = 50.
+  EXPECT_NEAR(b->scale / 1.5, 50.0, 3.0);
+  EXPECT_FALSE(FitParetoTail({1.0, 2.0}, -0.5, 0.5));
+}
+
+// A stationary job: i.i.d. per-step demand 5 GiB + N(0, 100 MiB), no cost.
+OomRiskModel Stationary(const OomRiskOptions& o, double capacity, int steps = 300) {
+  OomRiskModel m(o, capacity);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> d(5 * kG, 100 * kM);
+  for (int i = 0; i < steps; ++i) m.Add(i, 1, d(rng), 0);
+  return m;
+}
+
+// A stationary job with a light (exponential) tail: 5 GiB + Exp(mean 50 MiB) per step.
+OomRiskModel LightTail(const OomRiskOptions& o, double capacity, int steps = 300) {
+  OomRiskModel m(o, capacity);
+  std::mt19937_64 rng(9);
+  std::exponential_distribution<double> d(1 / (50 * kM));
+  for (int i = 0; i < steps; ++i) m.Add(i, 1, 5 * kG + d(rng), 0);
+  return m;
+}
+
+// The tail: the device serves at least capacity / 1.10; every step seen is below that, so only
+// the fitted tail can say a larger step may come. Without it the risk is zero.
+TEST(OomRiskTest, TheTailGivesARiskAboveEveryStepSeen) {
+  const double cap = 5.95 * kG;  // low end 5.41 GiB: above the largest of 300 steps (~5.28)
+  OomRiskOptions o;
+  auto with = LightTail(o, cap).Estimate();
+  ASSERT_TRUE(with);
+  EXPECT_TRUE(with->tail_only);
+  EXPECT_GT(P(*with, 500), 0.0);
+  EXPECT_GT(P(*with, 500), P(*with, 100));
+  EXPECT_GE(P(*with, 100), P(*with, 50));
+  o.use_tail = false;
+  auto without = LightTail(o, cap).Estimate();
+  ASSERT_TRUE(without);
+  EXPECT_EQ(P(*without, 500), 0.0);
+}
+
+TEST(OomRiskTest, FarFromTheLimitTheRiskIsNegligibleAndTheLevelOk) {
+  OomRiskOptions o;
+  auto m = Stationary(o, 8 * kG);
+  auto r = m.Estimate();
+  ASSERT_TRUE(r);
+  EXPECT_LT(P(*r, 500), 1e-6);
+  EXPECT_EQ(m.Level(*r), RiskLevel::kOk);
+  EXPECT_FALSE(r->steps_to_oom);
+  EXPECT_GT(r->headroom_bytes, 2 * kG);
+  ASSERT_TRUE(r->headroom_spreads);
+  EXPECT_GT(*r->headroom_spreads, 15);
+}
+
+TEST(OomRiskTest, NearTheLimitTheLevelIsAWarningOrWorseWithAMedianStepsToOom) {
+  OomRiskOptions o;
+  auto m = LightTail(o, 5.45 * kG);  // the limit lies in [5.29, 5.45] GiB: 6-9 tail scales
+  auto r = m.Estimate();
+  ASSERT_TRUE(r);
+  EXPECT_GE(m.Level(*r), RiskLevel::kWarning);
+  ASSERT_TRUE(r->steps_to_oom);
+  EXPECT_LT(*r->steps_to_oom, 500u);
+  EXPECT_TRUE(r->tail_only);        // the largest step seen is the limit's low end
+  ASSERT_TRUE(r->shape_cap_bytes);  // no cost: the advice is a shape cap
+}
+
+TEST(OomRiskTest, NeedsMinSamples) {
+  OomRiskOptions o;
+  OomRiskModel m(o, 8 * kG);
+  for (std::size_t i = 0; i + 1 < o.min_samples; ++i) m.Add(static_cast<int>(i), 50, 5 * kG, 0);
+  EXPECT_FALSE(m.Estimate());  // enough steps, too few samples
+  m.Add(400, 50, 5 * kG, 0);
+  EXPECT_TRUE(m.Estimate());
+  OomRiskModel steps(o, 8 * kG);
+  for (std::uint64_t i = 0; i + 1 < o.min_steps; ++i) steps.Add(static_cast<int>(i), 1, 5 * kG, 0);
+  EXPECT_FALSE(steps.Estimate());  // enough samples, too few steps
+  steps.Add(1000, 1, 5 * kG, 0);
+  EXPECT_TRUE(steps.Estimate());
+}
+
+// The cache's cost: allocated is flat at 5 GiB, but the stranded bytes grow 2 MiB per step.
+// Counting them (and their trend) gives a risk; without the cost the job looks safe.
+TEST(OomRiskTest, TheCachesGrowingCostRaisesTheRiskAndSuggestsExpandableSegments) {
+  const auto run = [](bool use_cost) {
+    OomRiskOptions o;
+    o.use_cost = use_cost;
+    OomRiskModel m(o, 6.2 * kG);
+    std::mt19937_64 rng(1);
+    std::uniform_real_distribution<double> jitter(0, 20 * kM);
+    for (int i = 0; i < 260; ++i) m.Add(i, 1, 5 * kG + jitter(rng), i * 2 * kM);
+    return m.Estimate();
+  };
+  auto with = run(true), without = run(false);
+  ASSERT_TRUE(with && without);
+  EXPECT_GT(with->slope_bytes_per_step, 1.5 * kM);
+  EXPECT_GT(P(*with, 500), 0.5);
+  EXPECT_LT(P(*without, 500), 0.01);
+  EXPECT_NE(with->advice.find("expandable_segments:True"), std::string::npos) << with->advice;
+}
+
+// A growing job: demand rises 4 MiB per step; the trend brings it to the limit within the
+// 500-step horizon. Without the trend only the spread of past steps counts.
+TEST(OomRiskTest, ATrendCarriesDemandToTheLimit) {
+  const auto run = [](bool use_trend) {
+    OomRiskOptions o;
+    o.use_trend = use_trend;
+    OomRiskModel m(o, 7 * kG);
+    std::mt19937_64 rng(2);
+    std::normal_distribution<double> noise(0, 30 * kM);
+    for (int i = 0; i < 200; ++i) m.Add(i, 1, 5 * kG + i * 4 * kM + noise(rng), 0);
+    return m.Estimate();
+  };
+  auto with = run(true), without = run(false);
+  ASSERT_TRUE(with && without);
+  EXPECT_GT(P(*with, 500), 0.9);
+  EXPECT_LT(P(*without, 500), 0.5 * P(*with, 500));
+  ASSERT_TRUE(with->steps_to_oom);
+  EXPECT_LT(*with->steps_to_oom, 400u);
+  EXPECT_NE(with->advice.find("stop the growth"), std::string::npos) << with->advice;
+}
+
+// A job that survived a demand close to the capacity shows the device serves more than
+// capacity / allowance: the limit's low end rises and the risk falls.
+TEST(OomRiskTest, SurvivedDemandRaisesTheLimit) {
+  const auto run = [](bool learn) {
+    OomRiskOptions o;
+    o.learn_survived = learn;
+    OomRiskModel m(o, 6 * kG);
+    std::mt19937_64 rng(4);
+    std::uniform_real_distribution<double> d(4.8 * kG, 5.5 * kG);
+    for (int i = 0; i < 300; ++i) m.Add(i, 1, d(rng), 0);
+    m.Add(300, 1, 5.9 * kG, 0);  // one large step that fitted
+    return m.Estimate();
+  };
+  auto learned = run(true), fixed = run(false);
+  ASSERT_TRUE(learned && fixed);
+  EXPECT_GT(learned->limit_low_bytes, 5.85 * kG);
+  EXPECT_LT(P(*learned, 100), P(*fixed, 100));
+}
+
+// Samples covering 50 steps are block maxima: the same per-step process sampled every 50 steps
+// gives a risk of the same order as sampled every step (per step, not per sample).
+TEST(OomRiskTest, RisksArePerStepWhateverTheSamplingPeriod) {
+  OomRiskOptions o;
+  o.learn_survived = false;  // the limit in [5.23, 5.75] GiB
+  OomRiskModel every1(o, 5.75 * kG), every50(o, 5.75 * kG);
+  std::mt19937_64 rng(6);
+  std::normal_distribution<double> d(5 * kG, 100 * kM);
+  double block = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const double x = d(rng);
+    every1.Add(i, 1, x, 0);
+    block = std::max(block, x);
+    if (i % 50 == 49) {
+      every50.Add(i, 50, block, 0);
+      block = 0;
+    }
+  }
+  auto a = every1.Estimate(), b = every50.Estimate();
+  ASSERT_TRUE(a && b);
+  EXPECT_GT(P(*a, 100), 0.01);
+  EXPECT_LT(std::fabs(std::log(P(*a, 100) / P(*b, 100))), std::log(3.0))
+      << P(*a, 100) << " vs " << P(*b, 100);
+}
+
+TEST(OomRiskTest, LevelsFollowTheDocumentedThresholds) {
+  OomRiskOptions o;
+  OomRiskModel m(o, kG);
+  OomRisk r;
+  r.horizons = {{50, 0.0}, {100, 0.0}, {500, 0.0}};
+  EXPECT_EQ(m.Level(r), RiskLevel::kOk);
+  r.horizons[2].probability = 0.10;
+  EXPECT_EQ(m.Level(r), RiskLevel::kWatch);
+  r.horizons[1].probability = 0.10;
+  EXPECT_EQ(m.Level(r), RiskLevel::kWarning);
+  r.horizons[0].probability = 0.5;
+  EXPECT_EQ(m.Level(r), RiskLevel::kCritical);
+}
+
+TEST(OomRiskTest, ValidatesOptions) {
+  OomRiskOptions o;
+  EXPECT_TRUE(ValidateOomRiskOptions(o).ok());
+  o.horizons = {};
+  EXPECT_FALSE(ValidateOomRiskOptions(o).ok());
+  o = OomRiskOptions{};
+  o.warning_probability = 0;
+  EXPECT_FALSE(ValidateOomRiskOptions(o).ok());
+  o = OomRiskOptions{};
+  o.horizons = {0};
+  EXPECT_FALSE(ValidateOomRiskOptions(o).ok());
+}
+
+// Through the Forecaster: the risk reaches every verdict and its level joins the others.
+TEST(OomRiskTest, TheForecasterReportsTheRiskAndItsLevel) {
+  ForecastOptions fo;
+  fo.every = 1;
+  std::mt19937_64 rng(8);
+  std::exponential_distribution<double> d(1 / (50 * kM));
+  const auto run = [&](bool risk) {
+    fo.risk = risk;
+    Forecaster f(fo, static_cast<std::uint64_t>(5.45 * kG));
+    rng.seed(8);
+    ForecastPoint last;
+    for (int i = 0; i < 140; ++i) {
+      TimelineSample s;
+      s.step_first = s.step_last = i;
+      s.peak_live_requested_bytes = static_cast<std::uint64_t>(5 * kG + d(rng));
+      last = f.Observe(s, i, 1);
+    }
+    return last;
+  };
+  const ForecastPoint with = run(true);
+  ASSERT_TRUE(with.risk);
+  EXPECT_GE(with.level, RiskLevel::kWarning);
+  EXPECT_NE(with.reason.find("P(OOM within"), std::string::npos) << with.reason;
+  const ForecastPoint without = run(false);
+  EXPECT_FALSE(without.risk);
+  EXPECT_LT(without.level, RiskLevel::kWarning);  // no trend or spread signal before step 149
+}
+
+}  // namespace
+}  // namespace fragscope::analysis
