@@ -204,6 +204,13 @@ def test_daemon_forecasts_for_agents_that_send_none(workdir):
             m = d.metrics()
             assert value(m, "fragscope_process_forecast_level", pid="501") >= 3
             assert value(m, "fragscope_process_steps_to_oom", pid="501") > 0
+            # The calibrated risk, one gauge per horizon, once the forecaster has enough steps:
+            # probabilities that grow with the horizon; a leak this fast is at risk within 500.
+            risk = [value(m, "fragscope_process_oom_risk", pid="501", horizon_steps=str(h))
+                    for h in (50, 100, 500)]
+            assert all(r is not None and 0.0 <= r <= 1.0 for r in risk), risk
+            assert risk[0] <= risk[1] <= risk[2], risk
+            assert risk[2] > 0.1, risk
     finally:
         assert d.stop() == 0
     log = d.read_log()
@@ -217,6 +224,8 @@ def test_daemon_forecasts_for_agents_that_send_none(workdir):
                 assert agent.send_sample(leak_sample(step))
             d.wait_metric("fragscope_process_step", 190, pid="502")
             assert value(d.metrics(), "fragscope_process_forecast_level", pid="502") == 0
+            assert value(d.metrics(), "fragscope_process_oom_risk", pid="502",
+                         horizon_steps="100") is None
     finally:
         assert d.stop() == 0
 
@@ -678,7 +687,11 @@ EXPORTER_DOC = os.path.join(SOURCE_DIR, "docs", "exporter.md")
 # Documented metrics that none of the states set up in test_exporter_doc_lists_every_family
 # gives a sample (their family is still there, HELP and TYPE only), each with why. Empty today:
 # the fake NVML's node2 fixture and one full agent sample produce every series.
-CONDITIONAL = {}
+# Families with samples only in states the test above does not build; each is checked elsewhere.
+CONDITIONAL = {
+    # The daemon's risk needs 120 steps of samples: test_daemon_forecasts_for_agents_that_send_none.
+    "fragscope_process_oom_risk": "after 120 steps",
+}
 
 
 def documented_families():
