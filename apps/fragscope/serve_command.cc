@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +44,10 @@ struct ServeFlags {
   double interval_seconds = 5;
   double expiry_seconds = 60;
   std::int64_t max_connections = 256;
+  std::int64_t max_connections_per_uid = 32;
+  double frame_timeout_seconds = 10;
+  std::int64_t http_max_connections = 64;
+  double http_request_timeout_seconds = 5;
   std::string max_message = "64KiB";
   double max_rate = 50;
   double burst = 100;
@@ -364,6 +369,9 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   agent_options.socket_mode = mode;
   agent_options.max_frame_bytes = static_cast<std::size_t>(*max_message);
   agent_options.max_connections = static_cast<std::size_t>(flags.max_connections);
+  agent_options.max_connections_per_uid = static_cast<std::size_t>(flags.max_connections_per_uid);
+  agent_options.frame_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(flags.frame_timeout_seconds * 1000));
   agent_options.max_samples_per_second = flags.max_rate;
   agent_options.burst = flags.burst;
   agent_options.expiry =
@@ -389,7 +397,15 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
 
   std::unique_ptr<prom::MetricsHttpServer> server;
   if (http) {
-    server = std::make_unique<prom::MetricsHttpServer>(prom::HttpServerOptions{host, port, 4},
+    prom::HttpServerOptions http_options;
+    http_options.host = host;
+    http_options.port = port;
+    http_options.max_connections = static_cast<std::size_t>(flags.http_max_connections);
+    http_options.request_timeout = std::chrono::milliseconds(
+        static_cast<std::int64_t>(flags.http_request_timeout_seconds * 1000));
+    http_options.write_timeout =
+        std::max(http_options.request_timeout, std::chrono::milliseconds(5000));
+    server = std::make_unique<prom::MetricsHttpServer>(std::move(http_options),
                                                        [&daemon] { return daemon.Render(); });
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
@@ -485,6 +501,26 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
                   "Agent connections at once; more are refused")
       ->capture_default_str()
       ->check(IntegerAtLeast(1));
+  sub->add_option("--max-connections-per-uid", flags->max_connections_per_uid,
+                  "Agent connections one user (UID, from the socket's peer credentials) may hold "
+                  "at once; more are refused")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--agent-frame-timeout", flags->frame_timeout_seconds,
+                  "Seconds within which an agent frame must be complete after its first byte; "
+                  "a slower one closes the connection")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  sub->add_option("--http-max-connections", flags->http_max_connections,
+                  "HTTP connections open at once; at the cap the oldest one still waiting for "
+                  "its request is closed")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--http-request-timeout", flags->http_request_timeout_seconds,
+                  "Seconds within which an HTTP request must arrive whole (trickled bytes do "
+                  "not extend it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
   sub->add_option("--max-message-bytes", flags->max_message,
                   "Largest agent frame (64 B .. 16 MiB); larger closes the connection")
       ->capture_default_str();

@@ -30,6 +30,9 @@ struct Connection {
   double tokens = 0;
   Clock::time_point refilled;
   Clock::time_point last_activity;
+  uid_t uid = 0;
+  bool in_frame = false;            // some bytes of a frame have arrived, not all
+  Clock::time_point frame_started;  // when its first byte did
 };
 
 }  // namespace
@@ -161,7 +164,8 @@ void AgentServer::Stop() {
 }
 
 void AgentServer::Run() {
-  std::map<int, Connection> conns;  // by fd
+  std::map<int, Connection> conns;       // by fd
+  std::map<uid_t, std::size_t> per_uid;  // open connections by peer UID
   std::uint64_t next_id = 1;
   std::vector<pollfd> fds;
   std::vector<char> chunk(16 * 1024);
@@ -175,6 +179,9 @@ void AgentServer::Run() {
   // also sees every count and series change that closing made.
   auto close_conn = [&](std::map<int, Connection>::iterator it) {
     registry_->ConnectionClosed(it->second.id);
+    if (auto u = per_uid.find(it->second.uid); u != per_uid.end() && --u->second == 0) {
+      per_uid.erase(u);
+    }
     ::close(it->second.fd);
     return conns.erase(it);
   };
@@ -247,8 +254,26 @@ void AgentServer::Run() {
             ::close(fd);
             continue;
           }
-          Connection c{fd,  next_id++, FrameDecoder(options_.max_frame_bytes), options_.burst,
-                       now, now};
+          ucred cred{};
+          socklen_t cred_len = sizeof(cred);
+          const uid_t uid =
+              ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 ? cred.uid : 0;
+          if (per_uid[uid] >= options_.max_connections_per_uid) {
+            registry_->CountConnectionRefused();
+            log(fmt::format("agent connection from UID {} refused: already {} connections per UID",
+                            uid, options_.max_connections_per_uid));
+            ::close(fd);
+            continue;
+          }
+          ++per_uid[uid];
+          Connection c;
+          c.fd = fd;
+          c.id = next_id++;
+          c.decoder = FrameDecoder(options_.max_frame_bytes);
+          c.tokens = options_.burst;
+          c.refilled = now;
+          c.last_activity = now;
+          c.uid = uid;
           conns.emplace(fd, std::move(c));
           registry_->CountConnectionAccepted();
         }
@@ -266,6 +291,13 @@ void AgentServer::Run() {
             c.last_activity = now;
             c.decoder.Feed(chunk.data(), static_cast<std::size_t>(n));
             keep = handle_frames(c, now);
+            // The frame deadline runs from the first byte of a frame, whatever follows.
+            if (c.decoder.buffered() == 0) {
+              c.in_frame = false;
+            } else if (!c.in_frame) {
+              c.in_frame = true;
+              c.frame_started = now;
+            }
             if (static_cast<std::size_t>(n) < chunk.size()) break;
           } else if (n == 0) {
             if (c.decoder.buffered() > 0) {
@@ -292,7 +324,14 @@ void AgentServer::Run() {
       last_sweep = now;
       registry_->Expire(now, options_.expiry);
       for (auto it = conns.begin(); it != conns.end();) {
-        if (now - it->second.last_activity > options_.expiry) {
+        if (it->second.in_frame && now - it->second.frame_started > options_.frame_timeout) {
+          reject(it->second,
+                 {RejectReason::kTruncated,
+                  fmt::format("frame not complete {} ms after its first byte ({} bytes "
+                              "so far)",
+                              options_.frame_timeout.count(), it->second.decoder.buffered())});
+          it = close_conn(it);
+        } else if (now - it->second.last_activity > options_.expiry) {
           registry_->CountConnectionIdleClosed();
           if (it->second.decoder.buffered() > 0) {
             reject(it->second,

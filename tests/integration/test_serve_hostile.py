@@ -1,0 +1,203 @@
+"""Hostile neighbours against `fragscope serve` (issue 24, item 6): slowloris HTTP clients,
+trickling and flooding agents, series floods. Each case is bounded in time and asserts the
+bound the daemon promises (docs/exporter.md, "Limits and safety").
+
+Run by ctest (serve_hostile); FRAGSCOPE_BIN and FRAGSCOPE_SOURCE_DIR come from there.
+"""
+
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_serve import Daemon, full_sample, workdir  # noqa: E402,F401  (workdir: a fixture)
+import fragscope_agent  # noqa: E402  (test_serve put python/ on the path)
+from soak_serve import parse_metrics, value  # noqa: E402
+
+
+def timed_get(port, path, timeout=5):
+    begin = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+        body = r.read().decode()
+        status = r.status
+    return status, body, time.monotonic() - begin
+
+
+def open_slowloris(port, count):
+    """`count` connections that each sent part of a request line and will trickle the rest."""
+    socks = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(2)
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    return socks
+
+
+def trickle(socks):
+    """One more header byte on every connection that is still open; returns how many were."""
+    alive = 0
+    for s in socks:
+        try:
+            s.sendall(b"X")
+            alive += 1
+        except OSError:
+            pass
+    return alive
+
+
+def close_all(socks):
+    for s in socks:
+        s.close()
+
+
+def test_scrapes_answer_within_a_second_while_100_slowloris_connections_are_open(workdir):
+    d = Daemon(workdir)
+    socks = []
+    try:
+        socks = open_slowloris(d.port, 100)
+        worst = 0.0
+        # Five seconds of trickling, scraping both paths every half second: the slow clients
+        # never finish a request, and the server must neither wait for them nor run out of
+        # room for the scraper.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            trickle(socks)
+            for path in ("/metrics", "/healthz"):
+                status, body, took = timed_get(d.port, path, timeout=3)
+                assert status == 200
+                worst = max(worst, took)
+            time.sleep(0.5)
+        assert worst < 1.0, f"slowest scrape {worst:.3f} s with 100 slowloris connections open"
+    finally:
+        close_all(socks)
+        assert d.stop() == 0
+
+
+def test_a_request_that_never_completes_is_closed_at_its_deadline(workdir):
+    d = Daemon(workdir, "--http-request-timeout", "1")
+    try:
+        s = open_slowloris(d.port, 1)[0]
+        begin = time.monotonic()
+        closed_after = None
+        while time.monotonic() - begin < 4:
+            try:
+                s.sendall(b"X")  # trickled bytes do not extend the deadline
+                s.settimeout(0.2)
+                s.recv(4096)  # b"" (closed) or the 408 answer
+            except socket.timeout:
+                continue
+            except OSError:
+                pass
+            closed_after = time.monotonic() - begin
+            break
+        s.close()
+        assert closed_after is not None, "a trickling request was still open after 4 s"
+        assert closed_after < 2.5, closed_after
+    finally:
+        assert d.stop() == 0
+
+
+def test_request_bodies_and_huge_headers_are_refused_without_reading_them(workdir):
+    d = Daemon(workdir)
+    try:
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=3)
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 413"), reply
+        s.close()
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=3)
+        try:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Junk: " + b"a" * 100000)
+        except OSError:
+            pass  # the server may close before taking it all
+        try:
+            reply = s.recv(4096)
+        except ConnectionResetError:
+            reply = b""
+        assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply
+        s.close()
+        assert timed_get(d.port, "/healthz")[0] == 200
+    finally:
+        assert d.stop() == 0
+
+
+def test_idle_connections_beyond_the_pool_cannot_lock_out_a_scraper(workdir):
+    d = Daemon(workdir, "--http-max-connections", "8", "--http-request-timeout", "30")
+    socks = []
+    try:
+        socks = open_slowloris(d.port, 50)  # far more than the pool, none ever finishing
+        for _ in range(3):
+            status, _, took = timed_get(d.port, "/metrics", timeout=3)
+            assert status == 200 and took < 1.0, took
+    finally:
+        close_all(socks)
+        assert d.stop() == 0
+
+
+# --- agent socket ---------------------------------------------------------------------------
+
+
+def test_a_trickled_frame_must_complete_within_the_frame_timeout(workdir):
+    d = Daemon(workdir, "--agent-frame-timeout", "1", "--expiry", "60")
+    try:
+        frame = fragscope_agent.encode_sample(full_sample())
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(d.sock)
+        s.settimeout(0.25)
+        begin = time.monotonic()
+        closed_after = None
+        for i in range(len(frame) - 1):  # never the last byte
+            try:
+                s.sendall(frame[i:i + 1])
+                if s.recv(1) == b"":
+                    closed_after = time.monotonic() - begin
+                    break
+            except socket.timeout:
+                pass
+            except OSError:
+                closed_after = time.monotonic() - begin
+                break
+            if time.monotonic() - begin > 5:
+                break
+        s.close()
+        assert closed_after is not None, "a frame trickled for 5 s was still accepted"
+        assert closed_after < 2.5, closed_after
+        d.wait_metric("fragscope_agent_samples_rejected_total", 1, reason="truncated")
+        assert "not complete 1000 ms after its first byte" in d.read_log()
+    finally:
+        assert d.stop() == 0
+
+
+def test_one_uid_cannot_take_every_agent_connection(workdir):
+    d = Daemon(workdir, "--max-connections-per-uid", "3")
+    socks = []
+    try:
+        for _ in range(5):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(2)
+            s.connect(d.sock)
+            socks.append(s)
+        d.wait_metric("fragscope_agent_connections_refused_total", 2)
+        closed = 0
+        for s in socks:
+            try:
+                s.settimeout(0.3)
+                if s.recv(1) == b"":
+                    closed += 1
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        assert closed == 2
+        assert "connections per UID" in d.read_log()
+    finally:
+        close_all(socks)
+        assert d.stop() == 0
