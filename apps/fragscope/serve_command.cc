@@ -45,6 +45,8 @@ struct ServeFlags {
   double expiry_seconds = 60;
   std::int64_t max_connections = 256;
   std::int64_t max_connections_per_uid = 32;
+  std::int64_t max_series = 512;
+  std::int64_t max_series_per_connection = 16;
   double frame_timeout_seconds = 10;
   std::int64_t http_max_connections = 64;
   double http_request_timeout_seconds = 5;
@@ -164,7 +166,11 @@ double UnixSeconds() {
 class Daemon {
  public:
   Daemon(const ServeFlags& flags, ServeHooks hooks)
-      : flags_(flags), hooks_(std::move(hooks)), start_time_(UnixSeconds()) {
+      : flags_(flags),
+        hooks_(std::move(hooks)),
+        start_time_(UnixSeconds()),
+        registry_(agent::SeriesLimits{static_cast<std::size_t>(flags.max_series),
+                                      static_cast<std::size_t>(flags.max_series_per_connection)}) {
     hostname_ = flags.hostname.empty() ? Hostname() : flags.hostname;
     if (!hooks_.gpu_provider) {
       hooks_.gpu_provider = [] {
@@ -229,6 +235,15 @@ class Daemon {
     RefreshGpus();
     WriteTextfile();
     if (hooks_.on_tick) hooks_.on_tick(registry_);
+    // Samples left out at the series limits: one line per interval, however many.
+    const std::uint64_t dropped = registry_.Counters().series_dropped;
+    if (dropped > series_dropped_logged_) {
+      Log(fmt::format(
+          "{} sample(s) of new series dropped at the series limits (--max-series {}, "
+          "--max-series-per-connection {}; fragscope_agent_series_dropped_total)",
+          dropped - series_dropped_logged_, flags_.max_series, flags_.max_series_per_connection));
+      series_dropped_logged_ = dropped;
+    }
     const int suppressed = suppressed_logs_.exchange(0);
     log_budget_ = kLogBudgetPerInterval;
     if (suppressed > 0) {
@@ -265,6 +280,7 @@ class Daemon {
   const SampleRecorder* history_ = nullptr;  // null: no --history
   std::atomic<int> log_budget_{kLogBudgetPerInterval};
   std::atomic<int> suppressed_logs_{0};
+  std::uint64_t series_dropped_logged_ = 0;  // main thread only
 };
 
 int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
@@ -504,6 +520,15 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
   sub->add_option("--max-connections-per-uid", flags->max_connections_per_uid,
                   "Agent connections one user (UID, from the socket's peer credentials) may hold "
                   "at once; more are refused")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--max-series", flags->max_series,
+                  "Process x device series kept at once; samples that would add more are "
+                  "dropped and counted")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--max-series-per-connection", flags->max_series_per_connection,
+                  "Series one agent connection may add; more are dropped and counted")
       ->capture_default_str()
       ->check(IntegerAtLeast(1));
   sub->add_option("--agent-frame-timeout", flags->frame_timeout_seconds,

@@ -201,3 +201,59 @@ def test_one_uid_cannot_take_every_agent_connection(workdir):
     finally:
         close_all(socks)
         assert d.stop() == 0
+
+
+def flood_sample(i):
+    return full_sample(device_uuid=f"GPU-{i:08x}-0000-4000-8000-000000000000")
+
+
+def test_series_limits_drop_and_count_what_is_beyond_them(workdir):
+    d = Daemon(workdir, "--max-series", "10", "--max-series-per-connection", "4")
+    try:
+        flooder = fragscope_agent.AgentClient(d.sock, pid=1)
+        for i in range(8):  # within the rate limit's burst; 4 are beyond its own limit
+            assert flooder.send_sample(flood_sample(i))
+        d.wait_metric("fragscope_agent_series_dropped_total", 4)
+        others = [fragscope_agent.AgentClient(d.sock, pid=2 + k) for k in range(3)]
+        for k, client in enumerate(others):
+            for i in range(4):
+                assert client.send_sample(flood_sample(100 + 10 * k + i))
+        # 4 + 6 stored: the total limit; the other 6 of the 12 are dropped.
+        d.wait_metric("fragscope_agent_series_dropped_total", 10)
+        d.wait_metric("fragscope_agent_series", 10)
+        # A known series still updates at the limit.
+        assert flooder.send_sample(full_sample(step=77, device_uuid=flood_sample(0)["device_uuid"]))
+        d.wait_metric("fragscope_process_step", 77, pid="1", UUID=flood_sample(0)["device_uuid"])
+        time.sleep(0.5)  # a tick (--interval 0.2) logs the drops, once
+        log = d.read_log()
+        assert "dropped at the series limits" in log
+        assert log.count("dropped at the series limits") <= 3, log
+        for c in [flooder, *others]:
+            c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_flood_of_new_devices_leaves_the_page_and_shutdown_bounded(workdir):
+    """The issue's flood: new device UUIDs within the rate limit from many connections. At the
+    default limits (512 series) the page stays a bounded size and SIGTERM is prompt."""
+    d = Daemon(workdir, "--max-connections-per-uid", "64")
+    try:
+        clients = [fragscope_agent.AgentClient(d.sock, pid=1000 + k) for k in range(40)]
+        n = 0
+        for client in clients:
+            for _ in range(90):  # inside the burst of 100
+                client.send_sample(flood_sample(n))
+                n += 1
+        d.wait_metric("fragscope_agent_series", 512, timeout=20)
+        status, body, took = timed_get(d.port, "/metrics")
+        metrics = parse_metrics(body)
+        assert value(metrics, "fragscope_agent_series_dropped_total") == n - 512
+        assert len(body) < 8 << 20, len(body)
+        for client in clients:
+            client.close()
+        begin = time.monotonic()
+        assert d.stop() == 0
+        assert time.monotonic() - begin < 3
+    finally:
+        d.stop()

@@ -198,6 +198,11 @@ std::string RenderExposition(const NodeState& state) {
                    "Process series dropped because their agent disconnected or went silent.");
     expired.Add({{"Hostname", host}}, c.series_expired);
     expired.Emit(&out);
+    Family dropped("fragscope_agent_series_dropped_total", "counter",
+                   "Agent samples not stored because they would have made a new series beyond "
+                   "the series limits (--max-series, --max-series-per-connection).");
+    dropped.Add({{"Hostname", host}}, c.series_dropped);
+    dropped.Emit(&out);
     Family writes("fragscope_textfile_writes_total", "counter",
                   "Textfile-collector files written (--textfile-dir).");
     writes.Add({{"Hostname", host}}, state.daemon.textfile_writes);

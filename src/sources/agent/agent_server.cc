@@ -220,8 +220,15 @@ void AgentServer::Run() {
                                sample.status().message())});
         return false;
       }
+      // A sample that would make a series beyond the limits is counted and left out: not
+      // forecast, stored, recorded or alerted on. The connection stays (its known series
+      // still update); the daemon logs the count once per interval.
+      if (!registry_->Admits(sample->pid, sample->device_uuid, c.id)) {
+        registry_->CountSeriesDropped();
+        continue;
+      }
       if (options_.prepare) options_.prepare(*sample);
-      registry_->Accept(*sample, c.id, now);
+      if (!registry_->Accept(*sample, c.id, now)) continue;
       if (options_.on_sample) options_.on_sample(*sample);
     }
   };
