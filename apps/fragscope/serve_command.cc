@@ -44,7 +44,7 @@ struct ServeFlags {
   double interval_seconds = 5;
   double expiry_seconds = 60;
   std::int64_t max_connections = 256;
-  std::int64_t max_connections_per_uid = 32;
+  std::int64_t max_connections_per_uid = 128;
   std::int64_t max_series = 512;
   std::int64_t max_series_per_connection = 16;
   double frame_timeout_seconds = 10;

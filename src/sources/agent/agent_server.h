@@ -40,7 +40,7 @@ struct AgentServerOptions {
   std::size_t max_connections = 256;
   /// Connections one peer UID (SO_PEERCRED) may hold at once, so one user cannot take every
   /// slot from the others.
-  std::size_t max_connections_per_uid = 32;
+  std::size_t max_connections_per_uid = 128;
   /// A frame must be complete this long after its first byte arrived; bytes trickled in do
   /// not extend it. Slower closes the connection (counted as `truncated`).
   std::chrono::milliseconds frame_timeout{10000};
