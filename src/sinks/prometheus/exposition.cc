@@ -11,12 +11,6 @@
 namespace fragscope::sinks::prometheus {
 namespace {
 
-// Histogram buckets always shown (512 B .. 1 TiB: the caching allocator rounds every block to
-// 512 B, and no device has more than 1 TiB), so a bucket that empties reads 0 rather than
-// vanishing; a non-empty bucket outside this range is shown too.
-constexpr int kFirstShownBucket = 9;
-constexpr int kLastShownBucket = 39;
-
 using Labels = std::vector<std::pair<std::string_view, std::string>>;
 
 std::string EscapeHelp(std::string_view text) {
@@ -380,9 +374,9 @@ std::string RenderExposition(const NodeState& state) {
       std::string bucket_labels;
       for (int b = 0; b < agent::kFreeBlockBuckets; ++b) {
         const auto i = static_cast<std::size_t>(b);
-        const bool shown = (b >= kFirstShownBucket && b <= kLastShownBucket) ||
-                           s.free_block_count[i] != 0 || s.free_block_bytes[i] != 0;
-        if (!shown) continue;
+        // Only buckets that hold blocks: the 31 always-present ones were three quarters of a
+        // page, the scrape's main cost (docs/exporter.md, "Limits and safety").
+        if (s.free_block_count[i] == 0 && s.free_block_bytes[i] == 0) continue;
         bucket_labels = rendered;
         bucket_labels +=
             fmt::format("{}size_bucket=\"{}\",size_min_bytes=\"{}\"", rendered.empty() ? "" : ",",
