@@ -321,12 +321,20 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   // a usage error, reported before the socket is taken.
   ServeHooks hooks = given_hooks;
   std::unique_ptr<SampleRecorder> recorder;
+  std::string history_unavailable;  // set: the history could not be opened for writing
   if (flags.history != "none") {
     Result<std::string> path = HistoryPath(flags.history);
     if (!path.ok()) return BadInput("--history: " + path.status().message());
     Result<std::unique_ptr<SampleRecorder>> opened = SampleRecorder::Open(*path, Log);
-    if (!opened.ok()) return BadInput("--history: " + opened.status().message());
-    recorder = std::move(*opened);
+    if (opened.ok()) {
+      recorder = std::move(*opened);
+    } else if (std::string problem = HistoryWriteProblem(*path); !problem.empty()) {
+      // A history that cannot be opened because its file system will not take writes is not
+      // a damaged one: the daemon serves without it, degraded, and says so (log, /healthz).
+      history_unavailable = fmt::format("{}: {} ({})", *path, problem, opened.status().message());
+    } else {
+      return BadInput("--history: " + opened.status().message());
+    }
   }
   std::unique_ptr<AlertService> alerts;
   if (!flags.alerts.empty()) {
@@ -421,8 +429,20 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
         static_cast<std::int64_t>(flags.http_request_timeout_seconds * 1000));
     http_options.write_timeout =
         std::max(http_options.request_timeout, std::chrono::milliseconds(5000));
-    server = std::make_unique<prom::MetricsHttpServer>(std::move(http_options),
-                                                       [&daemon] { return daemon.Render(); });
+    server = std::make_unique<prom::MetricsHttpServer>(
+        std::move(http_options), [&daemon] { return daemon.Render(); },
+        [r = recorder.get(), &history_unavailable] {
+          prom::HealthAnswer health;
+          if (!history_unavailable.empty()) {
+            health.detail = "history " + history_unavailable;
+          } else if (r) {
+            if (std::string problem = r->problem(); !problem.empty()) {
+              health.detail = fmt::format("history {}: {}", r->path(), problem);
+            }
+          }
+          health.degraded = !health.detail.empty();
+          return health;
+        });
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
       agents.Stop();
@@ -437,7 +457,17 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     Log(fmt::format("textfile {}/{} every {} s", flags.textfile_dir, prom::kTextfileName,
                     flags.interval_seconds));
   }
-  if (recorder) Log(fmt::format("history {}", recorder->path()));
+  if (!history_unavailable.empty()) {
+    Log(fmt::format("history DEGRADED, samples will not be recorded: {} (/healthz says so)",
+                    history_unavailable));
+  }
+  if (recorder) {
+    const std::string problem = recorder->problem();
+    Log(problem.empty() ? fmt::format("history {}", recorder->path())
+                        : fmt::format("history {}: DEGRADED, samples will not be recorded: {} "
+                                      "(/healthz says so until a write succeeds)",
+                                      recorder->path(), problem));
+  }
   if (alerts) {
     Log(fmt::format("alerts: {} rule(s) from {}{}", alerts->rules(), flags.alerts,
                     flags.dry_run_hooks ? " (dry run: hooks are only logged)" : ""));

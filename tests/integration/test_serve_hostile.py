@@ -6,9 +6,8 @@ Run by ctest (serve_hostile); FRAGSCOPE_BIN and FRAGSCOPE_SOURCE_DIR come from t
 """
 
 import os
-import resource
 import socket
-import struct
+import subprocess
 import sys
 import time
 import urllib.request
@@ -257,3 +256,77 @@ def test_a_flood_of_new_devices_leaves_the_page_and_shutdown_bounded(workdir):
         assert time.monotonic() - begin < 3
     finally:
         d.stop()
+
+
+# --- the history database ------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(workdir):
+    """A 16 MiB tmpfs mounted in the work folder (needs mount rights: root in the CI
+    container); skips where mounting is not allowed."""
+    path = os.path.join(workdir, "fs")
+    os.makedirs(path)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", path],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield path
+    subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def healthz(d):
+    return timed_get(d.port, "/healthz")[1]
+
+
+def test_a_read_only_history_is_reported_at_start_and_on_healthz(workdir, small_fs):
+    history = os.path.join(small_fs, "history.sqlite")
+    d = Daemon(workdir, "--history", history)  # creates it
+    assert healthz(d) == "ok\n"
+    assert d.stop() == 0
+    subprocess.run(["mount", "-o", "remount,ro", small_fs], check=True)
+    d = Daemon(workdir, "--history", history)
+    try:
+        assert healthz(d).startswith(f"degraded: history {history}: read-only file system")
+        assert "history DEGRADED" in d.read_log()
+        # It still serves the agents' samples.
+        agent = fragscope_agent.AgentClient(d.sock, pid=5)
+        assert agent.send_sample(full_sample(step=3))
+        d.wait_metric("fragscope_process_step", 3, pid="5")
+        agent.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_full_history_disk_is_reported_and_recovers(workdir, small_fs):
+    history = os.path.join(small_fs, "history.sqlite")
+    filler = os.path.join(small_fs, "filler")
+    d = Daemon(workdir, "--history", history)
+    try:
+        assert healthz(d) == "ok\n"
+        with open(filler, "wb") as f:  # fill the disk
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        agent = fragscope_agent.AgentClient(d.sock, pid=6)
+        deadline = time.monotonic() + 5
+        step = 0
+        while time.monotonic() < deadline and not healthz(d).startswith("degraded"):
+            step += 1
+            agent.send_sample(full_sample(step=step))
+            time.sleep(0.1)
+        assert healthz(d).startswith(f"degraded: history {history}: disk full"), healthz(d)
+        assert "history degraded: disk full" in d.read_log()
+        os.remove(filler)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and healthz(d) != "ok\n":
+            step += 1
+            agent.send_sample(full_sample(step=step))
+            time.sleep(0.1)
+        assert healthz(d) == "ok\n"
+        assert "history writable again" in d.read_log()
+        agent.close()
+    finally:
+        assert d.stop() == 0
