@@ -290,6 +290,51 @@ TEST(PostWebhookTest, PostsJsonAndReportsStatus) {
   EXPECT_EQ(broken.output, "down for maintenance");
 }
 
+// A hostile or broken endpoint: an endless response body is read up to max_output_bytes and
+// no further, and a body trickled forever ends at the hook's timeout (a read timeout that
+// restarts with every byte would wait for ever).
+TEST(PostWebhookTest, EndlessOrTrickledBodiesAreBounded) {
+  TestServer server;
+  std::atomic<std::uint64_t> served{0};
+  std::atomic<bool> stop_trickle{false};
+  server.server().Post("/endless", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/plain", [&](std::size_t, httplib::DataSink& sink) {
+      const std::string chunk(64 * 1024, 'x');
+      if (served.load() >= (std::uint64_t{1} << 30)) {  // 1 GiB: bounded even when unbounded
+        sink.done();
+        return true;
+      }
+      served += chunk.size();
+      return sink.write(chunk.data(), chunk.size());
+    });
+  });
+  server.server().Post("/trickle", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/plain", [&](std::size_t, httplib::DataSink& sink) {
+      if (stop_trickle) {
+        sink.done();
+        return true;
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+      return sink.write("x", 1);
+    });
+  });
+  HookSpec endless = Webhook(server.url("/endless"));
+  endless.max_output_bytes = 4096;
+  HookOutcome big = PostWebhook(endless, "{}");
+  EXPECT_TRUE(big.ok) << big.detail;  // the status was 200; only the body was cut
+  EXPECT_EQ(big.output.size(), 4096u);
+  EXPECT_TRUE(big.output_cut);
+  EXPECT_LT(served.load(), std::uint64_t{64} << 20) << "the client kept reading the body";
+
+  const auto start = std::chrono::steady_clock::now();
+  HookOutcome slow = PostWebhook(Webhook(server.url("/trickle"), milliseconds(500)), "{}");
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop_trickle = true;
+  EXPECT_FALSE(slow.ok);
+  EXPECT_NE(slow.detail.find("timeout"), std::string::npos) << slow.detail;
+  EXPECT_LT(took, milliseconds(2500));  // slack for a busy CI
+}
+
 TEST(PostWebhookTest, SlowServerTimesOutAndClosedPortFails) {
   TestServer server;
   server.server().Post("/slow", [&](const httplib::Request&, httplib::Response& res) {

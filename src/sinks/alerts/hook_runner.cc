@@ -7,8 +7,12 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -208,20 +212,58 @@ HookOutcome PostWebhook(const HookSpec& hook, const std::string& body) {
                           static_cast<time_t>(micros.count()));
   client.set_write_timeout(static_cast<time_t>(seconds.count()),
                            static_cast<time_t>(micros.count()));
-  httplib::Headers headers;
-  for (const auto& [name, value] : hook.headers) headers.emplace(name, value);
-  headers.emplace("User-Agent", "fragscope-alerts/1");
-  httplib::Result res = client.Post(path, headers, body, "application/json");
-  if (!res) {
-    outcome.detail = fmt::format("POST {}: {}", hook.url, httplib::to_string(res.error()));
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  for (const auto& [name, value] : hook.headers) req.headers.emplace(name, value);
+  req.headers.emplace("User-Agent", "fragscope-alerts/1");
+  req.headers.emplace("Content-Type", "application/json");
+  req.body = body;
+  // The response body is read up to max_output_bytes and no further: the endpoint may be
+  // broken or hostile, and httplib would otherwise hold all of it in memory.
+  bool body_cut = false;
+  req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    const std::size_t room = hook.max_output_bytes - outcome.output.size();
+    outcome.output.append(data, std::min(room, size));
+    if (size <= room) return true;
+    body_cut = true;
+    return false;  // cancels the transfer; the status line is already in
+  };
+  // httplib's timeouts restart with every byte, so an endpoint that trickles its answer would
+  // hold the delivery thread for ever: a watchdog stops the client at the hook's timeout.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  bool timed_out = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, hook.timeout, [&] { return finished; })) {
+      timed_out = true;
+      client.stop();
+    }
+  });
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool sent = client.send(req, res, error);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (timed_out) {
+    outcome.ok = false;
+    outcome.detail = fmt::format("POST {}: stopped after {} timeout", hook.url,
+                                 FormatAlertDuration(hook.timeout));
     return outcome;
   }
-  std::size_t dropped = 0;
-  AppendBounded(&outcome.output, &dropped, hook.max_output_bytes, res->body.data(),
-                res->body.size());
-  outcome.output_dropped_bytes = dropped;
-  outcome.detail = fmt::format("HTTP {}", res->status);
-  outcome.ok = res->status >= 200 && res->status < 300;
+  if (!sent && !(body_cut && res.status > 0)) {
+    outcome.detail = fmt::format("POST {}: {}", hook.url, httplib::to_string(error));
+    return outcome;
+  }
+  outcome.output_cut = body_cut;
+  outcome.detail = fmt::format("HTTP {}", res.status);
+  outcome.ok = res.status >= 200 && res.status < 300;
   return outcome;
 }
 
@@ -417,6 +459,7 @@ void HookRunner::Deliver(const AlertNotification& n) {
     if (outcome.output_dropped_bytes > 0) {
       line += fmt::format(" (+{} bytes not kept)", outcome.output_dropped_bytes);
     }
+    if (outcome.output_cut) line += " (the rest of the body was not read)";
     Log(line);
     std::lock_guard<std::mutex> lock(mu_);
     ++(outcome.ok ? stats_.delivered : stats_.failed);

@@ -5,7 +5,9 @@
 //            the notification as JSON on stdin and as FRAGSCOPE_ALERT_* variables; killed
 //            (with its process group) after the timeout; stdout+stderr kept up to a bound and
 //            logged; always reaped.
-//   webhook  POSTs the JSON to an http:// or https:// URL with a timeout; non-2xx is logged.
+//   webhook  POSTs the JSON to an http:// or https:// URL; the whole exchange is stopped at
+//            the timeout (however the endpoint trickles); the response body is read up to
+//            max_output_bytes and no further; non-2xx is logged.
 //
 // Rate limits apply when a notification is submitted: at most `per_rule_limit` per rule and
 // `global_limit` overall in any `rate_window`; the excess is counted and summarized in the
@@ -39,6 +41,7 @@ struct HookOutcome {
   std::string detail;  // "exit 0", "killed after 10s timeout", "HTTP 500", "connect failed"
   std::string output;  // exec: stdout+stderr (bounded); webhook: response body (bounded)
   std::size_t output_dropped_bytes = 0;
+  bool output_cut = false;  // webhook: the body went on past the bound and was not read
 };
 
 /// Runs `hook.command` with `stdin_data` on its stdin and `env` (NAME=value) as its whole
