@@ -197,6 +197,41 @@ TEST(RunExecHookTest, HangingHookIsKilledWithItsProcessGroup) {
   kill(sleeper, SIGKILL);
 }
 
+// A hook that detaches a process into a session of its own (setsid: out of the hook's
+// process group), with its output closed, and exits at once: the detached process is still
+// tracked and killed at the hook's timeout; nothing is left running or unreaped.
+TEST(RunExecHookTest, DetachedProcessesAreKilledAtTheTimeout) {
+  TempDir dir;
+  const std::string pid_file = dir.path("pid");
+  HookSpec hook = ExecHook({"/bin/sh", "-c",
+                            "setsid /bin/sh -c 'echo $$ > " + pid_file +
+                                "; exec sleep 30' </dev/null >/dev/null 2>&1 &"},
+                           milliseconds(500));
+  auto start = std::chrono::steady_clock::now();
+  HookOutcome out = RunExecHook(hook, "{}", {"PATH=/usr/bin:/bin"});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(out.ok) << out.detail;  // the hook itself exited 0
+  EXPECT_THAT(out.detail, HasSubstr("1 process(es) it left running killed at the 500ms timeout"));
+  EXPECT_LT(elapsed, seconds(5));
+  std::string pid_text;
+  for (int i = 0; i < 100 && pid_text.empty(); ++i) {
+    pid_text = ReadFile(pid_file);
+    if (pid_text.empty()) usleep(10'000);
+  }
+  ASSERT_FALSE(pid_text.empty());
+  const pid_t detached = std::stoi(pid_text);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    const std::string stat = ReadFile("/proc/" + std::to_string(detached) + "/stat");
+    const std::size_t paren = stat.rfind(')');
+    gone = stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z");
+    if (!gone) usleep(20'000);
+  }
+  EXPECT_TRUE(gone) << "the detached process " << detached << " is still running";
+  if (!gone) kill(detached, SIGKILL);
+  ExpectNoChildren();
+}
+
 TEST(RunExecHookTest, OutputIsBoundedAndUnreadStdinDoesNotBlock) {
   HookSpec hook = ExecHook({DataDir() + "/noisy_hook.sh"});
   hook.max_output_bytes = 1000;

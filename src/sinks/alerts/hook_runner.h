@@ -4,7 +4,11 @@
 //   exec     runs a program (posix_spawn of an argv array: no shell, nothing interpolated),
 //            the notification as JSON on stdin and as FRAGSCOPE_ALERT_* variables; killed
 //            (with its process group) after the timeout; stdout+stderr kept up to a bound and
-//            logged; always reaped.
+//            logged; always reaped. The process is made a child subreaper
+//            (PR_SET_CHILD_SUBREAPER), so what a hook detaches (setsid, double fork) stays
+//            its descendant: whatever a hook leaves running is killed at the hook's timeout.
+//            REQUIRES of the process: it starts no children of its own besides hooks (every
+//            descendant is taken for a hook's; `fragscope serve` starts none).
 //   webhook  POSTs the JSON to an http:// or https:// URL; the whole exchange is stopped at
 //            the timeout (however the endpoint trickles); the response body is read up to
 //            max_output_bytes and no further; non-2xx is logged.
