@@ -215,6 +215,12 @@ class Daemon {
     state.daemon.textfile_writes = textfile_writes_.load();
     state.daemon.textfile_write_errors = textfile_errors_.load();
     state.daemon.history_samples_dropped = history_ ? history_->dropped_total() : 0;
+    if (const prom::MetricsHttpServer* http = http_.load(); http != nullptr) {
+      const prom::HttpServerStats h = http->stats();
+      state.daemon.http_connections_evicted = h.connections_evicted;
+      state.daemon.http_requests_timed_out = h.requests_timed_out;
+      state.daemon.http_requests_refused = h.requests_refused;
+    }
     state.daemon.collect_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     return prom::RenderExposition(state);
@@ -265,6 +271,8 @@ class Daemon {
   const ServeHooks& hooks() const { return hooks_; }
   // REQUIRES: called before any thread that may call Render() starts; `recorder` outlives it.
   void set_history(const SampleRecorder* recorder) { history_ = recorder; }
+  // The HTTP server whose counters Render() shows; null before it exists and after it stops.
+  void set_http(const prom::MetricsHttpServer* server) { http_ = server; }
 
  private:
   const ServeFlags& flags_;
@@ -278,6 +286,7 @@ class Daemon {
   std::atomic<std::uint64_t> textfile_writes_{0};
   std::atomic<std::uint64_t> textfile_errors_{0};
   const SampleRecorder* history_ = nullptr;  // null: no --history
+  std::atomic<const prom::MetricsHttpServer*> http_{nullptr};
   std::atomic<int> log_budget_{kLogBudgetPerInterval};
   std::atomic<int> suppressed_logs_{0};
   std::uint64_t series_dropped_logged_ = 0;  // main thread only
@@ -443,6 +452,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
           health.degraded = !health.detail.empty();
           return health;
         });
+    daemon.set_http(server.get());
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
       agents.Stop();
@@ -500,6 +510,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   }
   Log(fmt::format("{} received, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM"));
   if (server) server->Stop();
+  daemon.set_http(nullptr);
   agents.Stop();
   if (recorder) {
     recorder->Flush();  // what arrived since the last tick

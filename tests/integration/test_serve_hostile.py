@@ -100,6 +100,8 @@ def test_a_request_that_never_completes_is_closed_at_its_deadline(workdir):
         s.close()
         assert closed_after is not None, "a trickling request was still open after 4 s"
         assert closed_after < 2.5, closed_after
+        metrics = parse_metrics(timed_get(d.port, "/metrics")[1])
+        assert value(metrics, "fragscope_http_requests_timed_out_total") == 1
     finally:
         assert d.stop() == 0
 
@@ -124,6 +126,8 @@ def test_request_bodies_and_huge_headers_are_refused_without_reading_them(workdi
         assert reply == b"" or reply.startswith(b"HTTP/1.1 431"), reply
         s.close()
         assert timed_get(d.port, "/healthz")[0] == 200
+        metrics = parse_metrics(timed_get(d.port, "/metrics")[1])
+        assert value(metrics, "fragscope_http_requests_refused_total") == 2
     finally:
         assert d.stop() == 0
 
@@ -136,6 +140,8 @@ def test_idle_connections_beyond_the_pool_cannot_lock_out_a_scraper(workdir):
         for _ in range(3):
             status, _, took = timed_get(d.port, "/metrics", timeout=3)
             assert status == 200 and took < 1.0, took
+        metrics = parse_metrics(timed_get(d.port, "/metrics")[1])
+        assert value(metrics, "fragscope_http_connections_evicted_total") >= 42
     finally:
         close_all(socks)
         assert d.stop() == 0
@@ -328,5 +334,44 @@ def test_a_full_history_disk_is_reported_and_recovers(workdir, small_fs):
         assert healthz(d) == "ok\n"
         assert "history writable again" in d.read_log()
         agent.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_keep_alive_pipelining_head_and_methods(workdir):
+    """The HTTP server is fragscope's own: the parts of HTTP/1.1 a scraper or a probe uses."""
+    d = Daemon(workdir)
+    try:
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=3)
+        # Two pipelined requests on one connection, then a HEAD, then a POST.
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /nope?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while data.count(b"HTTP/1.1 ") < 2 or not data.endswith(b"/healthz\n"):
+            chunk = s.recv(65536)
+            assert chunk, data
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n"), data
+        assert b"\r\n\r\nok\n" in data
+        assert b"HTTP/1.1 404 Not Found\r\n" in data
+        s.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = s.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and head.endswith(b"\r\n\r\n"), head
+        assert b"Content-Type: text/plain; version=0.0.4" in head
+        s.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(65536).startswith(b"HTTP/1.1 405 Method Not Allowed\r\n")
+        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")  # HTTP/1.0: the server closes after it
+        page = b""
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            page += chunk
+        assert page.startswith(b"HTTP/1.1 200 OK\r\n") and b"fragscope_agent_series" in page
+        s.close()
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=3)
+        s.sendall(b"garbage\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        s.close()
     finally:
         assert d.stop() == 0

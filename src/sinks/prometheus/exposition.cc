@@ -209,6 +209,20 @@ std::string RenderExposition(const NodeState& state) {
                            "Agent samples not written to the history: its queue was full.");
     history_dropped.Add({{"Hostname", host}}, state.daemon.history_samples_dropped);
     history_dropped.Emit(&out);
+    Family http_evicted("fragscope_http_connections_evicted_total", "counter",
+                        "HTTP connections closed at --http-max-connections to make room: the "
+                        "oldest still waiting for a request.");
+    http_evicted.Add({{"Hostname", host}}, state.daemon.http_connections_evicted);
+    http_evicted.Emit(&out);
+    Family http_timed_out("fragscope_http_requests_timed_out_total", "counter",
+                          "HTTP requests not whole within --http-request-timeout.");
+    http_timed_out.Add({{"Hostname", host}}, state.daemon.http_requests_timed_out);
+    http_timed_out.Emit(&out);
+    Family http_refused("fragscope_http_requests_refused_total", "counter",
+                        "HTTP requests refused: malformed, with a body, a head over 8 KiB, or a "
+                        "method other than GET and HEAD.");
+    http_refused.Add({{"Hostname", host}}, state.daemon.http_requests_refused);
+    http_refused.Emit(&out);
   }
 
   // Node and GPUs.
