@@ -97,6 +97,14 @@ alerts check FILE`) are evaluated every --interval against the latest samples an
 firing and resolved alerts run their hooks (an executable with the alert as JSON on stdin, or
 a webhook), rate-limited; --dry-run-hooks only logs what would be delivered.
 
+No local user can starve the daemon: HTTP requests have a deadline (--http-request-timeout)
+and connections a cap (--http-max-connections, the slowest make room); an agent frame must be
+complete --agent-frame-timeout after its first byte; one UID may hold at most
+--max-connections-per-uid connections; series are capped (--max-series,
+--max-series-per-connection; the excess is counted in fragscope_agent_series_dropped_total).
+A read-only or full history is logged and shown on /healthz ("degraded: ..."). Every limit,
+its default and its flag: docs/exporter.md, "Limits and safety".
+
 Stop with SIGINT or SIGTERM: the socket file is removed. Logs go to stderr, timestamped.
 
 Examples:
