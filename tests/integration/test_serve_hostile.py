@@ -375,3 +375,4 @@ def test_keep_alive_pipelining_head_and_methods(workdir):
         s.close()
     finally:
         assert d.stop() == 0
+

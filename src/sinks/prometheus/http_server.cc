@@ -31,8 +31,9 @@ using Clock = std::chrono::steady_clock;
 struct Connection {
   int fd = -1;
   std::string in;   // bytes of the request being read (and any pipelined after it)
-  std::string out;  // the answer being sent
-  std::size_t sent = 0;
+  std::string out;  // the answer being sent: its head (or all of it) ...
+  std::shared_ptr<const std::string> page;  // ... then a shared /metrics page, if any
+  std::size_t sent = 0;                     // bytes of out + *page sent
   bool writing = false;
   bool close_after = false;
   Clock::time_point ready_since;  // when it became ready for the current request
@@ -164,6 +165,8 @@ void MetricsHttpServer::Stop() {
 void MetricsHttpServer::Run() {
   std::map<int, Connection> conns;  // by fd
   std::vector<pollfd> fds;
+  std::shared_ptr<const std::string> page;  // the latest /metrics page
+  Clock::time_point page_rendered;
   char chunk[4096];
 
   auto close_conn = [&](std::map<int, Connection>::iterator it) {
@@ -173,6 +176,7 @@ void MetricsHttpServer::Run() {
   auto ready_for_request = [&](Connection& c, Clock::time_point now) {
     c.writing = false;
     c.out.clear();
+    c.page.reset();
     c.sent = 0;
     c.ready_since = now;
     c.deadline = now + options_.request_timeout;
@@ -260,7 +264,18 @@ void MetricsHttpServer::Run() {
       target = target.substr(0, q);
     }
     if (target == "/metrics") {
-      start_answer(c, Answer(200, "OK", kContentType, render_(), head_only, close), close, now);
+      // Connections asking within page_max_age share one rendered page: a crowd of scrapes
+      // (or of clients that never read their answer) costs one render and one copy.
+      if (!page || now - page_rendered >= options_.page_max_age) {
+        page = std::make_shared<const std::string>(render_());
+        page_rendered = now;
+      }
+      std::string answer_head = Answer(200, "OK", kContentType, std::string(), true, close);
+      const std::string_view zero = "Content-Length: 0\r\n";
+      answer_head.replace(answer_head.find(zero), zero.size(),
+                          fmt::format("Content-Length: {}\r\n", page->size()));
+      start_answer(c, std::move(answer_head), close, now);
+      if (!head_only) c.page = page;
     } else if (target == "/healthz") {
       std::string body = "ok\n";
       if (health_) {
@@ -279,9 +294,13 @@ void MetricsHttpServer::Run() {
 
   // Sends what the socket takes now; returns false when the connection must close.
   auto write_some = [&](Connection& c, Clock::time_point now) {
-    while (c.sent < c.out.size()) {
-      const ssize_t n =
-          ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const std::size_t total = c.out.size() + (c.page ? c.page->size() : 0);
+    while (c.sent < total) {
+      const bool in_head = c.sent < c.out.size();
+      const char* data = in_head ? c.out.data() + c.sent : c.page->data() + (c.sent - c.out.size());
+      const std::size_t size = in_head ? c.out.size() - c.sent : total - c.sent;
+      const ssize_t n = ::send(c.fd, data, size,
+                               MSG_NOSIGNAL | MSG_DONTWAIT | (in_head && c.page ? MSG_MORE : 0));
       if (n > 0) {
         c.sent += static_cast<std::size_t>(n);
         continue;
@@ -337,7 +356,10 @@ void MetricsHttpServer::Run() {
         if (!keep) close_conn(it);
       }
       if (fds[1].revents & POLLIN) {
-        for (;;) {
+        // A bounded batch per round, so the connections accepted in one round are never the
+        // oldest waiting ones: a scraper's request is read before it could be evicted.
+        const std::size_t batch = std::max<std::size_t>(1, options_.max_connections / 4);
+        for (std::size_t accepted = 0; accepted < batch; ++accepted) {
           const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (fd < 0) break;
           ++accepted_;

@@ -11,7 +11,8 @@
 // `max_request_bytes` (431). At most `max_connections` are open at once; when a new one
 // arrives at the cap, the oldest connection still waiting for its request is closed to make
 // room (a scraper's request arrives at once, so it is the slow clients that go). An answer
-// must be taken by the client within `write_timeout`.
+// must be taken by the client within `write_timeout`. /metrics requests that arrive within
+// `page_max_age` of a render share its page: a crowd of scrapes costs one render.
 //
 // Thread safety: Start/Stop from one thread; the callbacks run on the server thread, one at a
 // time, and must be thread-safe with respect to the caller's other threads.
@@ -38,6 +39,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds write_timeout{5000};
   std::size_t max_request_bytes = 8192;
+  /// /metrics requests within this long of a render share its page (one render, one copy);
+  /// so a page is at most this old when it is sent.
+  std::chrono::milliseconds page_max_age{250};
 };
 
 /// What /healthz says: "ok" (200), or "degraded: <detail>" (200: the daemon still serves; a
