@@ -181,6 +181,32 @@ def test_a_trickled_frame_must_complete_within_the_frame_timeout(workdir):
         assert d.stop() == 0
 
 
+def test_a_stream_of_frames_split_across_writes_is_not_cut_off(workdir):
+    """The frame deadline restarts when a frame completes: an agent whose writes always end
+    inside the next frame (a busy stream) is not mistaken for a trickler."""
+    d = Daemon(workdir, "--agent-frame-timeout", "0.5")
+    try:
+        def frame(i):  # all the same length
+            return fragscope_agent.encode_sample(full_sample(step=100 + i, pid=7))
+        frames = b"".join(frame(i) for i in range(40))
+        size = len(frame(0)) + 1
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(d.sock)
+        sent = 0
+        begin = time.monotonic()
+        while sent + size < len(frames) and time.monotonic() - begin < 2:
+            s.sendall(frames[sent:sent + size])  # ends one byte into the next frame
+            sent += size
+            time.sleep(0.1)
+        assert time.monotonic() - begin > 1.0  # well past the frame timeout
+        complete = sent // (size - 1)
+        d.wait_metric("fragscope_process_samples_total", complete)
+        assert value(d.metrics(), "fragscope_agent_samples_rejected_total", reason="truncated") == 0
+        s.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_one_uid_cannot_take_every_agent_connection(workdir):
     d = Daemon(workdir, "--max-connections-per-uid", "3")
     socks = []

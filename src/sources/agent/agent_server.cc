@@ -33,6 +33,7 @@ struct Connection {
   uid_t uid = 0;
   bool in_frame = false;            // some bytes of a frame have arrived, not all
   Clock::time_point frame_started;  // when its first byte did
+  std::uint64_t frames = 0;         // frames cut out of the stream so far
 };
 
 }  // namespace
@@ -206,6 +207,7 @@ void AgentServer::Run() {
         }
         return true;
       }
+      ++c.frames;
       if (c.tokens < 1) {
         reject(c, {RejectReason::kRateLimited,
                    fmt::format("more than {} samples/s (burst {})", options_.max_samples_per_second,
@@ -297,11 +299,13 @@ void AgentServer::Run() {
           if (n > 0) {
             c.last_activity = now;
             c.decoder.Feed(chunk.data(), static_cast<std::size_t>(n));
+            const std::uint64_t frames_before = c.frames;
             keep = handle_frames(c, now);
-            // The frame deadline runs from the first byte of a frame, whatever follows.
+            // The frame deadline runs from the first byte of a frame, whatever follows: it
+            // restarts only when a frame completed and the bytes left begin the next one.
             if (c.decoder.buffered() == 0) {
               c.in_frame = false;
-            } else if (!c.in_frame) {
+            } else if (!c.in_frame || c.frames != frames_before) {
               c.in_frame = true;
               c.frame_started = now;
             }
