@@ -402,3 +402,31 @@ def test_keep_alive_pipelining_head_and_methods(workdir):
     finally:
         assert d.stop() == 0
 
+
+
+def test_a_closing_answer_survives_unread_input(workdir):
+    """An answer the server closes after (HTTP/1.0, a refusal) reaches the client whole even
+    when the client sent more than the server read: the server shuts its side and drains
+    instead of resetting the connection."""
+    d = Daemon(workdir)
+    try:
+        for request in (b"GET /metrics HTTP/1.0\r\n\r\n",
+                        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n"):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=3)
+            s.sendall(request + b"x" * 100000)
+            time.sleep(0.2)  # the answer is sent and the server has closed its side
+            data = b""
+            try:
+                while True:
+                    chunk = s.recv(1 << 16)
+                    if not chunk:
+                        break
+                    data += chunk
+            except ConnectionResetError:
+                pytest.fail(f"connection reset after {len(data)} bytes of the answer")
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            assert len(body) == length, (len(body), length)
+            s.close()
+    finally:
+        assert d.stop() == 0

@@ -36,6 +36,7 @@ struct Connection {
   std::size_t sent = 0;                     // bytes of out + *page sent
   bool writing = false;
   bool close_after = false;
+  bool draining = false;  // answer sent, our side shut: discarding input until EOF or deadline
   Clock::time_point ready_since;  // when it became ready for the current request
   Clock::time_point deadline;     // of the request (reading) or of the answer (writing)
 };
@@ -308,7 +309,17 @@ void MetricsHttpServer::Run() {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
       return false;
     }
-    if (c.close_after) return false;
+    if (c.close_after) {
+      // A lingering close: shutting our side first and discarding what the client still
+      // sends lets it read the whole answer (a close() with unread input would reset the
+      // connection and could destroy the answer in flight).
+      ::shutdown(c.fd, SHUT_WR);
+      c.writing = false;
+      c.draining = true;
+      c.in.clear();
+      c.deadline = now + std::chrono::seconds(1);
+      return true;
+    }
     ready_for_request(c, now);
     // A pipelined request already here is answered at once.
     if (handle_request(c, now)) return true;
@@ -344,6 +355,9 @@ void MetricsHttpServer::Run() {
         bool keep = true;
         if (c.writing) {
           keep = write_some(c, now);
+        } else if (c.draining) {
+          const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+          keep = n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
         } else {
           const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
           if (n > 0) {
