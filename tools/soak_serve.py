@@ -9,8 +9,9 @@ Starts the daemon on a temporary socket and a free loopback port, then for --sec
   * a scraper GETs /metrics every --scrape-ms ms and times each answer.
 Then it checks that nothing was lost: per agent, fragscope_process_samples_total equals what
 the agent sent, and each rejection counter equals the faults injected of that kind; and that
-the daemon still serves. Prints one JSON summary (scrape latency percentiles, daemon VmHWM)
-and exits 1 on any mismatch.
+the daemon still serves. Prints one JSON summary (scrape latency percentiles, the largest
+page, daemon VmHWM, the load average at the end) and exits 1 on any mismatch or a scrape p99
+above --p99-target-ms (10).
 
   tools/soak_serve.py --bin build/release/apps/fragscope/fragscope --agents 64 --rate 10 --seconds 60
 """
@@ -200,6 +201,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--scrape-ms", type=float, default=100.0)
     ap.add_argument("--procs", type=int, default=4, help="agent worker processes")
+    ap.add_argument("--p99-target-ms", type=float, default=10.0,
+                    help="fail when the scrape latency p99 is above this (docs/benchmarks.md)")
     args = ap.parse_args()
 
     max_rate, burst = 50.0, 100.0  # the daemon's defaults
@@ -315,6 +318,11 @@ def main():
                 "daemon_cpu_seconds": round(cpu_seconds, 2),
                 "daemon_alive": proc.poll() is None,
             })
+            if latencies and percentile(latencies, 99) > args.p99_target_ms:
+                problems.append(f"scrape p99 {percentile(latencies, 99):.1f} ms is above the "
+                                f"target {args.p99_target_ms} ms (page {max_bytes} bytes)")
+            with open("/proc/loadavg") as f:
+                summary["load_average_at_end"] = float(f.read().split()[0])
             if proc.poll() is not None:
                 problems.append("the daemon died")
         finally:

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +44,12 @@ struct ServeFlags {
   double interval_seconds = 5;
   double expiry_seconds = 60;
   std::int64_t max_connections = 256;
+  std::int64_t max_connections_per_uid = 128;
+  std::int64_t max_series = 512;
+  std::int64_t max_series_per_connection = 16;
+  double frame_timeout_seconds = 10;
+  std::int64_t http_max_connections = 64;
+  double http_request_timeout_seconds = 5;
   std::string max_message = "64KiB";
   double max_rate = 50;
   double burst = 100;
@@ -89,6 +96,14 @@ With --alerts FILE the rules in FILE (TOML, docs/alerts.md; check it first with 
 alerts check FILE`) are evaluated every --interval against the latest samples and GPU facts;
 firing and resolved alerts run their hooks (an executable with the alert as JSON on stdin, or
 a webhook), rate-limited; --dry-run-hooks only logs what would be delivered.
+
+No local user can starve the daemon: HTTP requests have a deadline (--http-request-timeout)
+and connections a cap (--http-max-connections, the slowest make room); an agent frame must be
+complete --agent-frame-timeout after its first byte; one UID may hold at most
+--max-connections-per-uid connections; series are capped (--max-series,
+--max-series-per-connection; the excess is counted in fragscope_agent_series_dropped_total).
+A read-only or full history is logged and shown on /healthz ("degraded: ..."). Every limit,
+its default and its flag: docs/exporter.md, "Limits and safety".
 
 Stop with SIGINT or SIGTERM: the socket file is removed. Logs go to stderr, timestamped.
 
@@ -159,7 +174,11 @@ double UnixSeconds() {
 class Daemon {
  public:
   Daemon(const ServeFlags& flags, ServeHooks hooks)
-      : flags_(flags), hooks_(std::move(hooks)), start_time_(UnixSeconds()) {
+      : flags_(flags),
+        hooks_(std::move(hooks)),
+        start_time_(UnixSeconds()),
+        registry_(agent::SeriesLimits{static_cast<std::size_t>(flags.max_series),
+                                      static_cast<std::size_t>(flags.max_series_per_connection)}) {
     hostname_ = flags.hostname.empty() ? Hostname() : flags.hostname;
     if (!hooks_.gpu_provider) {
       hooks_.gpu_provider = [] {
@@ -204,6 +223,12 @@ class Daemon {
     state.daemon.textfile_writes = textfile_writes_.load();
     state.daemon.textfile_write_errors = textfile_errors_.load();
     state.daemon.history_samples_dropped = history_ ? history_->dropped_total() : 0;
+    if (const prom::MetricsHttpServer* http = http_.load(); http != nullptr) {
+      const prom::HttpServerStats h = http->stats();
+      state.daemon.http_connections_evicted = h.connections_evicted;
+      state.daemon.http_requests_timed_out = h.requests_timed_out;
+      state.daemon.http_requests_refused = h.requests_refused;
+    }
     state.daemon.collect_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     return prom::RenderExposition(state);
@@ -224,6 +249,15 @@ class Daemon {
     RefreshGpus();
     WriteTextfile();
     if (hooks_.on_tick) hooks_.on_tick(registry_);
+    // Samples left out at the series limits: one line per interval, however many.
+    const std::uint64_t dropped = registry_.Counters().series_dropped;
+    if (dropped > series_dropped_logged_) {
+      Log(fmt::format(
+          "{} sample(s) of new series dropped at the series limits (--max-series {}, "
+          "--max-series-per-connection {}; fragscope_agent_series_dropped_total)",
+          dropped - series_dropped_logged_, flags_.max_series, flags_.max_series_per_connection));
+      series_dropped_logged_ = dropped;
+    }
     const int suppressed = suppressed_logs_.exchange(0);
     log_budget_ = kLogBudgetPerInterval;
     if (suppressed > 0) {
@@ -245,6 +279,8 @@ class Daemon {
   const ServeHooks& hooks() const { return hooks_; }
   // REQUIRES: called before any thread that may call Render() starts; `recorder` outlives it.
   void set_history(const SampleRecorder* recorder) { history_ = recorder; }
+  // The HTTP server whose counters Render() shows; null before it exists and after it stops.
+  void set_http(const prom::MetricsHttpServer* server) { http_ = server; }
 
  private:
   const ServeFlags& flags_;
@@ -258,8 +294,10 @@ class Daemon {
   std::atomic<std::uint64_t> textfile_writes_{0};
   std::atomic<std::uint64_t> textfile_errors_{0};
   const SampleRecorder* history_ = nullptr;  // null: no --history
+  std::atomic<const prom::MetricsHttpServer*> http_{nullptr};
   std::atomic<int> log_budget_{kLogBudgetPerInterval};
   std::atomic<int> suppressed_logs_{0};
+  std::uint64_t series_dropped_logged_ = 0;  // main thread only
 };
 
 int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
@@ -300,12 +338,20 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   // a usage error, reported before the socket is taken.
   ServeHooks hooks = given_hooks;
   std::unique_ptr<SampleRecorder> recorder;
+  std::string history_unavailable;  // set: the history could not be opened for writing
   if (flags.history != "none") {
     Result<std::string> path = HistoryPath(flags.history);
     if (!path.ok()) return BadInput("--history: " + path.status().message());
     Result<std::unique_ptr<SampleRecorder>> opened = SampleRecorder::Open(*path, Log);
-    if (!opened.ok()) return BadInput("--history: " + opened.status().message());
-    recorder = std::move(*opened);
+    if (opened.ok()) {
+      recorder = std::move(*opened);
+    } else if (std::string problem = HistoryWriteProblem(*path); !problem.empty()) {
+      // A history that cannot be opened because its file system will not take writes is not
+      // a damaged one: the daemon serves without it, degraded, and says so (log, /healthz).
+      history_unavailable = fmt::format("{}: {} ({})", *path, problem, opened.status().message());
+    } else {
+      return BadInput("--history: " + opened.status().message());
+    }
   }
   std::unique_ptr<AlertService> alerts;
   if (!flags.alerts.empty()) {
@@ -364,6 +410,9 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   agent_options.socket_mode = mode;
   agent_options.max_frame_bytes = static_cast<std::size_t>(*max_message);
   agent_options.max_connections = static_cast<std::size_t>(flags.max_connections);
+  agent_options.max_connections_per_uid = static_cast<std::size_t>(flags.max_connections_per_uid);
+  agent_options.frame_timeout =
+      std::chrono::milliseconds(static_cast<std::int64_t>(flags.frame_timeout_seconds * 1000));
   agent_options.max_samples_per_second = flags.max_rate;
   agent_options.burst = flags.burst;
   agent_options.expiry =
@@ -389,8 +438,29 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
 
   std::unique_ptr<prom::MetricsHttpServer> server;
   if (http) {
-    server = std::make_unique<prom::MetricsHttpServer>(prom::HttpServerOptions{host, port, 4},
-                                                       [&daemon] { return daemon.Render(); });
+    prom::HttpServerOptions http_options;
+    http_options.host = host;
+    http_options.port = port;
+    http_options.max_connections = static_cast<std::size_t>(flags.http_max_connections);
+    http_options.request_timeout = std::chrono::milliseconds(
+        static_cast<std::int64_t>(flags.http_request_timeout_seconds * 1000));
+    http_options.write_timeout =
+        std::max(http_options.request_timeout, std::chrono::milliseconds(5000));
+    server = std::make_unique<prom::MetricsHttpServer>(
+        std::move(http_options), [&daemon] { return daemon.Render(); },
+        [r = recorder.get(), &history_unavailable] {
+          prom::HealthAnswer health;
+          if (!history_unavailable.empty()) {
+            health.detail = "history " + history_unavailable;
+          } else if (r) {
+            if (std::string problem = r->problem(); !problem.empty()) {
+              health.detail = fmt::format("history {}: {}", r->path(), problem);
+            }
+          }
+          health.degraded = !health.detail.empty();
+          return health;
+        });
+    daemon.set_http(server.get());
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
       agents.Stop();
@@ -405,7 +475,17 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     Log(fmt::format("textfile {}/{} every {} s", flags.textfile_dir, prom::kTextfileName,
                     flags.interval_seconds));
   }
-  if (recorder) Log(fmt::format("history {}", recorder->path()));
+  if (!history_unavailable.empty()) {
+    Log(fmt::format("history DEGRADED, samples will not be recorded: {} (/healthz says so)",
+                    history_unavailable));
+  }
+  if (recorder) {
+    const std::string problem = recorder->problem();
+    Log(problem.empty() ? fmt::format("history {}", recorder->path())
+                        : fmt::format("history {}: DEGRADED, samples will not be recorded: {} "
+                                      "(/healthz says so until a write succeeds)",
+                                      recorder->path(), problem));
+  }
   if (alerts) {
     Log(fmt::format("alerts: {} rule(s) from {}{}", alerts->rules(), flags.alerts,
                     flags.dry_run_hooks ? " (dry run: hooks are only logged)" : ""));
@@ -438,6 +518,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   }
   Log(fmt::format("{} received, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM"));
   if (server) server->Stop();
+  daemon.set_http(nullptr);
   agents.Stop();
   if (recorder) {
     recorder->Flush();  // what arrived since the last tick
@@ -485,6 +566,35 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
                   "Agent connections at once; more are refused")
       ->capture_default_str()
       ->check(IntegerAtLeast(1));
+  sub->add_option("--max-connections-per-uid", flags->max_connections_per_uid,
+                  "Agent connections one user (UID, from the socket's peer credentials) may hold "
+                  "at once; more are refused")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--max-series", flags->max_series,
+                  "Process x device series kept at once; samples that would add more are "
+                  "dropped and counted")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--max-series-per-connection", flags->max_series_per_connection,
+                  "Series one agent connection may add; more are dropped and counted")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--agent-frame-timeout", flags->frame_timeout_seconds,
+                  "Seconds within which an agent frame must be complete after its first byte; "
+                  "a slower one closes the connection")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  sub->add_option("--http-max-connections", flags->http_max_connections,
+                  "HTTP connections open at once; at the cap the oldest one still waiting for "
+                  "its request is closed")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_option("--http-request-timeout", flags->http_request_timeout_seconds,
+                  "Seconds within which an HTTP request must arrive whole (trickled bytes do "
+                  "not extend it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
   sub->add_option("--max-message-bytes", flags->max_message,
                   "Largest agent frame (64 B .. 16 MiB); larger closes the connection")
       ->capture_default_str();

@@ -1,8 +1,12 @@
 #include "serve_services.h"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <utility>
 
 #include <fmt/format.h>
+#include <sys/statvfs.h>
 
 #include "analysis/alerts/alert_evaluator.h"
 
@@ -26,7 +30,30 @@ analysis::LiveForecasts DefaultLiveForecasts(std::size_t max_series) {
       .value();
 }
 
+// Below this much free space the history counts as full: SQLite needs room for its journal
+// and a batch before it can commit one.
+constexpr std::uint64_t kMinFreeBytes = 4 << 20;
+
 }  // namespace
+
+std::string HistoryWriteProblem(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    if ((fs.f_flag & ST_RDONLY) != 0) return "read-only file system";
+    const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (free < kMinFreeBytes) {
+      return fmt::format("disk full ({} KiB free, at least {} KiB needed)", free / 1024,
+                         kMinFreeBytes / 1024);
+    }
+  }
+  if ((::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), W_OK) != 0) ||
+      ::access(dir.c_str(), W_OK) != 0) {
+    return "not writable (file or folder permissions)";
+  }
+  return {};
+}
 
 ProcessForecasts::ProcessForecasts(LogFn log)
     : live_(DefaultLiveForecasts(kMaxSeries)), log_(std::move(log)) {}
@@ -121,7 +148,14 @@ Result<std::unique_ptr<SampleRecorder>> SampleRecorder::Open(const std::string& 
   options.sync_full = false;
   Result<std::unique_ptr<sinks::HistoryStore>> store = sinks::HistoryStore::Open(path, options);
   if (!store.ok()) return store.status();
-  return std::unique_ptr<SampleRecorder>(new SampleRecorder(std::move(*store), std::move(log)));
+  std::unique_ptr<SampleRecorder> recorder(new SampleRecorder(std::move(*store), std::move(log)));
+  recorder->problem_ = HistoryWriteProblem(path);
+  return recorder;
+}
+
+std::string SampleRecorder::problem() const {
+  std::lock_guard<std::mutex> lock(problem_mu_);
+  return problem_;
 }
 
 void SampleRecorder::Add(const agent::AgentSample& sample) {
@@ -147,10 +181,25 @@ void SampleRecorder::Flush() {
                      kMaxQueuedSamples));
   }
   if (batch.empty()) return;
-  if (Status s = store_->AppendSamples(batch); !s.ok()) {
+  const Status s = store_->AppendSamples(batch);
+  std::string problem;
+  if (!s.ok()) {
+    problem = HistoryWriteProblem(store_->path());
+    if (problem.empty()) problem = s.message();
+  }
+  std::string before;
+  {
+    std::lock_guard<std::mutex> lock(problem_mu_);
+    before = std::exchange(problem_, problem);
+  }
+  // The state is logged when it changes (and /healthz says it while it lasts); each batch
+  // lost is logged too, as before.
+  if (!s.ok()) {
+    if (before != problem) log_(fmt::format("history degraded: {}", problem));
     log_(fmt::format("history: {} samples not written: {}", batch.size(), s.message()));
     return;
   }
+  if (!before.empty()) log_(fmt::format("history writable again (was: {})", before));
   written_ += batch.size();
 }
 

@@ -50,6 +50,11 @@ class GpuSource {
 
 /// Agent samples into the history: Add() from the agent server's thread queues a sample;
 /// Flush() (the daemon's tick, and at shutdown) writes the queue in one transaction.
+/// Why the history at `path` cannot take writes, judged from the file system alone (read-only
+/// mount, less than 4 MiB free, no write permission on the file or its folder); empty if it
+/// can.
+std::string HistoryWriteProblem(const std::string& path);
+
 class SampleRecorder {
  public:
   static Result<std::unique_ptr<SampleRecorder>> Open(const std::string& path, LogFn log);
@@ -59,6 +64,10 @@ class SampleRecorder {
   std::uint64_t written() const { return written_; }
   /// Samples Add() turned away since Open() because the queue was full (any thread).
   std::uint64_t dropped_total() const { return dropped_total_.load(); }
+  /// Why the history cannot take samples now (read-only, disk full, the last write's error),
+  /// or empty when it can. Set at Open() from the file system's state and by every Flush()
+  /// (a successful write clears it). Any thread.
+  std::string problem() const;
 
  private:
   SampleRecorder(std::unique_ptr<sinks::HistoryStore> store, LogFn log)
@@ -70,6 +79,8 @@ class SampleRecorder {
   std::uint64_t written_ = 0;
   std::uint64_t dropped_ = 0;  // since the last Flush(), for its log line; guarded by mu_
   std::atomic<std::uint64_t> dropped_total_{0};
+  mutable std::mutex problem_mu_;
+  std::string problem_;  // guarded by problem_mu_
 };
 
 /// The daemon's own forecast (docs/forecast.md, "In the daemon"): a sample whose agent sends no

@@ -12,3 +12,12 @@ set_tests_properties(serve_integration PROPERTIES
 # The daemon loads the tests' stand-in libnvidia-ml through its --nvml-lib path.
 set_property(TEST serve_integration APPEND PROPERTY ENVIRONMENT
   "FRAGSCOPE_FAKE_NVML=$<TARGET_FILE:fake_nvml_full>")
+# Hostile neighbours (tests/integration/test_serve_hostile.py): slowloris HTTP clients,
+# trickling and flooding agents, series floods; each case bounded in time.
+add_test(NAME serve_hostile
+  COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/tests/integration/test_serve_hostile.py)
+set_tests_properties(serve_hostile PROPERTIES
+  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+  LABELS integration
+  TIMEOUT 200)

@@ -197,6 +197,41 @@ TEST(RunExecHookTest, HangingHookIsKilledWithItsProcessGroup) {
   kill(sleeper, SIGKILL);
 }
 
+// A hook that detaches a process into a session of its own (setsid: out of the hook's
+// process group), with its output closed, and exits at once: the detached process is still
+// tracked and killed at the hook's timeout; nothing is left running or unreaped.
+TEST(RunExecHookTest, DetachedProcessesAreKilledAtTheTimeout) {
+  TempDir dir;
+  const std::string pid_file = dir.path("pid");
+  HookSpec hook = ExecHook({"/bin/sh", "-c",
+                            "setsid /bin/sh -c 'echo $$ > " + pid_file +
+                                "; exec sleep 30' </dev/null >/dev/null 2>&1 &"},
+                           milliseconds(500));
+  auto start = std::chrono::steady_clock::now();
+  HookOutcome out = RunExecHook(hook, "{}", {"PATH=/usr/bin:/bin"});
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(out.ok) << out.detail;  // the hook itself exited 0
+  EXPECT_THAT(out.detail, HasSubstr("1 process(es) it left running killed at the 500ms timeout"));
+  EXPECT_LT(elapsed, seconds(5));
+  std::string pid_text;
+  for (int i = 0; i < 100 && pid_text.empty(); ++i) {
+    pid_text = ReadFile(pid_file);
+    if (pid_text.empty()) usleep(10'000);
+  }
+  ASSERT_FALSE(pid_text.empty());
+  const pid_t detached = std::stoi(pid_text);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    const std::string stat = ReadFile("/proc/" + std::to_string(detached) + "/stat");
+    const std::size_t paren = stat.rfind(')');
+    gone = stat.empty() || (paren != std::string::npos && stat.substr(paren + 2, 1) == "Z");
+    if (!gone) usleep(20'000);
+  }
+  EXPECT_TRUE(gone) << "the detached process " << detached << " is still running";
+  if (!gone) kill(detached, SIGKILL);
+  ExpectNoChildren();
+}
+
 TEST(RunExecHookTest, OutputIsBoundedAndUnreadStdinDoesNotBlock) {
   HookSpec hook = ExecHook({DataDir() + "/noisy_hook.sh"});
   hook.max_output_bytes = 1000;
@@ -288,6 +323,51 @@ TEST(PostWebhookTest, PostsJsonAndReportsStatus) {
   EXPECT_FALSE(broken.ok);
   EXPECT_EQ(broken.detail, "HTTP 503");
   EXPECT_EQ(broken.output, "down for maintenance");
+}
+
+// A hostile or broken endpoint: an endless response body is read up to max_output_bytes and
+// no further, and a body trickled forever ends at the hook's timeout (a read timeout that
+// restarts with every byte would wait for ever).
+TEST(PostWebhookTest, EndlessOrTrickledBodiesAreBounded) {
+  TestServer server;
+  std::atomic<std::uint64_t> served{0};
+  std::atomic<bool> stop_trickle{false};
+  server.server().Post("/endless", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/plain", [&](std::size_t, httplib::DataSink& sink) {
+      const std::string chunk(64 * 1024, 'x');
+      if (served.load() >= (std::uint64_t{1} << 30)) {  // 1 GiB: bounded even when unbounded
+        sink.done();
+        return true;
+      }
+      served += chunk.size();
+      return sink.write(chunk.data(), chunk.size());
+    });
+  });
+  server.server().Post("/trickle", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/plain", [&](std::size_t, httplib::DataSink& sink) {
+      if (stop_trickle) {
+        sink.done();
+        return true;
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+      return sink.write("x", 1);
+    });
+  });
+  HookSpec endless = Webhook(server.url("/endless"));
+  endless.max_output_bytes = 4096;
+  HookOutcome big = PostWebhook(endless, "{}");
+  EXPECT_TRUE(big.ok) << big.detail;  // the status was 200; only the body was cut
+  EXPECT_EQ(big.output.size(), 4096u);
+  EXPECT_TRUE(big.output_cut);
+  EXPECT_LT(served.load(), std::uint64_t{64} << 20) << "the client kept reading the body";
+
+  const auto start = std::chrono::steady_clock::now();
+  HookOutcome slow = PostWebhook(Webhook(server.url("/trickle"), milliseconds(500)), "{}");
+  const auto took = std::chrono::steady_clock::now() - start;
+  stop_trickle = true;
+  EXPECT_FALSE(slow.ok);
+  EXPECT_NE(slow.detail.find("timeout"), std::string::npos) << slow.detail;
+  EXPECT_LT(took, milliseconds(2500));  // slack for a busy CI
 }
 
 TEST(PostWebhookTest, SlowServerTimesOutAndClosedPortFails) {

@@ -292,5 +292,33 @@ TEST_F(AgentServerTest, PathTooLongIsAClearError) {
   EXPECT_NE(s.message().find("must be 1..107 bytes"), std::string::npos) << s.message();
 }
 
+// The series limits: a new key beyond either is dropped and counted; a known key always
+// updates; a closed connection's series free their room.
+TEST(AgentRegistryLimitsTest, NewSeriesBeyondTheLimitsAreDroppedAndCounted) {
+  AgentRegistry registry(SeriesLimits{3, 2});
+  const Clock::time_point now = Clock::now();
+  AgentSample s;
+  s.pid = 1;
+  auto with_uuid = [&](const std::string& uuid) {
+    s.device_uuid = uuid;
+    return s;
+  };
+  EXPECT_TRUE(registry.Accept(with_uuid("a"), 10, now));
+  EXPECT_TRUE(registry.Accept(with_uuid("b"), 10, now));
+  EXPECT_FALSE(registry.Admits(1, "c", 10));
+  EXPECT_FALSE(registry.Accept(with_uuid("c"), 10, now));  // connection 10 is at 2
+  EXPECT_TRUE(registry.Accept(with_uuid("a"), 10, now));   // known: updates
+  EXPECT_TRUE(registry.Accept(with_uuid("d"), 11, now));
+  EXPECT_FALSE(registry.Accept(with_uuid("e"), 11, now));  // total is at 3
+  EXPECT_EQ(registry.Entries().size(), 3u);
+  EXPECT_EQ(registry.Counters().series_dropped, 2u);
+  registry.ConnectionClosed(10);
+  EXPECT_EQ(registry.Entries().size(), 1u);
+  EXPECT_TRUE(registry.Accept(with_uuid("e"), 11, now));
+  // A key taken over by another connection counts against the new owner only.
+  EXPECT_TRUE(registry.Accept(with_uuid("d"), 12, now));
+  EXPECT_TRUE(registry.Accept(with_uuid("f"), 11, now));
+}
+
 }  // namespace
 }  // namespace fragscope::agent

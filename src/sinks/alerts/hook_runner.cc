@@ -1,5 +1,6 @@
 #include "sinks/alerts/hook_runner.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <httplib.h>
 #include <poll.h>
@@ -7,11 +8,20 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -43,6 +53,81 @@ void AppendBounded(std::string* out, std::size_t* dropped, std::size_t max, cons
   std::size_t keep = std::min(room, n);
   out->append(data, keep);
   *dropped += n - keep;
+}
+
+// The processes descended from this one (by their parent in /proc/PID/stat), with whether
+// each is a zombie. With this process a child subreaper (below), that is every process a hook
+// started, however it detached (setsid, double fork): orphans are reparented here, not to init.
+struct Descendant {
+  pid_t pid;
+  pid_t parent;
+  bool zombie;
+};
+std::vector<Descendant> Descendants() {
+  std::map<pid_t, std::vector<Descendant>> children;
+  if (DIR* proc = ::opendir("/proc")) {
+    while (const dirent* e = ::readdir(proc)) {
+      char* end = nullptr;
+      const long pid = std::strtol(e->d_name, &end, 10);
+      if (pid <= 0 || *end != '\0') continue;
+      char path[64];
+      std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+      const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      char buf[512];
+      const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+      ::close(fd);
+      if (n <= 0) continue;
+      buf[n] = '\0';
+      const char* paren = std::strrchr(buf, ')');  // the command name may hold anything
+      char state = 0;
+      long parent = 0;
+      if (paren == nullptr || std::sscanf(paren + 1, " %c %ld", &state, &parent) != 2) continue;
+      children[static_cast<pid_t>(parent)].push_back(
+          {static_cast<pid_t>(pid), static_cast<pid_t>(parent), state == 'Z'});
+    }
+    ::closedir(proc);
+  }
+  std::vector<Descendant> out;
+  std::vector<pid_t> todo = {::getpid()};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (const Descendant& d : children[p]) {
+      out.push_back(d);
+      todo.push_back(d.pid);
+    }
+  }
+  return out;
+}
+
+bool AnyAlive(const std::vector<Descendant>& ds) {
+  return std::any_of(ds.begin(), ds.end(), [](const Descendant& d) { return !d.zombie; });
+}
+
+// Kills every descendant (SIGKILL) and reaps those that are (or become) this process's
+// children, until none is left or a bounded number of rounds has passed. Returns how many
+// live processes it killed.
+std::size_t KillDescendants() {
+  std::size_t killed = 0;
+  for (int round = 0; round < 100; ++round) {
+    const std::vector<Descendant> ds = Descendants();
+    if (ds.empty()) break;
+    for (const Descendant& d : ds) {
+      if (!d.zombie) {
+        ::kill(d.pid, SIGKILL);
+        ++killed;
+      }
+    }
+    for (const Descendant& d : ds) {
+      if (d.parent == ::getpid()) {
+        int status = 0;
+        ::waitpid(d.pid, &status, d.zombie ? 0 : WNOHANG);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return killed;
 }
 
 std::string Describe(int status) {
@@ -103,6 +188,9 @@ HookOutcome RunExecHook(const HookSpec& hook, std::string_view stdin_data,
   for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
 
+  // Orphans of the hook (a process it detached with setsid or a double fork) are reparented
+  // to this process rather than to init, so they can still be found and killed.
+  static const bool subreaper = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
   pid_t pid = -1;
   int rc = posix_spawn(&pid, hook.command[0].c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -171,11 +259,24 @@ HookOutcome RunExecHook(const HookSpec& hook, std::string_view stdin_data,
     // The hook exited but something it started still holds its output open.
     kill(-pid, SIGKILL);
   }
+  // Whatever the hook left running (detached from its group, or not), it gets the rest of the
+  // hook's time and is then killed: nothing a hook starts outlives its timeout.
+  std::size_t left_running = 0;
+  if (subreaper) {
+    while (!timed_out && AnyAlive(Descendants()) && SteadyClock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    left_running = KillDescendants();
+  }
   if (timed_out && !exited) {
     outcome.detail = fmt::format("killed after {} timeout", FormatAlertDuration(hook.timeout));
     return outcome;
   }
   outcome.detail = Describe(status);
+  if (left_running > 0) {
+    outcome.detail += fmt::format("; {} process(es) it left running killed at the {} timeout",
+                                  left_running, FormatAlertDuration(hook.timeout));
+  }
   outcome.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   return outcome;
 }
@@ -208,20 +309,58 @@ HookOutcome PostWebhook(const HookSpec& hook, const std::string& body) {
                           static_cast<time_t>(micros.count()));
   client.set_write_timeout(static_cast<time_t>(seconds.count()),
                            static_cast<time_t>(micros.count()));
-  httplib::Headers headers;
-  for (const auto& [name, value] : hook.headers) headers.emplace(name, value);
-  headers.emplace("User-Agent", "fragscope-alerts/1");
-  httplib::Result res = client.Post(path, headers, body, "application/json");
-  if (!res) {
-    outcome.detail = fmt::format("POST {}: {}", hook.url, httplib::to_string(res.error()));
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  for (const auto& [name, value] : hook.headers) req.headers.emplace(name, value);
+  req.headers.emplace("User-Agent", "fragscope-alerts/1");
+  req.headers.emplace("Content-Type", "application/json");
+  req.body = body;
+  // The response body is read up to max_output_bytes and no further: the endpoint may be
+  // broken or hostile, and httplib would otherwise hold all of it in memory.
+  bool body_cut = false;
+  req.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    const std::size_t room = hook.max_output_bytes - outcome.output.size();
+    outcome.output.append(data, std::min(room, size));
+    if (size <= room) return true;
+    body_cut = true;
+    return false;  // cancels the transfer; the status line is already in
+  };
+  // httplib's timeouts restart with every byte, so an endpoint that trickles its answer would
+  // hold the delivery thread for ever: a watchdog stops the client at the hook's timeout.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finished = false;
+  bool timed_out = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, hook.timeout, [&] { return finished; })) {
+      timed_out = true;
+      client.stop();
+    }
+  });
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool sent = client.send(req, res, error);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (timed_out) {
+    outcome.ok = false;
+    outcome.detail = fmt::format("POST {}: stopped after {} timeout", hook.url,
+                                 FormatAlertDuration(hook.timeout));
     return outcome;
   }
-  std::size_t dropped = 0;
-  AppendBounded(&outcome.output, &dropped, hook.max_output_bytes, res->body.data(),
-                res->body.size());
-  outcome.output_dropped_bytes = dropped;
-  outcome.detail = fmt::format("HTTP {}", res->status);
-  outcome.ok = res->status >= 200 && res->status < 300;
+  if (!sent && !(body_cut && res.status > 0)) {
+    outcome.detail = fmt::format("POST {}: {}", hook.url, httplib::to_string(error));
+    return outcome;
+  }
+  outcome.output_cut = body_cut;
+  outcome.detail = fmt::format("HTTP {}", res.status);
+  outcome.ok = res.status >= 200 && res.status < 300;
   return outcome;
 }
 
@@ -417,6 +556,7 @@ void HookRunner::Deliver(const AlertNotification& n) {
     if (outcome.output_dropped_bytes > 0) {
       line += fmt::format(" (+{} bytes not kept)", outcome.output_dropped_bytes);
     }
+    if (outcome.output_cut) line += " (the rest of the body was not read)";
     Log(line);
     std::lock_guard<std::mutex> lock(mu_);
     ++(outcome.ok ? stats_.delivered : stats_.failed);

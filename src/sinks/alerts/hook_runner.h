@@ -4,8 +4,14 @@
 //   exec     runs a program (posix_spawn of an argv array: no shell, nothing interpolated),
 //            the notification as JSON on stdin and as FRAGSCOPE_ALERT_* variables; killed
 //            (with its process group) after the timeout; stdout+stderr kept up to a bound and
-//            logged; always reaped.
-//   webhook  POSTs the JSON to an http:// or https:// URL with a timeout; non-2xx is logged.
+//            logged; always reaped. The process is made a child subreaper
+//            (PR_SET_CHILD_SUBREAPER), so what a hook detaches (setsid, double fork) stays
+//            its descendant: whatever a hook leaves running is killed at the hook's timeout.
+//            REQUIRES of the process: it starts no children of its own besides hooks (every
+//            descendant is taken for a hook's; `fragscope serve` starts none).
+//   webhook  POSTs the JSON to an http:// or https:// URL; the whole exchange is stopped at
+//            the timeout (however the endpoint trickles); the response body is read up to
+//            max_output_bytes and no further; non-2xx is logged.
 //
 // Rate limits apply when a notification is submitted: at most `per_rule_limit` per rule and
 // `global_limit` overall in any `rate_window`; the excess is counted and summarized in the
@@ -39,6 +45,7 @@ struct HookOutcome {
   std::string detail;  // "exit 0", "killed after 10s timeout", "HTTP 500", "connect failed"
   std::string output;  // exec: stdout+stderr (bounded); webhook: response body (bounded)
   std::size_t output_dropped_bytes = 0;
+  bool output_cut = false;  // webhook: the body went on past the bound and was not read
 };
 
 /// Runs `hook.command` with `stdin_data` on its stdin and `env` (NAME=value) as its whole

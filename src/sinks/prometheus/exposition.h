@@ -28,6 +28,12 @@ struct DaemonStats {
   std::uint64_t textfile_write_errors = 0;
   // Agent samples the history queue had no room for (never written to the database).
   std::uint64_t history_samples_dropped = 0;
+  // The HTTP endpoint's defences (http_server.h): connections closed at the connection cap to
+  // make room, requests not whole by their deadline, requests refused (malformed, a body, a
+  // head too large, a method other than GET/HEAD).
+  std::uint64_t http_connections_evicted = 0;
+  std::uint64_t http_requests_timed_out = 0;
+  std::uint64_t http_requests_refused = 0;
 };
 
 /// Everything one scrape shows.

@@ -1,100 +1,426 @@
-// MetricsHttpServer (http_server.h) over cpp-httplib.
+// MetricsHttpServer (http_server.h): a single-threaded poll() loop over non-blocking sockets.
+//
+// Why not cpp-httplib's server (used before): its version in Debian (0.11) gives each
+// connection a pool thread for as long as the client keeps sending, and its read timeout
+// restarts with every byte, so as many trickling clients as threads blinded the exporter.
 #include "sinks/prometheus/http_server.h"
 
-#include <httplib.h>
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 
 #include "sinks/prometheus/exposition.h"
 
 namespace fragscope::sinks::prometheus {
+namespace {
 
-struct MetricsHttpServer::Impl {
-  httplib::Server server;
+using Clock = std::chrono::steady_clock;
+
+struct Connection {
+  int fd = -1;
+  std::string in;   // bytes of the request being read (and any pipelined after it)
+  std::string out;  // the answer being sent: its head (or all of it) ...
+  std::shared_ptr<const std::string> page;  // ... then a shared /metrics page, if any
+  std::size_t sent = 0;                     // bytes of out + *page sent
+  bool writing = false;
+  bool close_after = false;
+  bool draining = false;  // answer sent, our side shut: discarding input until EOF or deadline
+  Clock::time_point ready_since;  // when it became ready for the current request
+  Clock::time_point deadline;     // of the request (reading) or of the answer (writing)
 };
 
-MetricsHttpServer::MetricsHttpServer(HttpServerOptions options, std::function<std::string()> render)
-    : options_(std::move(options)), render_(std::move(render)) {}
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const char x = static_cast<char>(a[i] | 0x20), y = static_cast<char>(b[i] | 0x20);
+    if (x != y) return false;
+  }
+  return true;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::string Answer(int status, std::string_view reason, std::string_view content_type,
+                   const std::string& body, bool head, bool close, std::string_view extra = {}) {
+  std::string out =
+      fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}{}\r\n", status,
+                  reason, content_type, body.size(), extra, close ? "Connection: close\r\n" : "");
+  if (!head) out += body;
+  return out;
+}
+
+constexpr std::string_view kTextPlain = "text/plain; charset=utf-8";
+
+}  // namespace
+
+MetricsHttpServer::MetricsHttpServer(HttpServerOptions options, std::function<std::string()> render,
+                                     std::function<HealthAnswer()> health)
+    : options_(std::move(options)), render_(std::move(render)), health_(std::move(health)) {}
 
 MetricsHttpServer::~MetricsHttpServer() { Stop(); }
 
+HttpServerStats MetricsHttpServer::stats() const {
+  HttpServerStats s;
+  s.connections_accepted = accepted_.load();
+  s.connections_evicted = evicted_.load();
+  s.requests_timed_out = timed_out_.load();
+  s.requests_refused = refused_.load();
+  return s;
+}
+
 Status MetricsHttpServer::Start() {
-  if (impl_) return Status::Internal("MetricsHttpServer::Start called twice");
-  impl_ = std::make_unique<Impl>();
-  httplib::Server& server = impl_->server;
-  const int threads = options_.threads < 1 ? 1 : options_.threads;
-  server.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<std::size_t>(threads));
-  };
-  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second
-  // daemon bind the same port and silently take half the scrapes.
-  server.set_socket_options([](int sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  server.set_keep_alive_max_count(100);
-  server.set_read_timeout(5, 0);
-  server.set_write_timeout(5, 0);
-  server.set_payload_max_length(64 * 1024);
-  // Served uncompressed: gzip of a 1 MB exposition (64 processes) costs ~25 ms of CPU per
-  // scrape, more than the transfer it saves on loopback or a LAN, and it would make the scrape
-  // latency target unreachable. cpp-httplib compresses whenever the client offers gzip (as
-  // Prometheus does) and has no switch, so the offer is dropped before routing; the Request
-  // it passes is its own non-const object.
-  server.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
-    const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_(), kContentType);
-  });
-  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain; charset=utf-8");
-  });
-  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.status == 404) {
-      res.set_content("not found: fragscope serves /metrics and /healthz\n",
-                      "text/plain; charset=utf-8");
-    }
-  });
+  if (thread_.joinable()) return Status::Internal("MetricsHttpServer::Start called twice");
+  if (options_.max_connections < 1) {
+    return Status::InvalidArgument("the HTTP server needs room for at least 1 connection");
+  }
   const std::string where = options_.host.find(':') != std::string::npos
                                 ? fmt::format("[{}]:{}", options_.host, options_.port)
                                 : fmt::format("{}:{}", options_.host, options_.port);
-  if (options_.port == 0) {
-    port_ = server.bind_to_any_port(options_.host);
-    if (port_ <= 0) {
-      impl_.reset();
-      return Status::IoError(fmt::format("cannot listen on {} (any port)", options_.host));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(options_.port);
+  if (const int rc = ::getaddrinfo(options_.host.c_str(), service.c_str(), &hints, &found);
+      rc != 0) {
+    return Status::IoError(fmt::format("cannot listen on {}: {}", where, ::gai_strerror(rc)));
+  }
+  int err = 0;
+  for (addrinfo* a = found; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
+    const int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
     }
-  } else {
-    if (!server.bind_to_port(options_.host, options_.port)) {
-      impl_.reset();
-      return Status::IoError(
-          fmt::format("cannot listen on {}: the address is in use or not local", where));
+    // SO_REUSEADDR only, never SO_REUSEPORT: that would let a second daemon bind the same
+    // port and silently take half the scrapes.
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+      err = errno;
+      ::close(fd);
+      continue;
     }
-    port_ = options_.port;
+    listen_fd_ = fd;
   }
-  thread_ = std::thread([this] { impl_->server.listen_after_bind(); });
-  // Wait until the accept loop runs: httplib's stop() does nothing before that, so a Stop()
-  // right after Start() would otherwise leave the thread serving and join() waiting forever.
-  for (int i = 0; i < 5000 && !impl_->server.is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ::freeaddrinfo(found);
+  if (listen_fd_ < 0) {
+    return Status::IoError(
+        fmt::format("cannot listen on {}: {}", where,
+                    err == EADDRINUSE ? "the address is in use" : std::strerror(err)));
   }
-  if (!impl_->server.is_running()) {
-    Stop();
-    return Status::Internal(fmt::format("the HTTP server on {} did not start", where));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  if (::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+    port_ = bound.ss_family == AF_INET6
+                ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
+                : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   }
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Status::IoError(fmt::format("eventfd(): {}", std::strerror(errno)));
+  }
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
   return Status::Ok();
 }
 
 void MetricsHttpServer::Stop() {
-  if (!impl_) return;
-  impl_->server.stop();
-  if (thread_.joinable()) thread_.join();
-  impl_.reset();
+  if (thread_.joinable()) {
+    stop_ = true;
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+    wake_fd_ = -1;
+  }
+}
+
+void MetricsHttpServer::Run() {
+  std::map<int, Connection> conns;  // by fd
+  std::vector<pollfd> fds;
+  std::shared_ptr<const std::string> page;  // the latest /metrics page
+  Clock::time_point page_rendered;
+  char chunk[4096];
+
+  auto close_conn = [&](std::map<int, Connection>::iterator it) {
+    ::close(it->first);
+    return conns.erase(it);
+  };
+  auto ready_for_request = [&](Connection& c, Clock::time_point now) {
+    c.writing = false;
+    c.out.clear();
+    c.page.reset();
+    c.sent = 0;
+    c.ready_since = now;
+    c.deadline = now + options_.request_timeout;
+  };
+  auto start_answer = [&](Connection& c, std::string out, bool close, Clock::time_point now) {
+    c.out = std::move(out);
+    c.sent = 0;
+    c.writing = true;
+    c.close_after = close;
+    c.deadline = now + options_.write_timeout;
+  };
+
+  // If `c.in` holds a whole request head, consumes it and starts the answer; returns whether
+  // it did. Refusals close the connection after their answer.
+  auto handle_request = [&](Connection& c, Clock::time_point now) {
+    const std::size_t end = c.in.find("\r\n\r\n");
+    if (end == std::string::npos || end + 4 > options_.max_request_bytes) {
+      if (c.in.size() > options_.max_request_bytes ||
+          (end != std::string::npos && end + 4 > options_.max_request_bytes)) {
+        ++refused_;
+        start_answer(c,
+                     Answer(431, "Request Header Fields Too Large", kTextPlain,
+                            fmt::format("request head over {} bytes\n", options_.max_request_bytes),
+                            false, true),
+                     true, now);
+        return true;
+      }
+      return false;
+    }
+    const std::string head = c.in.substr(0, end + 2);
+    c.in.erase(0, end + 4);
+    // Request line: METHOD SP TARGET SP HTTP/1.x
+    const std::size_t line_end = head.find("\r\n");
+    const std::string_view line(head.data(), line_end);
+    const std::size_t sp1 = line.find(' ');
+    const std::size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+    if (sp2 == std::string_view::npos || line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
+      ++refused_;
+      start_answer(c,
+                   Answer(400, "Bad Request", kTextPlain, "malformed request line\n", false, true),
+                   true, now);
+      return true;
+    }
+    const std::string_view method = line.substr(0, sp1);
+    std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+    const bool http10 = line.substr(sp2 + 1) == "HTTP/1.0";
+    bool close = http10;
+    bool has_body = false;
+    for (std::size_t pos = line_end + 2; pos < head.size();) {
+      std::size_t next = head.find("\r\n", pos);
+      if (next == std::string::npos) next = head.size();
+      const std::string_view field(head.data() + pos, next - pos);
+      pos = next + 2;
+      const std::size_t colon = field.find(':');
+      if (colon == std::string_view::npos) continue;
+      const std::string_view name = field.substr(0, colon);
+      const std::string_view val = Trim(field.substr(colon + 1));
+      if (EqualsIgnoreCase(name, "Content-Length")) {
+        has_body = has_body || (val != "0");
+      } else if (EqualsIgnoreCase(name, "Transfer-Encoding")) {
+        has_body = true;
+      } else if (EqualsIgnoreCase(name, "Connection")) {
+        if (EqualsIgnoreCase(val, "close")) close = true;
+        if (EqualsIgnoreCase(val, "keep-alive")) close = false;
+      }
+    }
+    const bool head_only = method == "HEAD";
+    if (has_body) {
+      ++refused_;
+      start_answer(c,
+                   Answer(413, "Payload Too Large", kTextPlain,
+                          "fragscope's endpoints take no request body\n", head_only, true),
+                   true, now);
+      return true;
+    }
+    if (method != "GET" && !head_only) {
+      ++refused_;
+      start_answer(c,
+                   Answer(405, "Method Not Allowed", kTextPlain, "only GET and HEAD\n", false,
+                          close, "Allow: GET, HEAD\r\n"),
+                   close, now);
+      return true;
+    }
+    if (const std::size_t q = target.find('?'); q != std::string_view::npos) {
+      target = target.substr(0, q);
+    }
+    if (target == "/metrics") {
+      // Connections asking within page_max_age share one rendered page: a crowd of scrapes
+      // (or of clients that never read their answer) costs one render and one copy.
+      if (!page || now - page_rendered >= options_.page_max_age) {
+        page = std::make_shared<const std::string>(render_());
+        page_rendered = now;
+      }
+      std::string answer_head = Answer(200, "OK", kContentType, std::string(), true, close);
+      const std::string_view zero = "Content-Length: 0\r\n";
+      answer_head.replace(answer_head.find(zero), zero.size(),
+                          fmt::format("Content-Length: {}\r\n", page->size()));
+      start_answer(c, std::move(answer_head), close, now);
+      if (!head_only) c.page = page;
+    } else if (target == "/healthz") {
+      std::string body = "ok\n";
+      if (health_) {
+        const HealthAnswer h = health_();
+        if (h.degraded) body = fmt::format("degraded: {}\n", h.detail);
+      }
+      start_answer(c, Answer(200, "OK", kTextPlain, body, head_only, close), close, now);
+    } else {
+      start_answer(c,
+                   Answer(404, "Not Found", kTextPlain,
+                          "not found: fragscope serves /metrics and /healthz\n", head_only, close),
+                   close, now);
+    }
+    return true;
+  };
+
+  // Sends what the socket takes now; returns false when the connection must close.
+  auto write_some = [&](Connection& c, Clock::time_point now) {
+    const std::size_t total = c.out.size() + (c.page ? c.page->size() : 0);
+    while (c.sent < total) {
+      const bool in_head = c.sent < c.out.size();
+      const char* data = in_head ? c.out.data() + c.sent : c.page->data() + (c.sent - c.out.size());
+      const std::size_t size = in_head ? c.out.size() - c.sent : total - c.sent;
+      const ssize_t n = ::send(c.fd, data, size,
+                               MSG_NOSIGNAL | MSG_DONTWAIT | (in_head && c.page ? MSG_MORE : 0));
+      if (n > 0) {
+        c.sent += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+      return false;
+    }
+    if (c.close_after) {
+      // A lingering close: shutting our side first and discarding what the client still
+      // sends lets it read the whole answer (a close() with unread input would reset the
+      // connection and could destroy the answer in flight).
+      ::shutdown(c.fd, SHUT_WR);
+      c.writing = false;
+      c.draining = true;
+      c.in.clear();
+      c.deadline = now + std::chrono::seconds(1);
+      return true;
+    }
+    ready_for_request(c, now);
+    // A pipelined request already here is answered at once.
+    if (handle_request(c, now)) return true;
+    return true;
+  };
+
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    Clock::time_point next_deadline = Clock::now() + std::chrono::seconds(1);
+    for (const auto& [fd, c] : conns) {
+      fds.push_back({fd, static_cast<short>(c.writing ? POLLOUT : POLLIN), 0});
+      next_deadline = std::min(next_deadline, c.deadline);
+    }
+    const auto wait =
+        std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now());
+    const int ready = ::poll(fds.data(), fds.size(),
+                             static_cast<int>(std::max<std::int64_t>(1, wait.count() + 1)));
+    if (ready < 0 && errno != EINTR) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    Clock::time_point now = Clock::now();
+    if (ready > 0) {
+      // Existing connections first, so a request that has arrived is never the one evicted
+      // to make room for a new connection.
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        auto it = conns.find(fds[i].fd);
+        if (it == conns.end()) continue;
+        Connection& c = it->second;
+        bool keep = true;
+        if (c.writing) {
+          keep = write_some(c, now);
+        } else if (c.draining) {
+          const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+          keep = n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+        } else {
+          const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+          if (n > 0) {
+            c.in.append(chunk, static_cast<std::size_t>(n));
+            if (handle_request(c, now)) keep = write_some(c, now);
+          } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            keep = false;
+          }
+        }
+        if (!keep) close_conn(it);
+      }
+      if (fds[1].revents & POLLIN) {
+        // A bounded batch per round, so the connections accepted in one round are never the
+        // oldest waiting ones: a scraper's request is read before it could be evicted.
+        const std::size_t batch = std::max<std::size_t>(1, options_.max_connections / 4);
+        for (std::size_t accepted = 0; accepted < batch; ++accepted) {
+          const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;
+          ++accepted_;
+          if (conns.size() >= options_.max_connections) {
+            // Make room: the connection that has waited longest for a request that never came.
+            auto oldest = conns.end();
+            for (auto it = conns.begin(); it != conns.end(); ++it) {
+              if (!it->second.writing &&
+                  (oldest == conns.end() || it->second.ready_since < oldest->second.ready_since)) {
+                oldest = it;
+              }
+            }
+            if (oldest == conns.end()) {  // every connection is being answered: refuse
+              ::close(fd);
+              continue;
+            }
+            ++evicted_;
+            close_conn(oldest);
+          }
+          Connection c;
+          c.fd = fd;
+          ready_for_request(c, now);
+          conns.emplace(fd, std::move(c));
+        }
+      }
+    }
+    now = Clock::now();
+    for (auto it = conns.begin(); it != conns.end();) {
+      Connection& c = it->second;
+      if (now < c.deadline) {
+        ++it;
+        continue;
+      }
+      if (!c.writing && !c.in.empty()) {
+        ++timed_out_;
+        const std::string out =
+            Answer(408, "Request Timeout", kTextPlain,
+                   fmt::format("request not complete {} ms after the connection was ready for it\n",
+                               options_.request_timeout.count()),
+                   false, true);
+        [[maybe_unused]] const ssize_t n =
+            ::send(c.fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      it = close_conn(it);
+    }
+  }
+  for (auto it = conns.begin(); it != conns.end();) it = close_conn(it);
 }
 
 }  // namespace fragscope::sinks::prometheus

@@ -3,19 +3,57 @@
 
 namespace fragscope::agent {
 
-void AgentRegistry::Accept(const AgentSample& sample, std::uint64_t connection_id,
+void AgentRegistry::Forget(std::uint64_t connection_id) {
+  auto it = series_by_connection_.find(connection_id);
+  if (it != series_by_connection_.end() && --it->second == 0) series_by_connection_.erase(it);
+}
+
+bool AgentRegistry::Admits(std::uint32_t pid, const std::string& device_uuid,
+                           std::uint64_t connection_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.count({pid, device_uuid}) != 0) return true;
+  const auto owned = series_by_connection_.find(connection_id);
+  return entries_.size() < limits_.max_series &&
+         (owned == series_by_connection_.end() ||
+          owned->second < limits_.max_series_per_connection);
+}
+
+void AgentRegistry::CountSeriesDropped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++counters_.series_dropped;
+}
+
+bool AgentRegistry::Accept(const AgentSample& sample, std::uint64_t connection_id,
                            Clock::time_point now) {
   const auto unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
   std::lock_guard<std::mutex> lock(mu_);
-  AgentEntry& entry = entries_[{sample.pid, sample.device_uuid}];
+  auto key = std::make_pair(sample.pid, sample.device_uuid);
+  auto found = entries_.find(key);
+  if (found == entries_.end()) {
+    const auto owned = series_by_connection_.find(connection_id);
+    if (entries_.size() >= limits_.max_series ||
+        (owned != series_by_connection_.end() &&
+         owned->second >= limits_.max_series_per_connection)) {
+      ++counters_.series_dropped;
+      return false;
+    }
+    found = entries_.emplace(std::move(key), AgentEntry{}).first;
+    ++series_by_connection_[connection_id];
+  } else if (found->second.connection_id != connection_id) {
+    // The key moves to the connection that sends it now (an agent that reconnected).
+    Forget(found->second.connection_id);
+    ++series_by_connection_[connection_id];
+  }
+  AgentEntry& entry = found->second;
   entry.sample = sample;
   entry.connection_id = connection_id;
   entry.received = now;
   entry.received_unix_ms = unix_ms;
   ++entry.samples;
   ++counters_.samples_received;
+  return true;
 }
 
 void AgentRegistry::CountRejected(RejectReason reason) {
@@ -42,6 +80,7 @@ void AgentRegistry::CountConnectionIdleClosed() {
 void AgentRegistry::ConnectionClosed(std::uint64_t connection_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (counters_.connections_open > 0) --counters_.connections_open;
+  if (series_by_connection_.erase(connection_id) == 0) return;  // it owned no series
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (it->second.connection_id == connection_id) {
       it = entries_.erase(it);
@@ -57,6 +96,7 @@ std::size_t AgentRegistry::Expire(Clock::time_point now, Clock::duration expiry)
   std::size_t dropped = 0;
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (now - it->second.received > expiry) {
+      Forget(it->second.connection_id);
       it = entries_.erase(it);
       ++dropped;
     } else {

@@ -41,12 +41,30 @@ struct AgentCounters {
   std::uint64_t connections_idle_closed = 0;
   std::uint64_t connections_open = 0;  // gauge
   std::uint64_t series_expired = 0;    // entries dropped (disconnect or silence)
+  std::uint64_t series_dropped = 0;    // samples refused: a new series beyond a series cap
+};
+
+/// Bounds on the series the registry keeps, so a flood of new (pid, device) keys within the
+/// rate limit cannot grow the daemon's memory and its /metrics page without end.
+struct SeriesLimits {
+  std::size_t max_series = 512;                // in total
+  std::size_t max_series_per_connection = 16;  // keys one connection may own
 };
 
 class AgentRegistry {
  public:
-  /// Stores `sample` as the latest for its key and counts it.
-  void Accept(const AgentSample& sample, std::uint64_t connection_id, Clock::time_point now);
+  AgentRegistry() = default;
+  explicit AgentRegistry(SeriesLimits limits) : limits_(limits) {}
+
+  /// Stores `sample` as the latest for its key and counts it; returns true. A sample whose
+  /// key is new when the registry, or the connection, is at its series limit is not stored:
+  /// it is counted in series_dropped and false returned. A known key is always updated.
+  bool Accept(const AgentSample& sample, std::uint64_t connection_id, Clock::time_point now);
+  /// Whether Accept would store a sample of this key from this connection now.
+  bool Admits(std::uint32_t pid, const std::string& device_uuid, std::uint64_t connection_id) const;
+  /// Counts a sample not stored at a series limit (when the caller checked Admits first).
+  void CountSeriesDropped();
+  const SeriesLimits& limits() const { return limits_; }
   void CountRejected(RejectReason reason);
   void CountConnectionAccepted();
   void CountConnectionRefused();
@@ -62,7 +80,11 @@ class AgentRegistry {
 
  private:
   mutable std::mutex mu_;
+  void Forget(std::uint64_t connection_id);  // one series of it left; REQUIRES: mu_ held
+
+  SeriesLimits limits_;
   std::map<std::pair<std::uint32_t, std::string>, AgentEntry> entries_;
+  std::map<std::uint64_t, std::size_t> series_by_connection_;
   AgentCounters counters_;
 };
 

@@ -30,6 +30,10 @@ struct Connection {
   double tokens = 0;
   Clock::time_point refilled;
   Clock::time_point last_activity;
+  uid_t uid = 0;
+  bool in_frame = false;            // some bytes of a frame have arrived, not all
+  Clock::time_point frame_started;  // when its first byte did
+  std::uint64_t frames = 0;         // frames cut out of the stream so far
 };
 
 }  // namespace
@@ -161,7 +165,8 @@ void AgentServer::Stop() {
 }
 
 void AgentServer::Run() {
-  std::map<int, Connection> conns;  // by fd
+  std::map<int, Connection> conns;       // by fd
+  std::map<uid_t, std::size_t> per_uid;  // open connections by peer UID
   std::uint64_t next_id = 1;
   std::vector<pollfd> fds;
   std::vector<char> chunk(16 * 1024);
@@ -175,6 +180,9 @@ void AgentServer::Run() {
   // also sees every count and series change that closing made.
   auto close_conn = [&](std::map<int, Connection>::iterator it) {
     registry_->ConnectionClosed(it->second.id);
+    if (auto u = per_uid.find(it->second.uid); u != per_uid.end() && --u->second == 0) {
+      per_uid.erase(u);
+    }
     ::close(it->second.fd);
     return conns.erase(it);
   };
@@ -199,6 +207,7 @@ void AgentServer::Run() {
         }
         return true;
       }
+      ++c.frames;
       if (c.tokens < 1) {
         reject(c, {RejectReason::kRateLimited,
                    fmt::format("more than {} samples/s (burst {})", options_.max_samples_per_second,
@@ -213,8 +222,15 @@ void AgentServer::Run() {
                                sample.status().message())});
         return false;
       }
+      // A sample that would make a series beyond the limits is counted and left out: not
+      // forecast, stored, recorded or alerted on. The connection stays (its known series
+      // still update); the daemon logs the count once per interval.
+      if (!registry_->Admits(sample->pid, sample->device_uuid, c.id)) {
+        registry_->CountSeriesDropped();
+        continue;
+      }
       if (options_.prepare) options_.prepare(*sample);
-      registry_->Accept(*sample, c.id, now);
+      if (!registry_->Accept(*sample, c.id, now)) continue;
       if (options_.on_sample) options_.on_sample(*sample);
     }
   };
@@ -247,8 +263,26 @@ void AgentServer::Run() {
             ::close(fd);
             continue;
           }
-          Connection c{fd,  next_id++, FrameDecoder(options_.max_frame_bytes), options_.burst,
-                       now, now};
+          ucred cred{};
+          socklen_t cred_len = sizeof(cred);
+          const uid_t uid =
+              ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 ? cred.uid : 0;
+          if (per_uid[uid] >= options_.max_connections_per_uid) {
+            registry_->CountConnectionRefused();
+            log(fmt::format("agent connection from UID {} refused: already {} connections per UID",
+                            uid, options_.max_connections_per_uid));
+            ::close(fd);
+            continue;
+          }
+          ++per_uid[uid];
+          Connection c;
+          c.fd = fd;
+          c.id = next_id++;
+          c.decoder = FrameDecoder(options_.max_frame_bytes);
+          c.tokens = options_.burst;
+          c.refilled = now;
+          c.last_activity = now;
+          c.uid = uid;
           conns.emplace(fd, std::move(c));
           registry_->CountConnectionAccepted();
         }
@@ -265,7 +299,16 @@ void AgentServer::Run() {
           if (n > 0) {
             c.last_activity = now;
             c.decoder.Feed(chunk.data(), static_cast<std::size_t>(n));
+            const std::uint64_t frames_before = c.frames;
             keep = handle_frames(c, now);
+            // The frame deadline runs from the first byte of a frame, whatever follows: it
+            // restarts only when a frame completed and the bytes left begin the next one.
+            if (c.decoder.buffered() == 0) {
+              c.in_frame = false;
+            } else if (!c.in_frame || c.frames != frames_before) {
+              c.in_frame = true;
+              c.frame_started = now;
+            }
             if (static_cast<std::size_t>(n) < chunk.size()) break;
           } else if (n == 0) {
             if (c.decoder.buffered() > 0) {
@@ -292,7 +335,14 @@ void AgentServer::Run() {
       last_sweep = now;
       registry_->Expire(now, options_.expiry);
       for (auto it = conns.begin(); it != conns.end();) {
-        if (now - it->second.last_activity > options_.expiry) {
+        if (it->second.in_frame && now - it->second.frame_started > options_.frame_timeout) {
+          reject(it->second,
+                 {RejectReason::kTruncated,
+                  fmt::format("frame not complete {} ms after its first byte ({} bytes "
+                              "so far)",
+                              options_.frame_timeout.count(), it->second.decoder.buffered())});
+          it = close_conn(it);
+        } else if (now - it->second.last_activity > options_.expiry) {
           registry_->CountConnectionIdleClosed();
           if (it->second.decoder.buffered() > 0) {
             reject(it->second,

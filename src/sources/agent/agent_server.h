@@ -3,8 +3,9 @@
 // (FrameDecoder), decodes samples and stores them in an AgentRegistry.
 //
 // A connection that sends a malformed, oversized or unsupported frame, or sends faster than
-// its rate limit, is closed and counted by reason; nothing it sends can stop the thread or
-// touch another connection. Connections beyond the limit are refused. When a connection ends
+// its rate limit, or takes longer than the frame timeout to complete a frame, is closed and
+// counted by reason; nothing it sends can stop the thread or touch another connection.
+// Connections beyond the limit, in total or for one peer UID, are refused. When a connection ends
 // its series leave the registry; series silent longer than the expiry are dropped too.
 //
 // Socket file: the parent directory is created (0755) when missing; an existing socket that
@@ -37,6 +38,12 @@ struct AgentServerOptions {
   mode_t socket_mode = 0660;
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::size_t max_connections = 256;
+  /// Connections one peer UID (SO_PEERCRED) may hold at once, so one user cannot take every
+  /// slot from the others.
+  std::size_t max_connections_per_uid = 128;
+  /// A frame must be complete this long after its first byte arrived; bytes trickled in do
+  /// not extend it. Slower closes the connection (counted as `truncated`).
+  std::chrono::milliseconds frame_timeout{10000};
   /// Per connection: a token bucket of `burst` samples refilled at `max_samples_per_second`.
   double max_samples_per_second = 50;
   double burst = 100;
