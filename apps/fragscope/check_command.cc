@@ -29,6 +29,8 @@ struct CheckFlags {
   std::string history;
   std::size_t last = 5;
   bool allow_new_baseline = false;
+  bool allow_missing = false;
+  bool fail_at_given = false;  // --fail-at on the command line (not only its default)
   std::string max_peak_reserved;
   std::optional<double> max_fragmentation;
   std::string capacity;
@@ -69,6 +71,11 @@ constexpr std::string_view kFooter =
                   the wrong --history) fail the check, naming the labels the history
                   knows; --allow-new-baseline lets a label's first run pass.
 
+A check you asked for whose input is missing fails rather than pass unseen: --fail-at or
+--max-oom-risk on a run too short for a forecast (or without the capacity an OOM risk needs),
+--max-fragmentation on a device that never reserved memory. --allow-missing skips them instead.
+(The default --fail-at critical alone does not fail a short run.)
+
 Exit status: 0 when every check passes (or is skipped), 1 when one fails, 2 for bad input or
 usage. Output fits one screen; --json gives the same as schema fragscope.check
 (docs/json-schema.md). A CI job typically records the run afterwards when it passes:
@@ -98,6 +105,8 @@ int RunCheck(const CheckFlags& flags) {
   limits.max_growth_ratio = flags.max_growth_ratio;
   limits.max_peak_increase = flags.max_peak_increase;
   limits.allow_new_baseline = flags.allow_new_baseline;
+  limits.allow_missing = flags.allow_missing;
+  limits.forecast_asked = flags.fail_at_given || flags.max_oom_risk.has_value();
   limits.fail_at_level =
       flags.fail_at == "never" ? RiskLevel::kUnknown : ParseRiskLevel(flags.fail_at).value();
 
@@ -212,6 +221,9 @@ Command AddCheckCommand(CLI::App& app) {
                 "A first run of the --baseline label: pass its check without earlier runs "
                 "(without this flag, no earlier runs fail the check)")
       ->needs("--baseline");
+  sub->add_flag("--allow-missing", flags->allow_missing,
+                "Skip, rather than fail, a check whose input is missing (a forecast asked for "
+                "on too few steps, a fragmentation limit on a device that never reserved memory)");
   sub->add_option("--last", flags->last, "How many earlier runs form the baseline")
       ->type_name("N")
       ->check(IntegerAtLeast(1))
@@ -272,7 +284,10 @@ Command AddCheckCommand(CLI::App& app) {
   sub->add_option("--color", flags->color, "auto, always or never")
       ->check(CLI::IsMember({"auto", "always", "never"}))
       ->capture_default_str();
-  return Command{sub, [flags] { return RunCheck(*flags); }};
+  return Command{sub, [flags, sub] {
+                   flags->fail_at_given = sub->get_option("--fail-at")->count() > 0;
+                   return RunCheck(*flags);
+                 }};
 }
 
 }  // namespace fragscope::cli

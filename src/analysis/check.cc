@@ -14,6 +14,20 @@ std::string AtStep(std::int64_t step, bool has_steps) {
   return has_steps ? std::string(" before the first step") : std::string();
 }
 
+// A limit the user set whose input is missing: a failure (the gate cannot judge, so it must
+// not pass), or with --allow-missing a skip that says so.
+void MissingInput(const CheckLimits& limits, std::string why, CheckItem* item) {
+  if (limits.allow_missing) {
+    item->outcome = CheckOutcome::kSkipped;
+    item->detail = why + "; skipped (--allow-missing)";
+    return;
+  }
+  item->outcome = CheckOutcome::kFail;
+  item->detail = why +
+                 "; a gate that cannot judge does not pass (--allow-missing skips a check whose "
+                 "input is missing)";
+}
+
 CheckItem OomItem(const CheckDeviceInput& in) {
   const DeviceReport& r = *in.report;
   CheckItem item{r.device, "oom", CheckOutcome::kPass, "none", "no OOM", ""};
@@ -113,7 +127,11 @@ CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limit
     return item;
   }
   item.limit = fmt::format("<= {:.2f}", *limits.max_fragmentation);
-  if (!r.worst_fragmentation.seen || r.worst_fragmentation_ratio <= *limits.max_fragmentation) {
+  if (!r.worst_fragmentation.seen) {
+    MissingInput(limits, "no sample of this device ever held reserved memory to measure", &item);
+    return item;
+  }
+  if (r.worst_fragmentation_ratio <= *limits.max_fragmentation) {
     item.outcome = CheckOutcome::kPass;
   } else {
     item.outcome = CheckOutcome::kFail;
@@ -136,12 +154,15 @@ CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
   }
   if (!in.report->forecast) {
     item.detail = "no forecast for this device";
+    if (limits.forecast_asked) MissingInput(limits, item.detail, &item);
     return item;
   }
   const DeviceForecast& f = *in.report->forecast;
   if (!f.enough_data || f.worst == RiskLevel::kUnknown) {
     item.measured = "unknown";
     item.detail = f.notes.empty() ? "not enough data for a forecast" : f.notes.front();
+    // The default level alone does not fail a short run; a forecast the user asked for does.
+    if (limits.forecast_asked) MissingInput(limits, item.detail, &item);
     return item;
   }
   // The first sample at the worst level says when and why.
@@ -171,6 +192,15 @@ CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
           fmt::format("; P(OOM within {} {}s) below 0.1% throughout", f.risk_horizon, unit);
     } else {
       item.measured += "; no OOM risk (no capacity, or too few steps)";
+      const std::string why =
+          "--max-oom-risk: the run gave no OOM risk (it needs the device's capacity and enough "
+          "steps: docs/forecast.md, \"OOM risk\")";
+      if (limits.allow_missing) {  // the level's verdict stands; the risk part is skipped
+        item.detail += (item.detail.empty() ? "" : "; ") + why + "; skipped (--allow-missing)";
+      } else if (item.outcome != CheckOutcome::kFail) {
+        MissingInput(limits, why, &item);
+      }
+      return item;
     }
     if (p >= *limits.max_oom_risk) {
       item.outcome = CheckOutcome::kFail;

@@ -39,6 +39,13 @@ struct CheckLimits {
   /// Fail the forecast item too when P(OOM within the risk horizon, 100 steps) reached this
   /// at any sample (`--max-oom-risk`); nullopt: not checked.
   std::optional<double> max_oom_risk;
+  /// The user asked for the forecast check (an explicit --fail-at or --max-oom-risk), not only
+  /// the default level: then a forecast that cannot be made fails the check.
+  bool forecast_asked = false;
+  /// A check whose input is missing (a forecast asked for without enough steps or without an
+  /// OOM risk, a fragmentation limit on a device that never reserved memory) fails: a gate that
+  /// cannot judge must not pass. With this set (`--allow-missing`) it is skipped instead.
+  bool allow_missing = false;
 };
 
 /// Everything known about one device.

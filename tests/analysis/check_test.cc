@@ -132,6 +132,51 @@ TEST(CheckTest, OomRiskLimitFailsTheForecast) {
   EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kSkipped);
 }
 
+TEST(CheckTest, AskedForChecksWithoutTheirInputFailUnlessAllowed) {
+  DeviceReport r = Report();
+  r.worst_fragmentation.seen = false;  // the device never reserved memory
+  DeviceForecast f;
+  f.enough_data = false;  // too few steps
+  f.notes = {"5 steps; the forecast needs 20"};
+  r.forecast = f;
+  CheckDeviceInput in;
+  in.report = &r;
+  CheckLimits limits;
+  limits.max_fragmentation = 0.3;
+  // The default --fail-at alone does not fail a short run; a fragmentation limit does.
+  std::vector<CheckItem> items = CheckDevice(in, limits);
+  EXPECT_EQ(Item(items, "forecast").outcome, CheckOutcome::kSkipped);
+  EXPECT_EQ(Item(items, "fragmentation").outcome, CheckOutcome::kFail);
+  EXPECT_NE(Item(items, "fragmentation").detail.find("--allow-missing"), std::string::npos);
+  limits.forecast_asked = true;  // --fail-at warning given
+  items = CheckDevice(in, limits);
+  EXPECT_EQ(Item(items, "forecast").outcome, CheckOutcome::kFail);
+  EXPECT_NE(Item(items, "forecast").detail.find("5 steps"), std::string::npos);
+  limits.allow_missing = true;
+  items = CheckDevice(in, limits);
+  EXPECT_EQ(Item(items, "forecast").outcome, CheckOutcome::kSkipped);
+  EXPECT_EQ(Item(items, "fragmentation").outcome, CheckOutcome::kSkipped);
+  EXPECT_NE(Item(items, "fragmentation").detail.find("skipped (--allow-missing)"),
+            std::string::npos);
+}
+
+TEST(CheckTest, AnOomRiskLimitWithoutARiskFailsUnlessAllowed) {
+  DeviceReport r = Report();
+  DeviceForecast f;
+  f.enough_data = true;
+  f.worst = RiskLevel::kOk;
+  f.last = ForecastPoint{70, RiskLevel::kOk, std::nullopt, "fine", std::nullopt};  // no risk
+  r.forecast = f;
+  CheckDeviceInput in;
+  in.report = &r;
+  CheckLimits limits;
+  limits.max_oom_risk = 0.1;
+  limits.forecast_asked = true;
+  EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kFail);
+  limits.allow_missing = true;  // the level's verdict stands
+  EXPECT_EQ(Item(CheckDevice(in, limits), "forecast").outcome, CheckOutcome::kPass);
+}
+
 TEST(CheckTest, BaselineFailsOnGrowthOrPeak) {
   const DeviceReport r = Report();
   CheckDeviceInput in;

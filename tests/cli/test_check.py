@@ -137,6 +137,28 @@ def test_predicted_oom_fails_the_check(tmp_path):
     assert re.search(r"^ *pass +forecast ", r.stdout.decode(), re.M)
 
 
+def test_a_check_asked_for_without_its_input_fails_unless_allowed(tmp_path):
+    # Three steps give a forecast level but no OOM risk (it needs 120 steps): the default gate
+    # passes, but an explicit --max-oom-risk cannot be judged, and a gate that cannot judge must
+    # not pass.
+    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--json")
+    assert r.returncode == 0, r.stdout.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["forecast"]["outcome"] == "pass"
+    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--max-oom-risk", "0.1", "--json")
+    assert r.returncode == 1, r.stdout.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["forecast"]["outcome"] == "fail"
+    assert "gave no OOM risk" in c["forecast"]["detail"]
+    assert "--allow-missing" in c["forecast"]["detail"]
+    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--max-oom-risk", "0.1", "--allow-missing",
+              "--json")
+    assert r.returncode == 0, r.stdout.decode()
+    _, c = checks_by_name(r.stdout)
+    assert c["forecast"]["outcome"] == "pass"  # the level's verdict stands
+    assert "skipped (--allow-missing)" in c["forecast"]["detail"]
+
+
 def test_baseline_regression(tmp_path):
     db = tmp_path / "h.sqlite"
     home = tmp_path / "home"
