@@ -1,0 +1,50 @@
+"""The live loop end to end (issue 22, docs/live-monitoring.md): tools/live_incident.py runs a
+2-rank torchrun job (gloo, CPU), each rank on a virtual GPU, rank 1 with the longer sequences.
+Without the monitor rank 1 runs out of memory at step N and the job dies; with it, the ranks
+agree on the warning before N, both checkpoint at the same step, torchrun restarts them, the
+recommended PYTORCH_CUDA_ALLOC_CONF is applied and the job resumes and finishes."""
+import json
+import os
+import subprocess
+
+import pytest
+
+import conftest
+
+pytest.importorskip("torch")
+try:
+    from fragscope import _native
+    _native.load()
+except ImportError as e:
+    pytest.skip(str(e), allow_module_level=True)
+
+STEPS = 380
+
+
+def test_monitor_saves_the_job_that_otherwise_dies(tmp_path):
+    out = subprocess.run(
+        [conftest.PYTHON, os.path.join(conftest.TOOLS_DIR, "live_incident.py"),
+         "--out", str(tmp_path), "--ranks", "2", "--oom-rank", "1", "--steps", str(STEPS)],
+        env=conftest.subprocess_env(), capture_output=True, text=True, timeout=600)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    facts = {k: v for k, v in summary.items() if k not in ("timeline", "recommendation")}
+    assert out.returncode == 0, (facts, out.stderr[-3000:])
+    # Without the monitor's action: rank 1's OOM kills the job at step N.
+    n = summary["control_oom_step"]
+    assert summary["control_oom_rank"] == 1 and n is not None and n < STEPS - 1, facts
+    assert summary["control_exit_code"] != 0
+    # With it: the warning comes at least 20 steps before N, from rank 1 ...
+    assert summary["warning_step"] is not None and summary["warning_step"] <= n - 20, facts
+    assert summary["warning_rank"] == 1
+    # ... every rank checkpoints at that same step, torchrun restarts once ...
+    assert summary["checkpoint_steps"] == [summary["warning_step"]] * 2, facts
+    assert summary["restarts"] == 1
+    # ... the restart applies the recommendation, resumes and finishes without an OOM.
+    assert summary["alloc_conf_applied"] == summary["recommendation"]["alloc_conf"] != ""
+    assert summary["ooms_monitored"] == 0
+    assert summary["finished"] is True and summary["final_step"] == STEPS - 1, facts
+    # The resumed ranks started after the checkpoint, not from 0.
+    resumed = [json.loads(line) for r in (0, 1)
+               for line in (tmp_path / "monitored" / "events-rank{}.jsonl".format(r)).open()
+               if '"resume"' in line]
+    assert sorted(e["step"] for e in resumed) == [summary["warning_step"] + 1] * 2

@@ -1,0 +1,254 @@
+"""fragscope.torch.Monitor (docs/live-monitoring.md): the bound forecaster and tune, sampling
+only every `every` steps, the action (checkpoint, recommendation, exit 75), its faults, the
+recommendation on restart, node checkpoint requests, and the framework adapters."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import conftest  # noqa: F401  (sys.path)
+
+torch = pytest.importorskip("torch")
+try:
+    import fragscope.torch as ft
+    from fragscope import _native
+    from fragscope.torch import monitor as mon
+    N = _native.load()
+except ImportError as e:  # the native module is not built
+    pytest.skip(str(e), allow_module_level=True)
+
+MiB = 1 << 20
+
+
+def sample(step, allocated, capacity=1024 * MiB):
+    reserved = allocated + 4 * MiB
+    return {"reserved_bytes": reserved, "allocated_bytes": allocated,
+            "requested_bytes": allocated, "cached_free_bytes": 4 * MiB,
+            "peak_reserved_bytes": reserved, "peak_allocated_bytes": allocated,
+            "fragmentation_ratio": 4 * MiB / reserved, "largest_free_block": 4 * MiB,
+            "max_allocatable": capacity - reserved, "num_alloc_retries": 0,
+            "device_free_bytes": capacity - reserved}
+
+
+def test_bound_forecaster_warns_on_growth_and_not_on_a_flat_series():
+    grow, flat = N.LiveForecasts(4), N.LiveForecasts(4)
+    for step in range(0, 400, 10):
+        g = grow.observe("a", step, sample(step, 100 * MiB + step * 2 * MiB))
+        f = flat.observe("a", step, sample(step, 100 * MiB))
+    assert g["level"] in ("warning", "critical"), g
+    assert g["steps_to_oom"] is not None and g["steps_to_oom"] < 1000
+    assert f["level"] in ("ok", "watch"), f
+    assert len(grow) == 1
+    with pytest.raises(ValueError):
+        grow.observe("a", -1, sample(0, MiB))
+    with pytest.raises(ValueError, match="negative"):
+        grow.observe("b", 1, {"reserved_bytes": -5})
+
+
+def test_bound_tune_ranks_settings_and_rejects_bad_actions():
+    # Alternating 30 MiB and 2 MiB requests, freeing the large ones: on 64 MiB the defaults
+    # keep working; the ranking has every setting it was given.
+    reqs = []
+    ident = 0
+    for step in range(20):
+        reqs.append(("step", 0, step))
+        ident += 1
+        reqs.append(("alloc", ident, 30 * MiB))
+        reqs.append(("free_requested", ident, 30 * MiB))
+    out = N.tune_requests(reqs, 64 * MiB, 0, "newest", ["", "expandable_segments:True"], 1)
+    assert sorted(o["conf"] for o in out) == ["", "expandable_segments:True"]
+    assert not any(o["oom"] for o in out)
+    tiny = N.tune_requests(reqs, 16 * MiB, 0, "newest", [""], 1)
+    assert tiny[0]["oom"] and tiny[0]["oom_step"] == 0
+    with pytest.raises(ValueError, match="request 0"):
+        N.tune_requests([("segment_alloc", 1, 2)], 64 * MiB, 0, "newest", [], 1)
+
+
+class Fake:
+    """A Monitor whose allocator reading is replaced: levels scripted per step."""
+
+    def __init__(self, tmp_path, levels, **kw):
+        kw.setdefault("socket", str(tmp_path / "no-daemon.sock"))
+        kw.setdefault("request_signal", None)
+        self.m = mon.Monitor(run_dir=str(tmp_path), **kw)
+        self.reads = []
+
+        def forecast(step):
+            self.reads.append(step)
+            level = levels.get(step, "ok")
+            return mon.LEVELS.index(level), {"reason": "scripted " + level,
+                                             "steps_to_oom": 7}, None
+        self.m._forecast = forecast
+
+
+def test_step_samples_only_every_n_steps(tmp_path):
+    f = Fake(tmp_path, {}, every=50)
+    for step in range(0, 201):
+        assert f.m.step(step) is False
+    assert f.reads == [0, 50, 100, 150, 200]
+    f2 = Fake(tmp_path, {}, every=7)  # resuming mid-way: the next multiple
+    for step in range(10, 30):
+        f2.m.step(step)
+    assert f2.reads == [10, 14, 21, 28]
+
+
+def test_warning_checkpoints_writes_the_recommendation_and_exits_75(tmp_path):
+    saved = []
+    f = Fake(tmp_path, {100: "warning"}, every=50, save_checkpoint=saved.append)
+    f.m.step(50)
+    with pytest.raises(SystemExit) as e:
+        f.m.step(100)
+    assert e.value.code == mon.EXIT_CODE == 75
+    assert saved == [100]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["step"] == 100 and rec["worst_level"] == "warning" and rec["checkpoint_saved"]
+    assert rec["levels"] == ["warning"]
+    assert N.canonical_alloc_conf(rec["alloc_conf"], rec["torch_version"])  # valid
+    assert rec["how"].startswith("fallback")  # no virtual GPU: no trace to tune
+
+
+def test_watch_does_not_act_and_the_level_is_configurable(tmp_path):
+    saved = []
+    f = Fake(tmp_path, {0: "watch", 10: "warning"}, every=10, level="critical", action="stop",
+             save_checkpoint=saved.append)
+    assert f.m.step(0) is False and f.m.step(10) is False
+    assert saved == [] and not (tmp_path / mon.RECOMMENDATION_FILE).exists()
+    with pytest.raises(ValueError, match="level"):
+        mon.Monitor(level="high", run_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="every"):
+        mon.Monitor(every=0, run_dir=str(tmp_path))
+
+
+def test_a_failing_checkpoint_is_reported_and_never_claimed(tmp_path, capsys):
+    def boom(step):
+        raise OSError("disk full")
+    f = Fake(tmp_path, {10: "critical", 20: "critical"}, every=10, save_checkpoint=boom)
+    assert f.m.step(10) is False  # no exit
+    assert f.m.disabled and not f.m.stopped
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["checkpoint_saved"] is False and "disk full" in rec["checkpoint_error"]
+    assert f.m.step(20) is False and f.reads == [10]  # stopped acting and sampling
+    assert "save_checkpoint raised" in capsys.readouterr().err
+
+
+def test_one_stop_per_run_directory(tmp_path):
+    (tmp_path / mon.RECOMMENDATION_FILE).write_text('{"alloc_conf": ""}')
+    saved = []
+    f = Fake(tmp_path, {10: "critical"}, every=10, save_checkpoint=saved.append)
+    assert f.m.step(10) is False and saved == []
+
+
+def test_node_request_file_and_signal_act_at_the_next_sample(tmp_path):
+    saved = []
+    f = Fake(tmp_path, {}, every=10, action="stop", save_checkpoint=saved.append)
+    assert f.m.step(10) is False
+    (tmp_path / mon.REQUEST_FILE).write_text("")
+    assert f.m.step(11) is False  # between samples: nothing
+    assert f.m.step(20) is True and saved == [20]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["node_request"] is True
+
+    sub = tmp_path / "sig"
+    sub.mkdir()
+    saved2 = []
+    g = mon.Monitor(run_dir=str(sub), every=10, action="stop", save_checkpoint=saved2.append,
+                    socket=str(sub / "none"), request_signal=signal.SIGUSR2)
+    g._forecast = lambda step: (1, {"reason": "ok", "steps_to_oom": None}, None)
+    try:
+        assert g.step(0) is False
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert g.step(10) is True and saved2 == [10]
+    finally:
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
+def test_recommendation_applied_on_restart_and_corrupt_files_ignored(tmp_path, capsys):
+    env = {}
+    assert mon.apply_recommendation(str(tmp_path), env) is None  # none yet
+    path = tmp_path / mon.RECOMMENDATION_FILE
+    for bad, why in (("{not json", "not a valid recommendation"),
+                     ('["x"]', "JSON object"),
+                     ('{"alloc_conf": 5}', "alloc_conf"),
+                     ('{"alloc_conf": "max_split_size_mb:banana"}', "not a valid")):
+        path.write_text(bad)
+        assert mon.apply_recommendation(str(tmp_path), env) is None
+        err = capsys.readouterr().err
+        assert why in err and str(path) in err
+    assert env == {}
+    path.write_text(json.dumps({"alloc_conf": "expandable_segments:True", "step": 5,
+                                "worst_rank": 3, "worst_level": "warning",
+                                "torch_version": "newest"}))
+    assert mon.apply_recommendation(str(tmp_path), env) == "expandable_segments:True"
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "applied the recommendation of step 5" in capsys.readouterr().err
+
+
+def test_a_daemon_that_is_down_or_silent_never_fails_training(tmp_path):
+    # A stale socket file nobody listens on, then a listener that never reads.
+    stale = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(stale)
+    s.close()
+    gpu = ft.virtual_gpu("64MiB").start()
+    try:
+        x = torch.randn(1000, 100)  # noqa: F841  (something allocated)
+        m = mon.Monitor(run_dir=str(tmp_path), every=1, socket=stale, request_signal=None)
+        assert m.step(0) is False and m.last["level"] != "unknown"
+        live = str(tmp_path / "live.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(live)
+        srv.listen(1)
+        m2 = mon.Monitor(run_dir=str(tmp_path), every=1, socket=live, daemon_timeout=0.05,
+                         request_signal=None)
+        for step in range(3):
+            assert m2.step(step) is False
+        conn, _ = srv.accept()
+        head = conn.recv(8)  # a real sample frame reached the "daemon": length, magic
+        assert head[4:8] == b"FSAG", head
+        conn.close()
+        srv.close()
+    finally:
+        gpu.stop()
+
+
+def test_monitor_on_a_virtual_gpu_reads_the_level_from_the_bound_forecaster(tmp_path):
+    gpu = ft.virtual_gpu("48MiB", torch_version="newest").start()
+    try:
+        m = mon.Monitor(run_dir=str(tmp_path), every=5, action="stop", request_signal=None,
+                        socket=str(tmp_path / "none"))
+        model = torch.nn.Linear(128, 1024)
+        keep = []
+        for step in range(200):
+            keep.append(model(torch.randn(32, 128)))  # ~128 KiB more per step
+            gpu.step(step)
+            if m.step(step):
+                break
+        assert m.stopped and m.last["worst"] in ("warning", "critical"), m.history
+        rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+        assert rec["steps_to_oom"] is not None
+        assert rec["how"].startswith(("tune", "fallback"))
+    finally:
+        gpu.stop()
+
+
+def test_optimizer_attach_calls_step_after_each_optimizer_step(tmp_path):
+    f = Fake(tmp_path, {}, every=2)
+    p = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    f.m.attach(opt)
+    for _ in range(5):
+        p.grad = torch.ones(3)
+        opt.step()
+    assert f.reads == [0, 2, 4]
+
+
+def test_monitor_module_imports_without_torch_distributed_initialized():
+    out = subprocess.run(
+        [sys.executable, "-c", "import fragscope.torch as ft; print(ft.Monitor.__name__)"],
+        env=conftest.subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Monitor"
