@@ -252,3 +252,79 @@ def test_monitor_module_imports_without_torch_distributed_initialized():
         env=conftest.subprocess_env(), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "Monitor"
+
+
+# -- adapters, against stand-ins that follow the frameworks' documented interfaces ---------
+import types  # noqa: E402
+
+from fragscope.torch import monitor_adapters  # noqa: E402
+
+
+def _install(monkeypatch, module, name):
+    mod = types.ModuleType(module)
+
+    class Base:  # Callback / TrainerCallback: plain classes with no-op hooks
+        pass
+    setattr(mod, name, Base)
+    for parent in module.split(".")[:-1]:
+        monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
+    monkeypatch.setitem(sys.modules, module, mod)
+    return Base
+
+
+def test_adapters_import_nothing_when_the_framework_is_absent(monkeypatch, tmp_path):
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning", "transformers"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    m = mon.Monitor(run_dir=str(tmp_path), request_signal=None)
+    with pytest.raises(ImportError, match="Lightning is not installed"):
+        monitor_adapters.lightning_callback(m)
+    with pytest.raises(ImportError, match="transformers is not installed"):
+        monitor_adapters.huggingface_callback(m)
+    assert "lightning" not in sys.modules or sys.modules["lightning"] is None
+
+
+def test_lightning_adapter_saves_with_the_trainer_and_stops_it(monkeypatch, tmp_path):
+    Base = _install(monkeypatch, "lightning.pytorch", "Callback")
+    f = Fake(tmp_path, {20: "warning"}, every=10)
+    cb = monitor_adapters.lightning_callback(f.m)
+    assert isinstance(cb, Base)
+
+    class Trainer:  # the attributes Lightning documents
+        global_step = 0
+        should_stop = False
+        saved = []
+
+        def save_checkpoint(self, path):
+            self.saved.append(path)
+    t = Trainer()
+    for step in range(30):
+        t.global_step = step
+        cb.on_train_batch_end(t, None, None, None, step)
+        if t.should_stop:
+            break
+    assert t.should_stop and t.global_step == 20
+    assert t.saved == [os.path.join(str(tmp_path), "fragscope-step20.ckpt")]
+    with pytest.raises(SystemExit) as e:
+        f.m.exit_if_stopped()
+    assert e.value.code == 75
+
+
+def test_huggingface_adapter_sets_should_save_and_should_training_stop(monkeypatch, tmp_path):
+    Base = _install(monkeypatch, "transformers", "TrainerCallback")
+    f = Fake(tmp_path, {30: "critical"}, every=15)
+    cb = monitor_adapters.huggingface_callback(f.m)
+    assert isinstance(cb, Base)
+    state = types.SimpleNamespace(global_step=0)
+    stops = []
+    for step in range(1, 40):
+        control = types.SimpleNamespace(should_save=False, should_training_stop=False)
+        state.global_step = step
+        cb.on_step_end(None, state, control)
+        if control.should_training_stop:
+            stops.append((step, control.should_save))
+            break
+    assert stops == [(30, True)]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["step"] == 30 and rec["checkpoint_saved"] is True
+    m2 = mon.Monitor(run_dir=str(tmp_path / "x"), request_signal=None)
+    assert m2.exit_if_stopped() is None  # not stopped: returns

@@ -251,6 +251,13 @@ class Monitor:
         optimizer.step = wrapped
         return None
 
+    def exit_if_stopped(self):
+        """After a framework's fit()/train() returned: exits with exit_code if the monitor
+        stopped the run (so that torchrun restarts it), else returns."""
+        if self.stopped:
+            sys.stdout.flush()
+            sys.exit(self.exit_code)
+
     def request_checkpoint(self):
         """Asks for the action at the next sample (what the signal handler does)."""
         self._requested = True
