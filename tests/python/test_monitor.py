@@ -328,3 +328,39 @@ def test_huggingface_adapter_sets_should_save_and_should_training_stop(monkeypat
     assert rec["step"] == 30 and rec["checkpoint_saved"] is True
     m2 = mon.Monitor(run_dir=str(tmp_path / "x"), request_signal=None)
     assert m2.exit_if_stopped() is None  # not stopped: returns
+
+
+OOM_JOB = """
+import sys, torch
+import fragscope.torch as ft
+from fragscope.torch.monitor import Monitor
+m = Monitor(every=1, run_dir=sys.argv[1], socket="/none", request_signal=None,
+            record_oom=sys.argv[2] == "1")
+gpu = ft.virtual_gpu("32MiB").start()
+keep = []
+for step in range(100):
+    keep.append(torch.empty(3 << 20, dtype=torch.uint8))
+    gpu.step(step)
+    m.step(step)
+"""
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_an_oom_that_still_happens_is_recorded_for_explain(tmp_path, record):
+    job = tmp_path / "job.py"
+    job.write_text(OOM_JOB)
+    out = subprocess.run([sys.executable, str(job), str(tmp_path), "1" if record else "0"],
+                         env=conftest.subprocess_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "out of memory" in out.stderr
+    snap = tmp_path / "fragscope-oom-rank0.pickle"
+    assert snap.exists() == record
+    if not record:
+        return
+    log = tmp_path / "log"
+    log.write_text(out.stderr)
+    explain = subprocess.run([conftest.fragscope_bin(), "explain", "--json", "--snapshot",
+                              str(snap), str(log)], capture_output=True, text=True, timeout=120)
+    assert explain.returncode == 0, explain.stderr
+    errors = json.loads(explain.stdout)["errors"]
+    assert len(errors) == 1

@@ -175,7 +175,7 @@ class Monitor:
                  action="exit", exit_code=EXIT_CODE, apply_recommendation=None,
                  empty_cache_first=False, shrink_batch=None, socket=None, daemon_timeout=0.2,
                  request_signal=signal.SIGUSR1, distributed=None, device=None, job="",
-                 reset_peaks=False):
+                 reset_peaks=False, record_oom=True):
         if not isinstance(every, int) or every < 1:
             raise ValueError("every: must be an int >= 1, got {!r}".format(every))
         self.every = every
@@ -216,11 +216,62 @@ class Monitor:
         # warning; a node's checkpoint request still acts. Delete the file to re-arm.
         self.acted_before = os.path.exists(os.path.join(self.run_dir, RECOMMENDATION_FILE))
         self._said_acted = False
+        self.oom_snapshot = os.path.join(self.run_dir,
+                                         "fragscope-oom-rank{}.pickle".format(self.rank))
+        self._oom_hooked = False
+        self.record_oom = record_oom
+        if record_oom:
+            self._attach_oom_observer()
         if request_signal is not None:
             try:
                 signal.signal(request_signal, self._on_request_signal)
             except ValueError:  # not the main thread
                 _log("cannot install the checkpoint-request signal outside the main thread")
+
+    def _attach_oom_observer(self):
+        """Records a snapshot at an OOM for `fragscope explain --snapshot`: PyTorch >= 2.0's
+        OOM observer on a CUDA device (PyTorch 1.13 has none: skipped), or on a virtual GPU
+        its recorded OOM state at exit (hooked at the first sample)."""
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            return
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            _log("this PyTorch ({}) has no OOM observer: an OOM is not recorded"
+                 .format(torch.__version__))
+            return
+        path = self.oom_snapshot
+
+        def observer(device, alloc, device_alloc, device_free):
+            try:
+                import pickle
+                with open(path, "wb") as f:
+                    pickle.dump(torch.cuda.memory._snapshot(), f)
+                _log("out of memory on device {} ({} bytes requested, {} free): wrote {} "
+                     "(fragscope explain --snapshot {})".format(device, alloc, device_free,
+                                                              path, path))
+            except Exception as e:  # never make the OOM worse
+                _log("cannot record the OOM snapshot: {!r}".format(e))
+        attach(observer)
+        self._oom_hooked = True
+
+    def _hook_virtual_oom(self, gpu):
+        import atexit
+        path = self.oom_snapshot
+
+        def at_exit():
+            vt = sys.modules.get("fragscope.torch")
+            if vt is None or vt.current() is not gpu:  # replaced by a later virtual GPU
+                return
+            try:
+                if gpu.ooms():
+                    gpu.dump_snapshot(path)
+                    _log("the virtual GPU ran out of memory: wrote {} (fragscope explain "
+                         "--snapshot {})".format(path, path))
+            except Exception as e:
+                _log("cannot record the OOM snapshot: {!r}".format(e))
+        atexit.register(at_exit)
+        self._oom_hooked = True
 
     # -- the training loop's call -----------------------------------------------------------
     def step(self, step):
@@ -325,6 +376,8 @@ class Monitor:
     def _read(self):
         from fragscope_agent import sample_from_memory_stats, summarize_segments
         gpu = _vgpu()
+        if gpu is not None and not self._oom_hooked and self.record_oom:
+            self._hook_virtual_oom(gpu)
         if gpu is not None:
             stats, (free, _total), segments = (gpu.memory_stats(), gpu.mem_get_info(),
                                                gpu.memory_snapshot())
