@@ -37,6 +37,8 @@ REQUEST_FILE = "fragscope-checkpoint-request"
 LEVELS = ("unknown", "ok", "watch", "warning", "critical")
 ENV_APPLY = "FRAGSCOPE_APPLY_RECOMMENDATION"
 ENV_RUN_DIR = "FRAGSCOPE_RUN_DIR"
+ENV_REQUEST_DIR = "FRAGSCOPE_REQUEST_DIR"
+DEFAULT_REQUEST_DIR = "/run/fragscope/requests"
 # What the monitor recommends when it cannot replay the requests (no virtual GPU trace, or no
 # setting of the grid does better): expandable segments end most fragmentation (PyTorch >= 2.1);
 # PyTorch 1.13 has no such option, so there it caps block splitting instead.
@@ -196,6 +198,10 @@ class Monitor:
         self.job = job
         self.reset_peaks = reset_peaks
         self.rank = int(os.environ.get("RANK", "0"))
+        # Checkpoint requests: the run directory's file, and the node's per-process file that
+        # deploy/fragscope-checkpoint-request writes.
+        self._request_paths = (os.path.join(self.run_dir, REQUEST_FILE), os.path.join(
+            os.environ.get(ENV_REQUEST_DIR, DEFAULT_REQUEST_DIR), str(os.getpid())))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self._next = 0  # the next step that samples
         self._forecasts = None
@@ -322,9 +328,9 @@ class Monitor:
         if self.stopped or self.disabled:
             return self.stopped
         own, verdict, sample = self._forecast(step)
-        request_path = os.path.join(self.run_dir, REQUEST_FILE)
-        if os.path.exists(request_path):
-            self._requested = True
+        for path in self._request_paths:
+            if os.path.exists(path):
+                self._requested = True
         requested = self._requested
         if requested:
             verdict["reason"] = "checkpoint requested on the node; " + verdict["reason"]
@@ -485,6 +491,12 @@ class Monitor:
             "time": time.time(),
         }
         rec = self._pick_recommendation(rec, worst_rank)
+        for path in self._request_paths:  # answered: a restart must not act on it again
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self._requested = False
         if self.local_rank == 0:
             self._write(rec)
         self._barrier()
