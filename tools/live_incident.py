@@ -100,6 +100,8 @@ def main():
     for e in events:
         if e["event"] == "sample":
             timeline.setdefault(str(e["rank"]), []).append([e["step"], e["level"]])
+        elif e["event"] == "checkpoint":  # the monitor's action (it exits inside step())
+            timeline.setdefault(str(e["rank"]), []).append([e["step"], "checkpoint"])
     summary = {
         "ranks": args.ranks,
         "control_oom_step": oom["step"] if oom else None,

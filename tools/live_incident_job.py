@@ -57,6 +57,7 @@ def main():
     monitor = None
     if args.monitor:  # made before the first allocation: it may set PYTORCH_CUDA_ALLOC_CONF
         monitor = Monitor(every=args.every, save_checkpoint=save, run_dir=args.run_dir,
+                          job=os.environ.get("FRAGSCOPE_JOB", "live-incident"),
                           socket=os.environ.get("FRAGSCOPE_AGENT_SOCKET", "/nonexistent"))
     dist.init_process_group("gloo")
     gpu = ft.virtual_gpu(args.capacity, torch_version="newest", on_oom="raise").start()
