@@ -27,6 +27,8 @@ def main():
     p.add_argument("--capacity", default="48MiB")
     p.add_argument("--every", type=int, default=10)
     p.add_argument("--monitor", action="store_true")
+    p.add_argument("--fail-checkpoint-rank", type=int, default=-1,
+                   help="this rank's checkpoint raises (tests of the fault)")
     args = p.parse_args()
 
     rank = int(os.environ.get("RANK", "0"))
@@ -49,6 +51,8 @@ def main():
     model = opt = None
 
     def save(step):
+        if rank == args.fail_checkpoint_rank:
+            raise OSError("injected checkpoint failure")
         torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()},
                    ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)

@@ -48,3 +48,22 @@ def test_monitor_saves_the_job_that_otherwise_dies(tmp_path):
                for line in (tmp_path / "monitored" / "events-rank{}.jsonl".format(r)).open()
                if '"resume"' in line]
     assert sorted(e["step"] for e in resumed) == [summary["warning_step"] + 1] * 2
+
+
+def test_a_failed_checkpoint_on_one_rank_stops_no_rank(tmp_path):
+    # Rank 1's checkpoint raises at the warning: no rank claims a checkpoint or exits, so
+    # torchrun restarts nothing and the job runs on to its end (it is short of the OOM here).
+    import sys
+    sys.path.insert(0, conftest.TOOLS_DIR)
+    import live_incident
+    steps = 200
+    run_dir, rc, _ = live_incident.run_phase(
+        "failing", str(tmp_path), 2,
+        ["--steps", str(steps), "--oom-rank", "1", "--monitor", "--fail-checkpoint-rank", "1"],
+        1, {}, 600)
+    events = live_incident.read_events(run_dir)
+    assert rc == 0, open(os.path.join(run_dir, "torchrun.log")).read()[-3000:]
+    rec = json.loads(open(os.path.join(run_dir, "fragscope-recommendation.json")).read())
+    assert rec["checkpoint_saved"] is False and rec["checkpoint_failed_ranks"] == [1]
+    assert max(e["restart"] for e in events) == 0
+    assert sorted(e["step"] for e in events if e["event"] == "finished") == [steps - 1] * 2

@@ -491,6 +491,14 @@ class Monitor:
             "time": time.time(),
         }
         rec = self._pick_recommendation(rec, worst_rank)
+        # A checkpoint counts only if every rank's was written: a restart from a mix of new
+        # and old checkpoints would corrupt the run, so one failure stops every rank's action.
+        failed = self._failed_ranks(error is not None)
+        rec["checkpoint_failed_ranks"] = failed
+        if failed:
+            rec["checkpoint_saved"] = False
+            if error is None:
+                rec["checkpoint_error"] = "failed on rank(s) {}".format(failed)
         for path in self._request_paths:  # answered: a restart must not act on it again
             try:
                 os.unlink(path)
@@ -500,10 +508,10 @@ class Monitor:
         if self.local_rank == 0:
             self._write(rec)
         self._barrier()
-        if error is not None:
+        if failed:
             self.disabled = True
-            _log("step {}: the checkpoint failed, so the monitor stops acting and the run goes "
-                 "on (nothing was claimed as saved)".format(step))
+            _log("step {}: the checkpoint failed on rank(s) {}, so the monitor stops acting and "
+                 "the run goes on (nothing was claimed as saved)".format(step, failed))
             return False
         self.stopped = True
         _log("step {}: saved={}; recommended PYTORCH_CUDA_ALLOC_CONF={} ({}); {}".format(
@@ -529,6 +537,20 @@ class Monitor:
             return mine
         except ImportError:
             return rec
+
+    def _failed_ranks(self, failed):
+        """The ranks whose checkpoint failed: one all_reduce(MAX) under torch.distributed."""
+        try:
+            import torch.distributed as dist
+            if self.distributed is False or not dist.is_initialized():
+                return [self.rank] if failed else []
+        except ImportError:
+            return [self.rank] if failed else []
+        import torch
+        t = torch.zeros(dist.get_world_size(), dtype=torch.int32)
+        t[dist.get_rank()] = int(failed)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [r for r, v in enumerate(t.tolist()) if v]
 
     def _barrier(self):
         try:
