@@ -155,6 +155,8 @@ def test_node_request_file_and_signal_act_at_the_next_sample(tmp_path):
     sub = tmp_path / "sig"
     sub.mkdir()
     saved2 = []
+    theirs = []
+    signal.signal(signal.SIGUSR2, lambda signum, frame: theirs.append(signum))
     g = mon.Monitor(run_dir=str(sub), every=10, action="stop", save_checkpoint=saved2.append,
                     socket=str(sub / "none"), request_signal=signal.SIGUSR2)
     g._forecast = lambda step: (1, {"reason": "ok", "steps_to_oom": None}, None)
@@ -162,6 +164,7 @@ def test_node_request_file_and_signal_act_at_the_next_sample(tmp_path):
         assert g.step(0) is False
         os.kill(os.getpid(), signal.SIGUSR2)
         assert g.step(10) is True and saved2 == [10]
+        assert theirs == [signal.SIGUSR2]  # the program's own handler ran too
     finally:
         signal.signal(signal.SIGUSR2, signal.SIG_DFL)
 

@@ -228,9 +228,12 @@ class Monitor:
         self.record_oom = record_oom
         if record_oom:
             self._attach_oom_observer()
+        self._previous_handler = None
         if request_signal is not None:
             try:
-                signal.signal(request_signal, self._on_request_signal)
+                previous = signal.signal(request_signal, self._on_request_signal)
+                if callable(previous):  # the program's own handler still runs
+                    self._previous_handler = previous
             except ValueError:  # not the main thread
                 _log("cannot install the checkpoint-request signal outside the main thread")
 
@@ -319,8 +322,10 @@ class Monitor:
         """Asks for the action at the next sample (what the signal handler does)."""
         self._requested = True
 
-    def _on_request_signal(self, _signum, _frame):
+    def _on_request_signal(self, signum, frame):
         self._requested = True
+        if self._previous_handler is not None:
+            self._previous_handler(signum, frame)
 
     # -- sampling ---------------------------------------------------------------------------
     def _sample(self, step):
