@@ -108,7 +108,7 @@ void BindForecast(py::module_& m) {
       "tune_requests",
       [](const std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>>& records,
          std::uint64_t capacity, std::uint64_t used_by_others, const std::string& version,
-         std::vector<std::string> settings, unsigned threads) {
+         std::vector<std::string> settings, unsigned threads, bool find_min_capacity) {
         std::vector<Event> events;
         events.reserve(records.size());
         for (std::size_t i = 0; i < records.size(); ++i) {
@@ -135,6 +135,7 @@ void BindForecast(py::module_& m) {
         options.version = TuneVersion(version);
         options.settings = std::move(settings);
         options.threads = threads;
+        options.find_min_capacity = find_min_capacity;
         std::optional<Result<std::vector<analysis::TuneOutcome>>> tuned;
         {
           py::gil_scoped_release release;
@@ -152,15 +153,18 @@ void BindForecast(py::module_& m) {
           d["peak_allocated"] = o.peak_allocated;
           d["waste_at_peak"] = o.waste_at_peak;
           d["num_alloc_retries"] = o.num_alloc_retries;
+          d["min_capacity"] =
+              o.min_capacity ? py::object(py::int_(*o.min_capacity)) : py::object(py::none());
           out.append(d);
         }
         return out;
       },
       py::arg("requests"), py::arg("capacity"), py::arg("used_by_others") = 0,
       py::arg("torch_version") = "newest", py::arg("settings") = std::vector<std::string>{},
-      py::arg("threads") = 1,
+      py::arg("threads") = 1, py::arg("find_min_capacity") = false,
       "`fragscope tune`'s ranking (analysis::Tune) of a request trace given as (action, id, "
-      "size) tuples, as vgpu_request_trace() returns them; settings [] = the default grid.");
+      "size) tuples, as vgpu_request_trace() returns them; settings [] = the default grid; "
+      "find_min_capacity: also the smallest device each setting fits on (bisection).");
 }
 
 }  // namespace fragscope::python

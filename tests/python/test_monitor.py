@@ -367,3 +367,21 @@ def test_an_oom_that_still_happens_is_recorded_for_explain(tmp_path, record):
     assert explain.returncode == 0, explain.stderr
     errors = json.loads(explain.stdout)["errors"]
     assert len(errors) == 1
+
+
+def test_recommendation_from_tune_on_a_virtual_gpu(tmp_path):
+    # Requests that fragment the default allocator: 30 MiB blocks freed between 2 MiB ones that
+    # stay; the bisection finds settings that fit on a smaller device than the defaults.
+    gpu = ft.virtual_gpu("256MiB", torch_version="newest").start()
+    try:
+        keep = []
+        for step in range(12):
+            big = torch.empty((30 << 20) + step * (1 << 20), dtype=torch.uint8)
+            keep.append(torch.empty(2 << 20, dtype=torch.uint8))
+            del big
+            gpu.step(step)
+        conf, how = mon.recommend_alloc_conf()
+    finally:
+        gpu.stop()
+    assert how.startswith("tune:"), how
+    assert conf != "" and N.canonical_alloc_conf(conf, "newest") == conf

@@ -124,8 +124,10 @@ def apply_recommendation(run_dir, environ=None):
 
 def recommend_alloc_conf(torch_version=None):
     """(setting, how) — the PYTORCH_CUDA_ALLOC_CONF for the requests seen so far: with a virtual
-    GPU, `fragscope tune`'s ranking of its request trace (the no-OOM setting with the lowest
-    peak reserved, if lower than the current one's); else FALLBACK_ALLOC_CONF."""
+    GPU, `fragscope tune`'s replay of its request trace under the default grid, with the
+    smallest device each setting fits on (bisection): the setting that fits on the smallest
+    device, then with the lowest peak reserved, if it beats the current setting; else
+    FALLBACK_ALLOC_CONF (docs/live-monitoring.md, "The recommendation")."""
     gpu = _vgpu()
     version = torch_version or (gpu.torch_version if gpu is not None else _torch_version())
     fallback = FALLBACK_ALLOC_CONF.get(version, FALLBACK_ALLOC_CONF["newest"])
@@ -135,16 +137,25 @@ def recommend_alloc_conf(torch_version=None):
     try:
         current = n.vgpu_alloc_conf()
         ranked = n.tune_requests(n.vgpu_request_trace(), gpu.capacity, gpu.used_by_others,
-                                 version, [], 1)
+                                 version, [], 1, True)
     except (ValueError, RuntimeError) as e:
         return fallback, "fallback: tune failed ({})".format(e)
+
+    def key(o):
+        return (o["min_capacity"] if o["min_capacity"] is not None else 1 << 64,
+                o["peak_reserved"])
+    fitting = [o for o in ranked if not o["oom"]]
     mine = [o for o in ranked if o["conf"] == current]
-    best = next((o for o in ranked if not o["oom"]), None)
-    if best is None or best["conf"] == current or (
-            mine and mine[0]["peak_reserved"] <= best["peak_reserved"]):
-        return fallback, "fallback: tune found nothing better than the current setting"
-    return best["conf"], "tune: peak reserved {} bytes (current setting: {})".format(
-        best["peak_reserved"], mine[0]["peak_reserved"] if mine else "n/a")
+    if not fitting:
+        return fallback, "fallback: every setting runs out of memory on these requests"
+    best = min(fitting, key=key)
+    if best["conf"] == current or (mine and key(mine[0]) <= key(best)):
+        return fallback, ("fallback: tune found nothing better than the current setting for "
+                          "the requests so far")
+    return best["conf"], "tune: fits on {} bytes, peak reserved {} (current: {})".format(
+        best["min_capacity"], best["peak_reserved"],
+        "{} bytes, peak {}".format(mine[0]["min_capacity"], mine[0]["peak_reserved"])
+        if mine else "n/a")
 
 
 class Monitor:
