@@ -27,6 +27,9 @@ def main():
     p.add_argument("--capacity", default="48MiB")
     p.add_argument("--every", type=int, default=10)
     p.add_argument("--monitor", action="store_true")
+    p.add_argument("--die-rank", type=int, default=-1,
+                   help="this rank dies (os._exit(9)) at --die-step (tests of the fault)")
+    p.add_argument("--die-step", type=int, default=-1)
     p.add_argument("--fail-checkpoint-rank", type=int, default=-1,
                    help="this rank's checkpoint raises (tests of the fault)")
     args = p.parse_args()
@@ -90,6 +93,9 @@ def main():
             loss.backward()
             opt.step()
             gpu.step(step)
+            if rank == args.die_rank and step == args.die_step and restart == 0:
+                event("died", step=step)
+                os._exit(9)  # no cleanup: as a crash or a kill would
             if monitor is not None:
                 monitor.step(step)  # exits with monitor.exit_code after the checkpoint
                 last = monitor.last

@@ -67,3 +67,24 @@ def test_a_failed_checkpoint_on_one_rank_stops_no_rank(tmp_path):
     assert rec["checkpoint_saved"] is False and rec["checkpoint_failed_ranks"] == [1]
     assert max(e["restart"] for e in events) == 0
     assert sorted(e["step"] for e in events if e["event"] == "finished") == [steps - 1] * 2
+
+
+def test_a_rank_that_dies_does_not_hang_the_others(tmp_path):
+    # Rank 1 dies just before a sample; rank 0 enters the monitor's all_reduce alone. torchrun
+    # sees the dead worker, stops the group and restarts it; the job then finishes.
+    import sys
+    import time
+    sys.path.insert(0, conftest.TOOLS_DIR)
+    import live_incident
+    steps = 60
+    started = time.time()
+    run_dir, rc, _ = live_incident.run_phase(
+        "dying", str(tmp_path), 2,
+        ["--steps", str(steps), "--monitor", "--every", "10", "--die-rank", "1",
+         "--die-step", "30"], 1, {}, 300)
+    events = live_incident.read_events(run_dir)
+    assert rc == 0, open(os.path.join(run_dir, "torchrun.log")).read()[-3000:]
+    assert [e["step"] for e in events if e["event"] == "died"] == [30]
+    assert max(e["restart"] for e in events) == 1
+    assert sorted(e["step"] for e in events if e["event"] == "finished") == [steps - 1] * 2
+    assert time.time() - started < 240

@@ -385,3 +385,16 @@ def test_recommendation_from_tune_on_a_virtual_gpu(tmp_path):
         gpu.stop()
     assert how.startswith("tune:"), how
     assert conf != "" and N.canonical_alloc_conf(conf, "newest") == conf
+
+
+def test_empty_cache_first_then_act_if_the_level_stays(tmp_path):
+    saved, shrunk, emptied = [], [], []
+    f = Fake(tmp_path, {10: "warning", 20: "ok", 30: "warning", 40: "warning"}, every=10,
+             action="stop", save_checkpoint=saved.append, empty_cache_first=True,
+             shrink_batch=shrunk.append)
+    f.m._empty_cache = lambda: emptied.append(True)
+    assert f.m.step(10) is False  # the softer action, once
+    assert emptied == [True] and shrunk == [10] and saved == []
+    assert f.m.step(20) is False
+    assert f.m.step(30) is True  # still at the level later: act
+    assert saved == [30] and emptied == [True] and shrunk == [10]
