@@ -14,6 +14,7 @@
 #include "explain_command.h"
 #include "gpus_command.h"
 #include "history_command.h"
+#include "probe_command.h"
 #include "replay_command.h"
 #include "serve_command.h"
 #include "tune_command.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddServeCommand(app));
   commands.push_back(fragscope::cli::AddExplainCommand(app));
   commands.push_back(fragscope::cli::AddAlertsCommand(app));
+  commands.push_back(fragscope::cli::AddProbeCommand(app));
 
   try {
     app.parse(argc, argv);
