@@ -3,7 +3,7 @@
 SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps deps-torch build release demo test bench fuzz format clean eval soak
+.PHONY: all deps deps-torch build release demo demo-cluster test bench fuzz format clean eval soak
 
 all: build
 
@@ -26,6 +26,12 @@ release: deps
 # Builds the native parts too (python/: `PYTHONPATH=python /usr/bin/python3 -c 'import fragscope.torch'`).
 demo: deps-torch release
 	SAMPLE=$(SAMPLE) tools/demo.sh
+
+# The live loop (docs/live-monitoring.md): 8 torchrun CPU ranks on virtual GPUs, fragscope serve
+# and Prometheus; without the monitor rank 3's OOM kills the job, with it every rank checkpoints,
+# torchrun restarts, the fix is applied and the job finishes. Writes build/demo-cluster/summary.json.
+demo-cluster: deps-torch release
+	/usr/bin/python3 tools/demo_cluster.py --bin build/release/apps/fragscope/fragscope --out build/demo-cluster
 
 # Every test: unit + CLI golden tests (dev build), the whole suite again under ASan+UBSan, and
 # the Python tools' tests. Ends with one line of totals.

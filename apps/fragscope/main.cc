@@ -14,6 +14,7 @@
 #include "explain_command.h"
 #include "gpus_command.h"
 #include "history_command.h"
+#include "probe_command.h"
 #include "replay_command.h"
 #include "report_command.h"
 #include "serve_command.h"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddExplainCommand(app));
   commands.push_back(fragscope::cli::AddAlertsCommand(app));
   commands.push_back(fragscope::cli::AddReportCommand(app));
+  commands.push_back(fragscope::cli::AddProbeCommand(app));
 
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include "common/units.h"
+#include "forecast_binding.h"
 #include "model/alloc_conf.h"
 #include "virtual_gpu.h"
 
@@ -227,4 +228,5 @@ PYBIND11_MODULE(_fragscope_native, m) {
   m.doc() = "fragscope's native parts: the virtual GPU hook (docs/virtual-gpu.md)";
   m.attr("TORCH_BUILD_VERSION") = FRAGSCOPE_TORCH_VERSION;
   fragscope::python::BindVirtualGpu(m);
+  fragscope::python::BindForecast(m);
 }

@@ -21,3 +21,11 @@ set_tests_properties(serve_hostile PROPERTIES
   ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
   LABELS integration
   TIMEOUT 200)
+# `fragscope probe` and the Server Scout plugin against a live daemon (docs/live-monitoring.md).
+add_test(NAME probe_integration
+  COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/tests/integration/test_probe.py)
+set_tests_properties(probe_integration PROPERTIES
+  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+  LABELS integration
+  TIMEOUT 120)

@@ -443,6 +443,8 @@ def from_environment(environ=None):
     return gpu
 
 
+from fragscope.torch.monitor import Monitor  # noqa: E402  (docs/live-monitoring.md)
+
 # Python sets sys.argv[0] to "-m" while it imports the parent packages of a module run with
 # `python -m`: that is `python -m fragscope.torch.run`, which applies its own options first and
 # then calls from_environment() itself.

@@ -1,0 +1,264 @@
+#include "probe_command.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fragscope/risk.h"
+
+namespace fragscope::cli {
+namespace {
+
+enum ProbeStatus { kOk = 0, kWarning = 1, kCritical = 2, kUnknown = 3 };
+constexpr std::string_view kStatusName[] = {"OK", "WARNING", "CRITICAL", "UNKNOWN"};
+
+struct ProbeFlags {
+  std::string url = "http://127.0.0.1:9464/metrics";
+  double timeout = 2.0;
+  double warning_fragmentation = 0.30;
+  double critical_fragmentation = 0.50;
+  bool json = false;
+};
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+// One exposition line `name{a="x",b="y"} value [timestamp]`; nullopt for comments, blanks and
+// anything malformed (skipped: the probe reports what it can read).
+std::optional<Sample> ParseLine(std::string_view line) {
+  if (line.empty() || line.front() == '#') return std::nullopt;
+  Sample s;
+  std::size_t i = 0;
+  while (i < line.size() && line[i] != '{' && line[i] != ' ') ++i;
+  s.name = std::string(line.substr(0, i));
+  if (i < line.size() && line[i] == '{') {
+    ++i;
+    while (i < line.size() && line[i] != '}') {
+      const std::size_t eq = line.find('=', i);
+      if (eq == std::string_view::npos || eq + 1 >= line.size() || line[eq + 1] != '"')
+        return std::nullopt;
+      std::string key(line.substr(i, eq - i));
+      std::string value;
+      std::size_t j = eq + 2;
+      for (; j < line.size() && line[j] != '"'; ++j) {
+        if (line[j] == '\\' && j + 1 < line.size()) {
+          ++j;
+          value += line[j] == 'n' ? '\n' : line[j];
+        } else {
+          value += line[j];
+        }
+      }
+      if (j >= line.size()) return std::nullopt;
+      s.labels[key] = value;
+      i = j + 1;
+      if (i < line.size() && line[i] == ',') ++i;
+    }
+    if (i >= line.size()) return std::nullopt;
+    ++i;  // '}'
+  }
+  while (i < line.size() && line[i] == ' ') ++i;
+  std::size_t end = line.find(' ', i);
+  const std::string number(line.substr(i, end == std::string_view::npos ? end : end - i));
+  try {
+    std::size_t used = 0;
+    s.value = std::stod(number, &used);
+    if (used != number.size()) return std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+// What the probe reports for one process series (pid, device).
+struct Series {
+  std::map<std::string, std::string> labels;
+  std::optional<double> level, fragmentation, largest_free, largest_request, steps_to_oom;
+};
+
+std::string Key(const std::map<std::string, std::string>& labels) {
+  auto get = [&](const char* k) {
+    auto it = labels.find(k);
+    return it == labels.end() ? std::string() : it->second;
+  };
+  return get("pid") + " " + get("UUID") + " " + get("device_uuid");
+}
+
+std::string Where(const Series& s) {
+  auto get = [&](const char* k) {
+    auto it = s.labels.find(k);
+    return it == s.labels.end() ? std::string("?") : it->second;
+  };
+  return fmt::format("rank {} pid {} gpu {}", get("rank"), get("pid"), get("gpu"));
+}
+
+std::string Fixed(double v) { return fmt::format("{:.3f}", v); }
+
+int Finish(const ProbeFlags& flags, ProbeStatus status, const std::string& message,
+           const std::vector<std::string>& perf, const nlohmann::json& details) {
+  if (flags.json) {
+    nlohmann::json out = details;
+    out["status"] = kStatusName[status];
+    out["code"] = static_cast<int>(status);
+    out["message"] = message;
+    out["perfdata"] = perf;
+    std::cout << out.dump(1) << "\n";
+  } else {
+    std::string line = fmt::format("FRAGSCOPE {} - {}", kStatusName[status], message);
+    if (!perf.empty()) line += " | " + fmt::format("{}", fmt::join(perf, " "));
+    std::cout << line << "\n";
+  }
+  std::cout.flush();
+  return status;
+}
+
+int RunProbe(const ProbeFlags& flags) {
+  // "http://host:port/path": httplib takes scheme and authority together, the path apart.
+  const std::size_t scheme = flags.url.find("://");
+  const std::size_t slash = flags.url.find('/', scheme == std::string::npos ? 0 : scheme + 3);
+  if (scheme == std::string::npos || flags.url.compare(0, scheme, "http") != 0) {
+    return Finish(flags, kUnknown,
+                  fmt::format("--url '{}': expected http://HOST:PORT/metrics", flags.url), {}, {});
+  }
+  const std::string base = flags.url.substr(0, slash);
+  const std::string path = slash == std::string::npos ? "/metrics" : flags.url.substr(slash);
+  httplib::Client client(base);
+  const auto usec = static_cast<long>(flags.timeout * 1e6);
+  client.set_connection_timeout(usec / 1000000, usec % 1000000);
+  client.set_read_timeout(usec / 1000000, usec % 1000000);
+  httplib::Result res = client.Get(path);
+  if (!res) {
+    return Finish(flags, kUnknown,
+                  fmt::format("cannot read {}: {} (is `fragscope serve` "
+                              "running?)",
+                              flags.url, httplib::to_string(res.error())),
+                  {}, {});
+  }
+  if (res->status != 200) {
+    return Finish(flags, kUnknown, fmt::format("{} answered HTTP {}", flags.url, res->status), {},
+                  {});
+  }
+  std::map<std::string, Series> series;
+  bool daemon_seen = false;
+  std::string_view body = res->body;
+  while (!body.empty()) {
+    const std::size_t nl = body.find('\n');
+    std::string_view line = body.substr(0, nl);
+    body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
+    std::optional<Sample> s = ParseLine(line);
+    if (!s) continue;
+    if (s->name.rfind("fragscope_", 0) == 0) daemon_seen = true;
+    std::optional<double> Series::*field = nullptr;
+    if (s->name == "fragscope_process_forecast_level") field = &Series::level;
+    if (s->name == "fragscope_process_fragmentation_ratio") field = &Series::fragmentation;
+    if (s->name == "fragscope_process_largest_free_block_bytes") field = &Series::largest_free;
+    if (s->name == "fragscope_process_largest_request_bytes") field = &Series::largest_request;
+    if (s->name == "fragscope_process_steps_to_oom") field = &Series::steps_to_oom;
+    if (field == nullptr) continue;
+    Series& one = series[Key(s->labels)];
+    if (one.labels.empty()) one.labels = s->labels;
+    one.*field = s->value;
+  }
+  if (!daemon_seen) {
+    return Finish(flags, kUnknown, fmt::format("{} has no fragscope metrics", flags.url), {}, {});
+  }
+  // The worst series: highest level, then highest fragmentation.
+  const Series* worst = nullptr;
+  double max_frag = 0;
+  const Series* frag_worst = nullptr;
+  for (const auto& [key, s] : series) {
+    if (worst == nullptr || s.level.value_or(0) > worst->level.value_or(0)) worst = &s;
+    if (s.fragmentation && *s.fragmentation >= max_frag) {
+      max_frag = *s.fragmentation;
+      frag_worst = &s;
+    }
+  }
+  const int level = worst ? static_cast<int>(worst->level.value_or(0)) : 0;
+  ProbeStatus status = kOk;
+  if (level >= static_cast<int>(RiskLevel::kCritical))
+    status = kCritical;
+  else if (level >= static_cast<int>(RiskLevel::kWarning))
+    status = kWarning;
+  if (max_frag >= flags.critical_fragmentation)
+    status = kCritical;
+  else if (max_frag >= flags.warning_fragmentation && status == kOk)
+    status = kWarning;
+
+  const std::string level_name(RiskLevelName(static_cast<RiskLevel>(std::clamp(level, 0, 4))));
+  std::string message;
+  if (series.empty()) {
+    message = "no training process reports to the daemon";
+  } else {
+    message =
+        fmt::format("{} process(es); worst risk {} ({})", series.size(), level_name, Where(*worst));
+    if (worst->steps_to_oom) message += fmt::format(", ~{:.0f} steps to OOM", *worst->steps_to_oom);
+    if (frag_worst)
+      message += fmt::format("; fragmentation {:.2f} ({})", max_frag, Where(*frag_worst));
+  }
+  std::vector<std::string> perf = {
+      fmt::format("'risk'={};3;4;0;4", level),
+      fmt::format("'fragmentation'={};{};{};0;1", Fixed(max_frag),
+                  Fixed(flags.warning_fragmentation), Fixed(flags.critical_fragmentation)),
+      fmt::format("'processes'={};;;0;", series.size())};
+  nlohmann::json details = {{"url", flags.url},
+                            {"processes", series.size()},
+                            {"worst_level", level_name},
+                            {"max_fragmentation", max_frag}};
+  if (worst != nullptr && worst->largest_free && worst->largest_request) {
+    perf.push_back(fmt::format("'largest_free_block'={:.0f}B;;;0;", *worst->largest_free));
+    perf.push_back(fmt::format("'largest_request'={:.0f}B;;;0;", *worst->largest_request));
+    details["largest_free_block_bytes"] = *worst->largest_free;
+    details["largest_request_bytes"] = *worst->largest_request;
+  }
+  if (worst != nullptr) details["worst"] = worst->labels;
+  return Finish(flags, status, message, perf, details);
+}
+
+constexpr std::string_view kFooter =
+    R"(Prints one line for a monitoring system's plugin, from the node daemon's /metrics:
+  FRAGSCOPE WARNING - 8 process(es); worst risk warning (rank 3 pid 4242 gpu 3), ~120 steps to
+  OOM; fragmentation 0.41 (rank 3 ...) | 'risk'=3;3;4;0;4 'fragmentation'=0.410;0.300;0.500;0;1 ...
+Status: CRITICAL when a process's forecast is critical or fragmentation >= the critical
+threshold; WARNING at a warning forecast or fragmentation >= the warning threshold; else OK.
+Exit 0/1/2/3 = OK/WARNING/CRITICAL/UNKNOWN (UNKNOWN: the daemon cannot be read). Performance
+data: 'label'=value[UOM];warn;crit;min;max. deploy/scout-plugin-fragscope.sh and
+deploy/monitoring-examples.md use it. docs/live-monitoring.md.)";
+
+}  // namespace
+
+Command AddProbeCommand(CLI::App& app) {
+  auto flags = std::make_shared<ProbeFlags>();
+  CLI::App* sub =
+      app.add_subcommand("probe", "One Nagios-style status line of the node daemon's state");
+  sub->footer(std::string(kFooter));
+  sub->add_option("--url", flags->url,
+                  "The daemon's metrics (default http://127.0.0.1:9464/metrics)")
+      ->type_name("URL");
+  sub->add_option("--timeout", flags->timeout, "Seconds to wait for the daemon (default 2)")
+      ->check(CLI::Range(0.05, 60.0));
+  sub->add_option("--warning-fragmentation", flags->warning_fragmentation,
+                  "Fragmentation ratio that warns (default 0.30)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--critical-fragmentation", flags->critical_fragmentation,
+                  "Fragmentation ratio that is critical (default 0.50)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_flag("--json", flags->json, "Print JSON instead of the status line (same exit code)");
+  return Command{sub, [flags] { return RunProbe(*flags); }};
+}
+
+}  // namespace fragscope::cli

@@ -1,0 +1,90 @@
+"""`fragscope probe` and the Server Scout plugin (deploy/scout-plugin-fragscope.sh) against a
+live `fragscope serve` (docs/live-monitoring.md, "Monitoring systems")."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_serve import BIN, SOURCE_DIR, Daemon, full_sample, fragscope_agent  # noqa: E402
+
+PLUGIN = os.path.join(SOURCE_DIR, "deploy", "scout-plugin-fragscope.sh")
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = Daemon(str(tmp_path))
+    yield d
+    d.stop()
+
+
+def probe(daemon, *args):
+    return subprocess.run([BIN, "probe", "--url", f"http://127.0.0.1:{daemon.port}/metrics",
+                           *args], capture_output=True, text=True, timeout=30)
+
+
+def plugin(daemon, function):
+    env = dict(os.environ, FRAGSCOPE_BIN=BIN,
+               FRAGSCOPE_METRICS_URL=f"http://127.0.0.1:{daemon.port}/metrics")
+    return subprocess.run(["bash", "-c", f'source "{PLUGIN}"; echo "tier=$PLUGIN_TIER"; '
+                           f'{function}'], env=env, capture_output=True, text=True, timeout=30)
+
+
+def send(daemon, client, **over):
+    assert client.send_sample(full_sample(**over))
+
+
+def test_probe_levels_follow_the_worst_process(daemon):
+    out = probe(daemon)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("FRAGSCOPE OK - no training process")
+    with fragscope_agent.AgentClient(daemon.sock, job="j", rank=0) as a, \
+            fragscope_agent.AgentClient(daemon.sock, job="j", rank=3, pid=4243) as b:
+        send(daemon, a, forecast_level="ok", fragmentation_ratio=0.05)
+        send(daemon, b, forecast_level="warning", fragmentation_ratio=0.10, steps_to_oom=120)
+        daemon.wait_metric("fragscope_process_forecast_level", 3, rank="3")
+        out = probe(daemon)
+        assert out.returncode == 1, out.stdout
+        line = out.stdout.strip()
+        assert line.startswith("FRAGSCOPE WARNING - 2 process(es); worst risk warning (rank 3")
+        assert "~120 steps to OOM" in line
+        perf = line.split(" | ")[1].split(" ")
+        assert perf[0] == "'risk'=3;3;4;0;4"
+        assert perf[1] == "'fragmentation'=0.100;0.300;0.500;0;1"
+        send(daemon, b, step=6, forecast_level="critical", fragmentation_ratio=0.10)
+        daemon.wait_metric("fragscope_process_forecast_level", 4, rank="3")
+        assert probe(daemon).returncode == 2
+        js = json.loads(probe(daemon, "--json").stdout)
+        assert js["status"] == "CRITICAL" and js["code"] == 2 and js["worst"]["rank"] == "3"
+        # Fragmentation alone: OK risk but above the warning threshold.
+        send(daemon, b, step=7, forecast_level="ok", fragmentation_ratio=0.35)
+        daemon.wait_metric("fragscope_process_forecast_level", 1, rank="3")
+        out = probe(daemon)
+        assert out.returncode == 1 and "fragmentation 0.35" in out.stdout
+
+
+def test_probe_unknown_when_the_daemon_is_down(tmp_path):
+    out = subprocess.run([BIN, "probe", "--url", "http://127.0.0.1:9/metrics", "--timeout",
+                          "0.5"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 3 and out.stdout.startswith("FRAGSCOPE UNKNOWN - cannot read")
+    bad = subprocess.run([BIN, "probe", "--url", "ftp://x"], capture_output=True, text=True)
+    assert bad.returncode == 3 and "expected http://" in bad.stdout
+
+
+def test_scout_plugin_functions_against_a_live_daemon(daemon, tmp_path):
+    detect = plugin(daemon, "detect")
+    assert detect.returncode == 0 and "tier=standard" in detect.stdout
+    with fragscope_agent.AgentClient(daemon.sock, job="j", rank=1) as a:
+        send(daemon, a, forecast_level="warning", fragmentation_ratio=0.1)
+        daemon.wait_metric("fragscope_process_forecast_level", 3, rank="1")
+        collect = plugin(daemon, "collect")
+        assert collect.returncode == 1 and "FRAGSCOPE WARNING" in collect.stdout
+        js = plugin(daemon, "json")
+        assert json.loads(js.stdout.split("\n", 1)[1])["worst_level"] == "warning"
+    down = subprocess.run(["bash", "-c", f'source "{PLUGIN}"; detect'],
+                          env=dict(os.environ, FRAGSCOPE_BIN=BIN,
+                                   FRAGSCOPE_METRICS_URL="http://127.0.0.1:9/metrics"),
+                          capture_output=True, text=True, timeout=30)
+    assert down.returncode == 1

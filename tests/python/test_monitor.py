@@ -1,0 +1,400 @@
+"""fragscope.torch.Monitor (docs/live-monitoring.md): the bound forecaster and tune, sampling
+only every `every` steps, the action (checkpoint, recommendation, exit 75), its faults, the
+recommendation on restart, node checkpoint requests, and the framework adapters."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import conftest  # noqa: F401  (sys.path)
+
+torch = pytest.importorskip("torch")
+try:
+    import fragscope.torch as ft
+    from fragscope import _native
+    from fragscope.torch import monitor as mon
+    N = _native.load()
+except ImportError as e:  # the native module is not built
+    pytest.skip(str(e), allow_module_level=True)
+
+MiB = 1 << 20
+
+
+def sample(step, allocated, capacity=1024 * MiB):
+    reserved = allocated + 4 * MiB
+    return {"reserved_bytes": reserved, "allocated_bytes": allocated,
+            "requested_bytes": allocated, "cached_free_bytes": 4 * MiB,
+            "peak_reserved_bytes": reserved, "peak_allocated_bytes": allocated,
+            "fragmentation_ratio": 4 * MiB / reserved, "largest_free_block": 4 * MiB,
+            "max_allocatable": capacity - reserved, "num_alloc_retries": 0,
+            "device_free_bytes": capacity - reserved}
+
+
+def test_bound_forecaster_warns_on_growth_and_not_on_a_flat_series():
+    grow, flat = N.LiveForecasts(4), N.LiveForecasts(4)
+    for step in range(0, 400, 10):
+        g = grow.observe("a", step, sample(step, 100 * MiB + step * 2 * MiB))
+        f = flat.observe("a", step, sample(step, 100 * MiB))
+    assert g["level"] in ("warning", "critical"), g
+    assert g["steps_to_oom"] is not None and g["steps_to_oom"] < 1000
+    assert f["level"] in ("ok", "watch"), f
+    assert len(grow) == 1
+    with pytest.raises(ValueError):
+        grow.observe("a", -1, sample(0, MiB))
+    with pytest.raises(ValueError, match="negative"):
+        grow.observe("b", 1, {"reserved_bytes": -5})
+
+
+def test_bound_tune_ranks_settings_and_rejects_bad_actions():
+    # Alternating 30 MiB and 2 MiB requests, freeing the large ones: on 64 MiB the defaults
+    # keep working; the ranking has every setting it was given.
+    reqs = []
+    ident = 0
+    for step in range(20):
+        reqs.append(("step", 0, step))
+        ident += 1
+        reqs.append(("alloc", ident, 30 * MiB))
+        reqs.append(("free_requested", ident, 30 * MiB))
+    out = N.tune_requests(reqs, 64 * MiB, 0, "newest", ["", "expandable_segments:True"], 1)
+    assert sorted(o["conf"] for o in out) == ["", "expandable_segments:True"]
+    assert not any(o["oom"] for o in out)
+    tiny = N.tune_requests(reqs, 16 * MiB, 0, "newest", [""], 1)
+    assert tiny[0]["oom"] and tiny[0]["oom_step"] == 0
+    with pytest.raises(ValueError, match="request 0"):
+        N.tune_requests([("segment_alloc", 1, 2)], 64 * MiB, 0, "newest", [], 1)
+
+
+class Fake:
+    """A Monitor whose allocator reading is replaced: levels scripted per step."""
+
+    def __init__(self, tmp_path, levels, **kw):
+        kw.setdefault("socket", str(tmp_path / "no-daemon.sock"))
+        kw.setdefault("request_signal", None)
+        self.m = mon.Monitor(run_dir=str(tmp_path), **kw)
+        self.reads = []
+
+        def forecast(step):
+            self.reads.append(step)
+            level = levels.get(step, "ok")
+            return mon.LEVELS.index(level), {"reason": "scripted " + level,
+                                             "steps_to_oom": 7}, None
+        self.m._forecast = forecast
+
+
+def test_step_samples_only_every_n_steps(tmp_path):
+    f = Fake(tmp_path, {}, every=50)
+    for step in range(0, 201):
+        assert f.m.step(step) is False
+    assert f.reads == [0, 50, 100, 150, 200]
+    f2 = Fake(tmp_path, {}, every=7)  # resuming mid-way: the next multiple
+    for step in range(10, 30):
+        f2.m.step(step)
+    assert f2.reads == [10, 14, 21, 28]
+
+
+def test_warning_checkpoints_writes_the_recommendation_and_exits_75(tmp_path):
+    saved = []
+    f = Fake(tmp_path, {100: "warning"}, every=50, save_checkpoint=saved.append)
+    f.m.step(50)
+    with pytest.raises(SystemExit) as e:
+        f.m.step(100)
+    assert e.value.code == mon.EXIT_CODE == 75
+    assert saved == [100]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["step"] == 100 and rec["worst_level"] == "warning" and rec["checkpoint_saved"]
+    assert rec["levels"] == ["warning"]
+    assert N.canonical_alloc_conf(rec["alloc_conf"], rec["torch_version"])  # valid
+    assert rec["how"].startswith("fallback")  # no virtual GPU: no trace to tune
+
+
+def test_watch_does_not_act_and_the_level_is_configurable(tmp_path):
+    saved = []
+    f = Fake(tmp_path, {0: "watch", 10: "warning"}, every=10, level="critical", action="stop",
+             save_checkpoint=saved.append)
+    assert f.m.step(0) is False and f.m.step(10) is False
+    assert saved == [] and not (tmp_path / mon.RECOMMENDATION_FILE).exists()
+    with pytest.raises(ValueError, match="level"):
+        mon.Monitor(level="high", run_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="every"):
+        mon.Monitor(every=0, run_dir=str(tmp_path))
+
+
+def test_a_failing_checkpoint_is_reported_and_never_claimed(tmp_path, capsys):
+    def boom(step):
+        raise OSError("disk full")
+    f = Fake(tmp_path, {10: "critical", 20: "critical"}, every=10, save_checkpoint=boom)
+    assert f.m.step(10) is False  # no exit
+    assert f.m.disabled and not f.m.stopped
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["checkpoint_saved"] is False and "disk full" in rec["checkpoint_error"]
+    assert f.m.step(20) is False and f.reads == [10]  # stopped acting and sampling
+    assert "save_checkpoint raised" in capsys.readouterr().err
+
+
+def test_one_stop_per_run_directory(tmp_path):
+    (tmp_path / mon.RECOMMENDATION_FILE).write_text('{"alloc_conf": ""}')
+    saved = []
+    f = Fake(tmp_path, {10: "critical"}, every=10, save_checkpoint=saved.append)
+    assert f.m.step(10) is False and saved == []
+
+
+def test_node_request_file_and_signal_act_at_the_next_sample(tmp_path):
+    saved = []
+    f = Fake(tmp_path, {}, every=10, action="stop", save_checkpoint=saved.append)
+    assert f.m.step(10) is False
+    (tmp_path / mon.REQUEST_FILE).write_text("")
+    assert f.m.step(11) is False  # between samples: nothing
+    assert f.m.step(20) is True and saved == [20]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["node_request"] is True
+
+    sub = tmp_path / "sig"
+    sub.mkdir()
+    saved2 = []
+    theirs = []
+    signal.signal(signal.SIGUSR2, lambda signum, frame: theirs.append(signum))
+    g = mon.Monitor(run_dir=str(sub), every=10, action="stop", save_checkpoint=saved2.append,
+                    socket=str(sub / "none"), request_signal=signal.SIGUSR2)
+    g._forecast = lambda step: (1, {"reason": "ok", "steps_to_oom": None}, None)
+    try:
+        assert g.step(0) is False
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert g.step(10) is True and saved2 == [10]
+        assert theirs == [signal.SIGUSR2]  # the program's own handler ran too
+    finally:
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+
+
+def test_recommendation_applied_on_restart_and_corrupt_files_ignored(tmp_path, capsys):
+    env = {}
+    assert mon.apply_recommendation(str(tmp_path), env) is None  # none yet
+    path = tmp_path / mon.RECOMMENDATION_FILE
+    for bad, why in (("{not json", "not a valid recommendation"),
+                     ('["x"]', "JSON object"),
+                     ('{"alloc_conf": 5}', "alloc_conf"),
+                     ('{"alloc_conf": "max_split_size_mb:banana"}', "not a valid")):
+        path.write_text(bad)
+        assert mon.apply_recommendation(str(tmp_path), env) is None
+        err = capsys.readouterr().err
+        assert why in err and str(path) in err
+    assert env == {}
+    path.write_text(json.dumps({"alloc_conf": "expandable_segments:True", "step": 5,
+                                "worst_rank": 3, "worst_level": "warning",
+                                "torch_version": "newest"}))
+    assert mon.apply_recommendation(str(tmp_path), env) == "expandable_segments:True"
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "applied the recommendation of step 5" in capsys.readouterr().err
+
+
+def test_a_daemon_that_is_down_or_silent_never_fails_training(tmp_path):
+    # A stale socket file nobody listens on, then a listener that never reads.
+    stale = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(stale)
+    s.close()
+    gpu = ft.virtual_gpu("64MiB").start()
+    try:
+        x = torch.randn(1000, 100)  # noqa: F841  (something allocated)
+        m = mon.Monitor(run_dir=str(tmp_path), every=1, socket=stale, request_signal=None)
+        assert m.step(0) is False and m.last["level"] != "unknown"
+        live = str(tmp_path / "live.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(live)
+        srv.listen(1)
+        m2 = mon.Monitor(run_dir=str(tmp_path), every=1, socket=live, daemon_timeout=0.05,
+                         request_signal=None)
+        for step in range(3):
+            assert m2.step(step) is False
+        conn, _ = srv.accept()
+        head = conn.recv(8)  # a real sample frame reached the "daemon": length, magic
+        assert head[4:8] == b"FSAG", head
+        conn.close()
+        srv.close()
+    finally:
+        gpu.stop()
+
+
+def test_monitor_on_a_virtual_gpu_reads_the_level_from_the_bound_forecaster(tmp_path):
+    gpu = ft.virtual_gpu("48MiB", torch_version="newest").start()
+    try:
+        m = mon.Monitor(run_dir=str(tmp_path), every=5, action="stop", request_signal=None,
+                        socket=str(tmp_path / "none"))
+        model = torch.nn.Linear(128, 1024)
+        keep = []
+        for step in range(200):
+            keep.append(model(torch.randn(32, 128)))  # ~128 KiB more per step
+            gpu.step(step)
+            if m.step(step):
+                break
+        assert m.stopped and m.last["worst"] in ("warning", "critical"), m.history
+        rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+        assert rec["steps_to_oom"] is not None
+        assert rec["how"].startswith(("tune", "fallback"))
+    finally:
+        gpu.stop()
+
+
+def test_optimizer_attach_calls_step_after_each_optimizer_step(tmp_path):
+    f = Fake(tmp_path, {}, every=2)
+    p = torch.nn.Parameter(torch.zeros(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    f.m.attach(opt)
+    for _ in range(5):
+        p.grad = torch.ones(3)
+        opt.step()
+    assert f.reads == [0, 2, 4]
+
+
+def test_monitor_module_imports_without_torch_distributed_initialized():
+    out = subprocess.run(
+        [sys.executable, "-c", "import fragscope.torch as ft; print(ft.Monitor.__name__)"],
+        env=conftest.subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Monitor"
+
+
+# -- adapters, against stand-ins that follow the frameworks' documented interfaces ---------
+import types  # noqa: E402
+
+from fragscope.torch import monitor_adapters  # noqa: E402
+
+
+def _install(monkeypatch, module, name):
+    mod = types.ModuleType(module)
+
+    class Base:  # Callback / TrainerCallback: plain classes with no-op hooks
+        pass
+    setattr(mod, name, Base)
+    for parent in module.split(".")[:-1]:
+        monkeypatch.setitem(sys.modules, parent, types.ModuleType(parent))
+    monkeypatch.setitem(sys.modules, module, mod)
+    return Base
+
+
+def test_adapters_import_nothing_when_the_framework_is_absent(monkeypatch, tmp_path):
+    for name in ("lightning", "lightning.pytorch", "pytorch_lightning", "transformers"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    m = mon.Monitor(run_dir=str(tmp_path), request_signal=None)
+    with pytest.raises(ImportError, match="Lightning is not installed"):
+        monitor_adapters.lightning_callback(m)
+    with pytest.raises(ImportError, match="transformers is not installed"):
+        monitor_adapters.huggingface_callback(m)
+    assert "lightning" not in sys.modules or sys.modules["lightning"] is None
+
+
+def test_lightning_adapter_saves_with_the_trainer_and_stops_it(monkeypatch, tmp_path):
+    Base = _install(monkeypatch, "lightning.pytorch", "Callback")
+    f = Fake(tmp_path, {20: "warning"}, every=10)
+    cb = monitor_adapters.lightning_callback(f.m)
+    assert isinstance(cb, Base)
+
+    class Trainer:  # the attributes Lightning documents
+        global_step = 0
+        should_stop = False
+        saved = []
+
+        def save_checkpoint(self, path):
+            self.saved.append(path)
+    t = Trainer()
+    for step in range(30):
+        t.global_step = step
+        cb.on_train_batch_end(t, None, None, None, step)
+        if t.should_stop:
+            break
+    assert t.should_stop and t.global_step == 20
+    assert t.saved == [os.path.join(str(tmp_path), "fragscope-step20.ckpt")]
+    with pytest.raises(SystemExit) as e:
+        f.m.exit_if_stopped()
+    assert e.value.code == 75
+
+
+def test_huggingface_adapter_sets_should_save_and_should_training_stop(monkeypatch, tmp_path):
+    Base = _install(monkeypatch, "transformers", "TrainerCallback")
+    f = Fake(tmp_path, {30: "critical"}, every=15)
+    cb = monitor_adapters.huggingface_callback(f.m)
+    assert isinstance(cb, Base)
+    state = types.SimpleNamespace(global_step=0)
+    stops = []
+    for step in range(1, 40):
+        control = types.SimpleNamespace(should_save=False, should_training_stop=False)
+        state.global_step = step
+        cb.on_step_end(None, state, control)
+        if control.should_training_stop:
+            stops.append((step, control.should_save))
+            break
+    assert stops == [(30, True)]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["step"] == 30 and rec["checkpoint_saved"] is True
+    m2 = mon.Monitor(run_dir=str(tmp_path / "x"), request_signal=None)
+    assert m2.exit_if_stopped() is None  # not stopped: returns
+
+
+OOM_JOB = """
+import sys, torch
+import fragscope.torch as ft
+from fragscope.torch.monitor import Monitor
+m = Monitor(every=1, run_dir=sys.argv[1], socket="/none", request_signal=None,
+            record_oom=sys.argv[2] == "1")
+gpu = ft.virtual_gpu("32MiB").start()
+keep = []
+for step in range(100):
+    keep.append(torch.empty(3 << 20, dtype=torch.uint8))
+    gpu.step(step)
+    m.step(step)
+"""
+
+
+@pytest.mark.parametrize("record", [True, False])
+def test_an_oom_that_still_happens_is_recorded_for_explain(tmp_path, record):
+    job = tmp_path / "job.py"
+    job.write_text(OOM_JOB)
+    out = subprocess.run([sys.executable, str(job), str(tmp_path), "1" if record else "0"],
+                         env=conftest.subprocess_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0 and "out of memory" in out.stderr
+    snap = tmp_path / "fragscope-oom-rank0.pickle"
+    assert snap.exists() == record
+    if not record:
+        return
+    log = tmp_path / "log"
+    log.write_text(out.stderr)
+    explain = subprocess.run([conftest.fragscope_bin(), "explain", "--json", "--snapshot",
+                              str(snap), str(log)], capture_output=True, text=True, timeout=120)
+    assert explain.returncode == 0, explain.stderr
+    errors = json.loads(explain.stdout)["errors"]
+    assert len(errors) == 1
+
+
+def test_recommendation_from_tune_on_a_virtual_gpu(tmp_path):
+    # Requests that fragment the default allocator: 30 MiB blocks freed between 2 MiB ones that
+    # stay; the bisection finds settings that fit on a smaller device than the defaults.
+    gpu = ft.virtual_gpu("256MiB", torch_version="newest").start()
+    try:
+        keep = []
+        for step in range(12):
+            big = torch.empty((30 << 20) + step * (1 << 20), dtype=torch.uint8)
+            keep.append(torch.empty(2 << 20, dtype=torch.uint8))
+            del big
+            gpu.step(step)
+        conf, how = mon.recommend_alloc_conf()
+    finally:
+        gpu.stop()
+    assert how.startswith("tune:"), how
+    assert conf != "" and N.canonical_alloc_conf(conf, "newest") == conf
+
+
+def test_empty_cache_first_then_act_if_the_level_stays(tmp_path):
+    saved, shrunk, emptied = [], [], []
+    f = Fake(tmp_path, {10: "warning", 20: "ok", 30: "warning", 40: "warning"}, every=10,
+             action="stop", save_checkpoint=saved.append, empty_cache_first=True,
+             shrink_batch=shrunk.append)
+    f.m._empty_cache = lambda: emptied.append(True)
+    assert f.m.step(10) is False  # the softer action, once
+    assert emptied == [True] and shrunk == [10] and saved == []
+    assert f.m.step(20) is False
+    assert f.m.step(30) is True  # still at the level later: act
+    assert saved == [30] and emptied == [True] and shrunk == [10]
