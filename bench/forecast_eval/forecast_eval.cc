@@ -12,6 +12,7 @@
 // Usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]
 //                      [--no-synthetic] [--every A,B] [--live A,B] [--verbose]
 //                      [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]
+//                      [--risk-opt KEY=VALUE]... (a risk model knob: --help lists them)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -582,15 +584,45 @@ std::vector<std::uint64_t> ParseList(const std::string& text) {
   return out;
 }
 
+// --risk-opt KEY=VALUE: one knob of the risk model (analysis::OomRiskOptions) for the
+// evaluation's forecasters, to measure a setting without rebuilding. False on an unknown key or
+// a malformed value.
+bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
+  const std::size_t eq = kv.find('=');
+  if (eq == std::string::npos) return false;
+  const std::string key = kv.substr(0, eq);
+  const char* text = kv.c_str() + eq + 1;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(v)) return false;
+  const auto count = [&](auto* field) {
+    if (v < 0) return false;
+    *field = static_cast<std::remove_pointer_t<decltype(field)>>(v);
+    return true;
+  };
+  if (key == "min_steps") return count(&o->min_steps);
+  if (key == "min_samples") return count(&o->min_samples);
+  if (key == "window") return count(&o->window);
+  if (key == "allowance") return (o->allowance = v), true;
+  if (key == "tail_fraction") return (o->tail_fraction = v), true;
+  if (key == "min_shape") return (o->min_shape = v), true;
+  if (key == "max_shape") return (o->max_shape = v), true;
+  if (key == "half_life_steps") return (o->half_life_steps = v), true;
+  if (key == "trend_sigmas") return (o->trend_sigmas = v), true;
+  return false;
+}
+
 int Usage() {
   std::fputs(
       "usage: forecast_eval [--workloads DIR] [--trace FILE]... [--steps N] [--seed N]\n"
       "                     [--no-synthetic] [--every A,B] [--live A,B] [--verbose]\n"
       "                     [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]\n"
-      "                     [--write-resampled DIR]\n"
+      "                     [--write-resampled DIR] [--risk-opt KEY=VALUE]...\n"
       "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
-      "resampled to that many steps for it.\n"
+      "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
+      "(min_steps, min_samples, window, allowance, tail_fraction, min_shape, max_shape,\n"
+      "half_life_steps, trend_sigmas) for every risk forecaster of the run.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",
@@ -610,7 +642,8 @@ int main(int argc, char** argv) {
   bool risk = false, risk_only = false;
   std::int64_t long_steps = 1000;
   std::optional<double> risk_allowance;
-  std::string write_dir;  // --write-resampled: the long runs, as request traces
+  std::vector<std::string> risk_opts;  // --risk-opt KEY=VALUE: overrides of the risk defaults
+  std::string write_dir;               // --write-resampled: the long runs, as request traces
   std::vector<std::uint64_t> periods = {1, 50};
   std::vector<std::uint64_t> live_periods = {10, 50};
   for (int i = 1; i < argc; ++i) {
@@ -643,6 +676,8 @@ int main(int argc, char** argv) {
     } else if (a == "--risk-allowance" && (v = value())) {
       risk_allowance = std::strtod(v->c_str(), nullptr);
       if (!(*risk_allowance >= 1 && *risk_allowance < 100)) return Usage();
+    } else if (a == "--risk-opt" && (v = value())) {
+      risk_opts.push_back(*v);
     } else if (a == "--long-steps" && (v = value())) {
       long_steps = std::max<std::int64_t>(2, std::strtoll(v->c_str(), nullptr, 10));
     } else if (a == "--verbose") {
@@ -731,6 +766,16 @@ int main(int argc, char** argv) {
   if (risk) {
     analysis::ForecastOptions d;
     if (risk_allowance) d.risk_options.allowance = *risk_allowance;
+    for (const std::string& kv : risk_opts) {
+      if (!SetRiskOption(kv, &d.risk_options)) {
+        std::fprintf(stderr, "forecast_eval: bad --risk-opt %s\n", kv.c_str());
+        return Usage();
+      }
+    }
+    if (const Status st = analysis::ValidateOomRiskOptions(d.risk_options); !st.ok()) {
+      std::fprintf(stderr, "forecast_eval: --risk-opt: %s\n", st.message().c_str());
+      return 2;
+    }
     auto with = [&](auto change) {
       analysis::ForecastOptions o = d;
       change(o);
