@@ -125,8 +125,8 @@ struct ReportRequests {
 };
 // Nothing (not an error) for an allocator trace: it records no requests to replay.
 Result<std::optional<ReportRequests>> ReadRequests(const std::string& path,
-                                                  const std::optional<std::string>& conf,
-                                                  model::ConfigVersion version) {
+                                                   const std::optional<std::string>& conf,
+                                                   model::ConfigVersion version) {
   Result<OpenedInput> opened = OpenInput(path);
   if (!opened.ok()) return opened.status();
   ReportRequests out;

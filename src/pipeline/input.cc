@@ -327,7 +327,8 @@ Result<analysis::AnalysisResult> AnalyzeInput(
     read = ReadSnapshotEvents(
         snapshot,
         [&](const Event& e) {
-          Status s = snapshot.last_was_start() ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
+          Status s =
+              snapshot.last_was_start() ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
           if (s.ok() && tap) tap(reader.header(), e);
           return s;
         },
