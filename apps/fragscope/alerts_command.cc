@@ -28,10 +28,10 @@
 namespace fragscope::cli {
 namespace {
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kAlertsDescription =
     "Check the node daemon's alert rules, and try them and their hooks on a sample";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kAlertsFooter =
     R"(The rules file is TOML: [[rules]] thresholds on the forecast level and on metrics,
 with a `for` duration, labels and hooks; [hooks.NAME] programs to run (argv, no shell) or
 URLs to POST to; [delivery] rate limits and dry-run. docs/alerts.md has the format and
@@ -300,7 +300,7 @@ void PrintConfig(const sinks::AlertConfig& config) {
               d.queue_capacity, d.dry_run ? "; dry-run" : "");
 }
 
-int RunCheck(const AlertsFlags& flags) {
+int RunAlertsCheck(const AlertsFlags& flags) {
   Result<sinks::AlertConfig> config = sinks::LoadAlertConfig(flags.config);
   if (!config.ok()) return BadInput(config.status().message());
   PrintConfig(*config);
@@ -377,8 +377,8 @@ int RunTest(const AlertsFlags& flags) {
 
 Command AddAlertsCommand(CLI::App& app) {
   auto flags = std::make_shared<AlertsFlags>();
-  CLI::App* alerts = app.add_subcommand("alerts", std::string(kDescription));
-  alerts->footer(std::string(kFooter));
+  CLI::App* alerts = app.add_subcommand("alerts", std::string(kAlertsDescription));
+  alerts->footer(std::string(kAlertsFooter));
   alerts->require_subcommand(1);
 
   CLI::App* check = alerts->add_subcommand("check", "Validate a rules file and print its rules");
@@ -401,7 +401,7 @@ Command AddAlertsCommand(CLI::App& app) {
   Command command;
   command.app = alerts;
   command.run = [flags, check, test]() -> int {
-    if (check->parsed()) return RunCheck(*flags);
+    if (check->parsed()) return RunAlertsCheck(*flags);
     if (test->parsed()) return RunTest(*flags);
     return kExitBadInput;
   };

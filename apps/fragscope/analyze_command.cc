@@ -38,10 +38,10 @@ struct AnalyzeFlags {
   unsigned threads = 0;  // AnalysisThreads
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kAnalyzeDescription =
     "Report peaks, fragmentation, a timeline and a memory map of a trace or snapshot";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kAnalyzeFooter =
     R"(Reports, per device: the peaks of reserved and allocated memory and when they happened
 (event index, step, time), the worst fragmentation, the smallest largest-free-block, the final
 state per pool (small and large), a timeline (one row per training step, or per --every N
@@ -167,8 +167,8 @@ int RunAnalyze(const AnalyzeFlags& flags) {
 
 Command AddAnalyzeCommand(CLI::App& app) {
   auto flags = std::make_shared<AnalyzeFlags>();
-  CLI::App* sub = app.add_subcommand("analyze", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("analyze", std::string(kAnalyzeDescription));
+  sub->footer(std::string(kAnalyzeFooter));
   sub->add_option("FILE", flags->path,
                   "A fragscope trace (JSON Lines) or a PyTorch memory snapshot (pickle or JSON); "
                   "plain, .gz or .zst")

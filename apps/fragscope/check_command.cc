@@ -47,10 +47,10 @@ struct CheckFlags {
   std::string color = "auto";
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kCheckDescription =
     "Gate a run's memory behaviour in CI: exit 1 on a regression or a predicted OOM";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kCheckFooter =
     R"(Analyzes INPUT and runs a list of checks on every device, each pass, FAIL or skipped:
 
   oom             the run must not run out of memory. A request trace is replayed through
@@ -208,8 +208,8 @@ int RunCheck(const CheckFlags& flags) {
 
 Command AddCheckCommand(CLI::App& app) {
   auto flags = std::make_shared<CheckFlags>();
-  CLI::App* sub = app.add_subcommand("check", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("check", std::string(kCheckDescription));
+  sub->footer(std::string(kCheckFooter));
   sub->add_option("INPUT", flags->path,
                   "A request or allocator trace, or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

@@ -28,10 +28,10 @@ struct ConvertFlags {
   std::string to;  // trace, requests, perfetto, json; empty = from OUT's name
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kConvertDescription =
     "Convert a snapshot or trace: to a fragscope trace, Perfetto JSON or plain JSON";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kConvertFooter =
     R"(Formats (--to, or from OUT's name):
   trace      fragscope allocator trace, JSON Lines (OUT.jsonl, .jsonl.gz, .jsonl.zst): every
              allocator event, with a snapshot's start state as segment and `block` events;
@@ -264,8 +264,8 @@ int RunConvert(const ConvertFlags& flags) {
 
 Command AddConvertCommand(CLI::App& app) {
   auto flags = std::make_shared<ConvertFlags>();
-  CLI::App* sub = app.add_subcommand("convert", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("convert", std::string(kConvertDescription));
+  sub->footer(std::string(kConvertFooter));
   sub->add_option("INPUT", flags->input, "A PyTorch memory snapshot or a fragscope trace")
       ->type_name("PATH")
       ->required();

@@ -35,10 +35,10 @@ struct ExplainFlags {
   bool json = false;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kExplainDescription =
     "Explain a CUDA out-of-memory error: fragmentation or shortage, and the fix";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kExplainFooter =
     R"(Reads a log (or the pasted error text, from standard input when FILE is - or omitted),
 finds every out-of-memory message of PyTorch's caching allocator in it, in any wording since
 PyTorch 1.x (CUDA, ROCm's "HIP out of memory", XPU; wrapped lines, "[rank3]:" and timestamp
@@ -262,8 +262,8 @@ int RunExplain(const ExplainFlags& flags) {
 
 Command AddExplainCommand(CLI::App& app) {
   auto flags = std::make_shared<ExplainFlags>();
-  CLI::App* sub = app.add_subcommand("explain", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("explain", std::string(kExplainDescription));
+  sub->footer(std::string(kExplainFooter));
   sub->add_option("FILE", flags->path, "Log or error text; - (the default) reads standard input")
       ->type_name("PATH");
   sub->add_option("--trace", flags->trace,

@@ -25,10 +25,10 @@ struct GpusFlags {
   bool json = false;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kGpusDescription =
     "Show what this node knows about its GPUs: NVML and /proc/driver/nvidia";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kGpusFooter =
     R"(Reads NVIDIA's management library (libnvidia-ml, loaded at run time: nothing to install
 for fragscope itself) for each GPU's memory totals, BAR1, compute processes and MIG instances,
 and /proc/driver/nvidia for the driver version, device minor, firmware and excluded GPUs; the
@@ -261,8 +261,8 @@ int RunGpus(const GpusFlags& flags) {
 
 Command AddGpusCommand(CLI::App& app) {
   auto flags = std::make_shared<GpusFlags>();
-  CLI::App* sub = app.add_subcommand("gpus", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("gpus", std::string(kGpusDescription));
+  sub->footer(std::string(kGpusFooter));
   sub->add_option("--nvml-lib", flags->nvml_lib,
                   "The NVML library to load (default: libnvidia-ml.so.1, then libnvidia-ml.so)")
       ->type_name("PATH");

@@ -38,10 +38,10 @@ struct HistoryFlags {
   bool json = false;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kHistoryDescription =
     "Record runs in the history database and compare a run with earlier runs of its model";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kHistoryFooter =
     R"(The history is a SQLite database of run summaries: per run, its peaks, its request-size
 profile, the fragmentation ratio at fixed steps (10, 20, 50, 100, 200, 500, 1000, ...) and how
 fast fragmentation grows (a least-squares slope per 1000 steps). Runs are grouped by a model
@@ -101,7 +101,7 @@ std::string FormatGrowth(const std::optional<double>& g) {
   return g ? fmt::format("{:+.4f}", *g) : std::string("-");
 }
 
-nlohmann::json ToJson(const RunSummary& r) {
+nlohmann::json HistoryToJson(const RunSummary& r) {
   nlohmann::json marks = nlohmann::json::array();
   for (const analysis::FragmentationMark& m : r.marks) {
     marks.push_back({{"step", m.step}, {"fragmentation_ratio", m.fragmentation_ratio}});
@@ -132,7 +132,7 @@ nlohmann::json ToJson(const RunSummary& r) {
   return j;
 }
 
-nlohmann::json ToJson(const BaselineComparison& c) {
+nlohmann::json HistoryToJson(const BaselineComparison& c) {
   auto opt = [](const std::optional<double>& v) -> nlohmann::json {
     return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
@@ -276,8 +276,9 @@ int RunRecord(const HistoryFlags& flags) {
   }
   const BaselineComparison c = analysis::CompareWithBaseline(*summary, *baseline);
   if (flags.json) {
-    nlohmann::json j = {
-        {"history", (*store)->path()}, {"recorded", ToJson(*summary)}, {"comparison", ToJson(c)}};
+    nlohmann::json j = {{"history", (*store)->path()},
+                        {"recorded", HistoryToJson(*summary)},
+                        {"comparison", HistoryToJson(c)}};
     return WriteReport(j.dump(2) + "\n");
   }
   std::string out = fmt::format("recorded run {} ({}) in {}\n", summary->run, summary->architecture,
@@ -326,7 +327,7 @@ int RunCompare(const HistoryFlags& flags) {
   Result<BaselineComparison> c = CompareSummary(*summary, flags.history, flags.last);
   if (!c.ok()) return BadInput(c.status().message());
   if (flags.json) {
-    nlohmann::json j = {{"current", ToJson(*summary)}, {"comparison", ToJson(*c)}};
+    nlohmann::json j = {{"current", HistoryToJson(*summary)}, {"comparison", HistoryToJson(*c)}};
     return WriteReport(j.dump(2) + "\n");
   }
   return WriteReport(ComparisonText(*c));
@@ -347,7 +348,7 @@ int RunList(const HistoryFlags& flags) {
   }
   if (flags.json) {
     nlohmann::json j = nlohmann::json::array();
-    for (const RunSummary& r : runs) j.push_back(ToJson(r));
+    for (const RunSummary& r : runs) j.push_back(HistoryToJson(r));
     return WriteReport(j.dump(2) + "\n");
   }
   if (!store.ok()) return WriteReport(store.status().message() + " (nothing recorded yet)\n");
@@ -377,7 +378,7 @@ int RunShow(const HistoryFlags& flags) {
   if (!run->has_value()) {
     return BadInput(fmt::format("{}: no run named {}", (*store)->path(), flags.run));
   }
-  if (flags.json) return WriteReport(ToJson(**run).dump(2) + "\n");
+  if (flags.json) return WriteReport(HistoryToJson(**run).dump(2) + "\n");
   return WriteReport(SummaryText(**run));
 }
 
@@ -455,8 +456,8 @@ std::string KnownArchitecturesHint(const std::string& architecture,
 
 Command AddHistoryCommand(CLI::App& app) {
   auto flags = std::make_shared<HistoryFlags>();
-  CLI::App* history = app.add_subcommand("history", std::string(kDescription));
-  history->footer(std::string(kFooter));
+  CLI::App* history = app.add_subcommand("history", std::string(kHistoryDescription));
+  history->footer(std::string(kHistoryFooter));
   history->require_subcommand(1);
 
   CLI::App* record = history->add_subcommand("record", "Analyze a run and record its summary");

@@ -35,7 +35,7 @@ constexpr char kIntro[] =
     "or of requests (.jsonl, .gz, .zst; docs/formats.md), and the out-of-memory\n"
     "messages in logs (`fragscope explain`).\n";
 
-constexpr char kFooter[] =
+constexpr char kMainFooter[] =
     "Run `fragscope COMMAND --help` for a command's options and examples.\n"
     "Docs: docs/user-guide.md (walkthrough), docs/metrics.md (every metric).";
 
@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   using fragscope::cli::Command;
   CLI::App app(kIntro, "fragscope");
   app.set_version_flag("--version", std::string("fragscope ") + FRAGSCOPE_VERSION);
-  app.footer(kFooter);
+  app.footer(kMainFooter);
   app.require_subcommand(1);
 
   std::vector<Command> commands;

@@ -229,7 +229,7 @@ int RunProbe(const ProbeFlags& flags) {
   return Finish(flags, status, message, perf, details);
 }
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kProbeFooter =
     R"(Prints one line for a monitoring system's plugin, from the node daemon's /metrics:
   FRAGSCOPE WARNING - 8 process(es); worst risk warning (rank 3 pid 4242 gpu 3), ~120 steps to
   OOM; fragmentation 0.41 (rank 3 ...) | 'risk'=3;3;4;0;4 'fragmentation'=0.410;0.300;0.500;0;1 ...
@@ -245,7 +245,7 @@ Command AddProbeCommand(CLI::App& app) {
   auto flags = std::make_shared<ProbeFlags>();
   CLI::App* sub =
       app.add_subcommand("probe", "One Nagios-style status line of the node daemon's state");
-  sub->footer(std::string(kFooter));
+  sub->footer(std::string(kProbeFooter));
   sub->add_option("--url", flags->url,
                   "The daemon's metrics (default http://127.0.0.1:9464/metrics)")
       ->type_name("URL");

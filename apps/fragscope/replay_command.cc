@@ -29,10 +29,10 @@ struct ReplayFlags {
   analysis::ForecastOptions forecast_options;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kReplayDescription =
     "Replay a request trace through the caching-allocator simulator on a virtual GPU";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kReplayFooter =
     R"(Replays what the program asked for (a request trace: allocs and frees of tensors, plus
 replay controls such as record_stream, empty_cache, set_memory_fraction) through a model of
 PyTorch's CUDA caching allocator (docs/simulator.md) on a GPU of --capacity bytes, and reports:
@@ -114,8 +114,8 @@ int RunReplay(const ReplayFlags& flags) {
 
 Command AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
-  CLI::App* sub = app.add_subcommand("replay", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("replay", std::string(kReplayDescription));
+  sub->footer(std::string(kReplayFooter));
   sub->add_option("TRACE", flags->path,
                   "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

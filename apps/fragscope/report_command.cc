@@ -53,10 +53,10 @@ struct ReportCommandFlags {
   bool tune = false;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kReportDescription =
     "Write one self-contained HTML page: verdict, timeline charts, memory map, OOM panel";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kReportFooter =
     R"(Writes one HTML file (no network needed to view it: the data, script and style are
 inside) that shows, per device:
   * the verdict in one sentence (fits, or out of memory at step N: fragmentation or shortage,
@@ -390,8 +390,8 @@ int RunReport(const ReportCommandFlags& flags) {
 
 Command AddReportCommand(CLI::App& app) {
   auto flags = std::make_shared<ReportCommandFlags>();
-  CLI::App* sub = app.add_subcommand("report", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("report", std::string(kReportDescription));
+  sub->footer(std::string(kReportFooter));
   sub->add_option("FILE", flags->path,
                   "An allocator or request trace (JSON Lines) or a PyTorch memory snapshot "
                   "(pickle or JSON); plain, .gz or .zst")

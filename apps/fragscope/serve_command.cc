@@ -61,10 +61,10 @@ struct ServeFlags {
   bool no_forecast = false;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kServeDescription =
     "Run the node daemon: agent socket in, Prometheus metrics out";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kServeFooter =
     R"(In-process agents (python/fragscope_agent.py) send allocator samples to the Unix socket
 (--socket; wire format in docs/formats.md, "Agent protocol"). The daemon keeps the latest
 sample per process and device and serves them, with the node's GPU facts and its own
@@ -541,8 +541,8 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
 
 Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
   auto flags = std::make_shared<ServeFlags>();
-  CLI::App* sub = app.add_subcommand("serve", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("serve", std::string(kServeDescription));
+  sub->footer(std::string(kServeFooter));
   sub->add_option("--socket", flags->socket, "Agent socket path (its folder is created)")
       ->capture_default_str();
   sub->add_option("--socket-mode", flags->socket_mode,

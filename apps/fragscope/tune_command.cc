@@ -36,10 +36,10 @@ struct TuneFlags {
   std::size_t rows = 20;
 };
 
-constexpr std::string_view kDescription =
+constexpr std::string_view kTuneDescription =
     "Rank allocator settings (PYTORCH_CUDA_ALLOC_CONF) by replaying a request trace or snapshot";
 
-constexpr std::string_view kFooter =
+constexpr std::string_view kTuneFooter =
     R"(Replays the trace through the caching-allocator simulator once per setting, in parallel,
 on a device of --capacity bytes, and ranks the settings: runs without an out-of-memory error
 first, then the lowest peak reserved memory, then the lowest waste at the high-water mark
@@ -301,8 +301,8 @@ int RunTune(const TuneFlags& flags) {
 
 Command AddTuneCommand(CLI::App& app) {
   auto flags = std::make_shared<TuneFlags>();
-  CLI::App* sub = app.add_subcommand("tune", std::string(kDescription));
-  sub->footer(std::string(kFooter));
+  CLI::App* sub = app.add_subcommand("tune", std::string(kTuneDescription));
+  sub->footer(std::string(kTuneFooter));
   sub->add_option("TRACE", flags->path,
                   "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

@@ -18,7 +18,7 @@ constexpr int kChunks = 8;                   // piecewise-constant hazard pieces
 constexpr double kMaxSteps = 1e7;            // beyond this, "no OOM expected"
 constexpr double kMinScaleFraction = 0.002;  // scale floor: 0.2% of the threshold
 
-std::string Bytes(double bytes) {
+std::string RiskBytes(double bytes) {
   return FormatBytes(bytes <= 0 ? 0 : static_cast<std::uint64_t>(std::llround(bytes)));
 }
 
@@ -326,18 +326,19 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
     r.advice = fmt::format(
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache's {} of stranded bytes "
         "are what makes the coming steps not fit",
-        Bytes(cost_now_));
+        RiskBytes(cost_now_));
   } else if (slope_ > 0 && r.steps_to_oom && risk_at(watch_h, 0) > 2 * flat_risk()) {
     r.advice = fmt::format(
         "stop the growth: step demand rises {}/step (a leak, growing shapes or caches, or "
         "stranded bytes accumulating) and meets the limit's low end, {}, in ~{} steps",
-        Bytes(slope_), Bytes(low), static_cast<std::uint64_t>(std::max(low - mean, 0.0) / slope_));
+        RiskBytes(slope_), RiskBytes(low),
+        static_cast<std::uint64_t>(std::max(low - mean, 0.0) / slope_));
   } else {
     r.shape_cap_bytes = static_cast<std::uint64_t>(std::llround(cap));
     r.advice = fmt::format(
         "cap step shapes: a step needing more than {} at its peak (allocated) may not fit; "
         "{:.1f}% of recent steps did",
-        Bytes(cap),
+        RiskBytes(cap),
         100.0 *
             static_cast<double>(values_.end() -
                                 std::upper_bound(values_.begin(), values_.end(), cap + cost_now_)) /

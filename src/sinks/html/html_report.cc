@@ -47,7 +47,7 @@ int StateCode(const analysis::LayoutBlock& b) {
   return b.stranded ? 3 : 0;
 }
 
-json SegmentJson(const analysis::LayoutSegment& s, std::set<std::int32_t>* sites) {
+json HtmlSegmentJson(const analysis::LayoutSegment& s, std::set<std::int32_t>* sites) {
   json blocks = json::array();
   for (const analysis::LayoutBlock& b : s.blocks) {
     blocks.push_back(b.addr - s.addr);
@@ -93,7 +93,7 @@ json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) 
       if (it != before.end() && SameSegment(previous->segments[it->second], s)) {
         segs.push_back(it->second);
       } else {
-        segs.push_back(SegmentJson(s, sites));
+        segs.push_back(HtmlSegmentJson(s, sites));
       }
     }
     out.push_back({{"event", f.event_index},
@@ -106,7 +106,7 @@ json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) 
   return out;
 }
 
-json ExtremeJson(const analysis::Extreme& e) {
+json HtmlExtremeJson(const analysis::Extreme& e) {
   if (!e.seen) return nullptr;
   return {{"bytes", e.bytes}, {"event", e.when.event_index}, {"step", e.when.step}};
 }
@@ -139,7 +139,7 @@ json SeriesJson(const std::vector<analysis::TimelineSample>& t) {
   return s;
 }
 
-json OomJson(const analysis::OomDiagnosis& o) {
+json HtmlOomJson(const analysis::OomDiagnosis& o) {
   json j = {{"event", o.event_index},
             {"step", o.step},
             {"requested", o.requested},
@@ -174,7 +174,7 @@ json ExplanationJson(const analysis::OomExplanation& e) {
           {"remedies", std::move(remedies)}};
 }
 
-json ForecastJson(const analysis::DeviceForecast& f) {
+json HtmlForecastJson(const analysis::DeviceForecast& f) {
   json changes = json::array();
   for (const analysis::ForecastPoint& p : f.changes) {
     changes.push_back({{"step", p.step},
@@ -326,19 +326,19 @@ std::string RenderHtml(const HtmlReportInput& input) {
     j["verdict"] = DeviceVerdict(r, d);
     j["events"] = d.events;
     j["num_ooms"] = d.num_ooms;
-    j["key"] = {{"peak_reserved", ExtremeJson(d.peak_reserved)},
-                {"peak_allocated", ExtremeJson(d.peak_allocated)},
-                {"peak_requested", ExtremeJson(d.peak_live_requested)},
+    j["key"] = {{"peak_reserved", HtmlExtremeJson(d.peak_reserved)},
+                {"peak_allocated", HtmlExtremeJson(d.peak_allocated)},
+                {"peak_requested", HtmlExtremeJson(d.peak_live_requested)},
                 {"worst_fragmentation_ratio", d.worst_fragmentation_ratio},
-                {"worst_fragmentation", ExtremeJson(d.worst_fragmentation)},
-                {"min_largest_free_block", ExtremeJson(d.min_largest_free_block)},
-                {"min_max_allocatable", ExtremeJson(d.min_max_allocatable)},
+                {"worst_fragmentation", HtmlExtremeJson(d.worst_fragmentation)},
+                {"min_largest_free_block", HtmlExtremeJson(d.min_largest_free_block)},
+                {"min_max_allocatable", HtmlExtremeJson(d.min_max_allocatable)},
                 {"request_p50", d.requests.p50},
                 {"request_p90", d.requests.p90},
                 {"request_max", d.requests.max}};
     j["series"] = SeriesJson(d.timeline);
     json ooms = json::array();
-    for (const analysis::OomDiagnosis& o : d.oom_diagnoses) ooms.push_back(OomJson(o));
+    for (const analysis::OomDiagnosis& o : d.oom_diagnoses) ooms.push_back(HtmlOomJson(o));
     j["ooms"] = std::move(ooms);
     json stranding = json::array();
     for (const analysis::SiteStranding& s : d.stranding_sites) {
@@ -350,7 +350,7 @@ std::string RenderHtml(const HtmlReportInput& input) {
     }
     j["stranding_sites"] = std::move(stranding);
     j["stranding_sites_at"] = d.stranding_sites_at;
-    if (d.forecast) j["forecast"] = ForecastJson(*d.forecast);
+    if (d.forecast) j["forecast"] = HtmlForecastJson(*d.forecast);
     if (const auto e = input.explanations.find(d.device); e != input.explanations.end()) {
       j["explain"] = ExplanationJson(e->second);
     }

@@ -133,7 +133,7 @@ std::string FromBuffer(const char* buffer, std::size_t size) {
   return std::string(buffer, strnlen(buffer, size));
 }
 
-std::uint32_t LoadU32(const unsigned char* p) {
+std::uint32_t NvmlLoadU32(const unsigned char* p) {
   std::uint32_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
@@ -293,7 +293,7 @@ std::size_t InferProcessInfoStride(const unsigned char* buffer, std::size_t buff
     if (end > buffer_size || extent > end || extent + 8 <= end) continue;
     bool plausible = true;
     for (std::uint32_t i = 0; i < count && plausible; ++i) {
-      const std::uint32_t pid = LoadU32(buffer + i * stride);
+      const std::uint32_t pid = NvmlLoadU32(buffer + i * stride);
       plausible = pid != 0 && pid <= kPidMax;
     }
     if (plausible) return stride;
@@ -538,11 +538,11 @@ void NvmlCollector::CollectProcesses(std::uint32_t index, void* device, GpuInfo*
     for (unsigned i = 0; i < n; ++i) {
       const unsigned char* p = process_buffer_.data() + std::size_t{i} * stride;
       GpuProcess process;
-      process.pid = LoadU32(p);
+      process.pid = NvmlLoadU32(p);
       process.used_memory_bytes = Known(LoadU64(p + 8));
       if (stride >= 24) {
-        const std::uint32_t gi = LoadU32(p + 16);
-        const std::uint32_t ci = LoadU32(p + 20);
+        const std::uint32_t gi = NvmlLoadU32(p + 16);
+        const std::uint32_t ci = NvmlLoadU32(p + 20);
         if (gi != kInstanceIdNotAvailable) process.gpu_instance_id = gi;
         if (ci != kInstanceIdNotAvailable) process.compute_instance_id = ci;
       }

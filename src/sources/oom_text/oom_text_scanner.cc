@@ -11,12 +11,13 @@
 
 #include <fmt/format.h>
 
+#include "common/utf8.h"
+
 namespace fragscope::sources {
 namespace {
 
 // ---- Character helpers ------------------------------------------------------------------------
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -36,8 +37,8 @@ std::size_t FindNoCase(std::string_view hay, std::string_view needle, std::size_
 std::optional<std::int64_t> ParseInt(std::string_view text, std::size_t pos, std::size_t* end) {
   std::int64_t v = 0;
   std::size_t i = pos;
-  while (i < text.size() && IsDigit(text[i]) && i - pos < 18) v = v * 10 + (text[i++] - '0');
-  if (i == pos || (i < text.size() && IsDigit(text[i]))) return std::nullopt;
+  while (i < text.size() && IsAsciiDigit(text[i]) && i - pos < 18) v = v * 10 + (text[i++] - '0');
+  if (i == pos || (i < text.size() && IsAsciiDigit(text[i]))) return std::nullopt;
   *end = i;
   return v;
 }
@@ -157,7 +158,7 @@ bool IsTimestampToken(std::string_view token) {
   if (token.size() < 4 || token.size() > 40) return false;
   bool digit = false;
   for (char c : token) {
-    if (IsDigit(c)) {
+    if (IsAsciiDigit(c)) {
       digit = true;
     } else if (std::strchr("-:/.,TZ+", c) == nullptr) {
       return false;
@@ -241,7 +242,7 @@ std::optional<std::uint64_t> SizeBefore(std::string_view text, std::size_t end) 
   if (i == end) return std::nullopt;
   if (i > 0 && text[i - 1] == ' ') --i;
   std::size_t start = i;
-  while (start > 0 && (IsDigit(text[start - 1]) || text[start - 1] == '.') && i - start < 32) {
+  while (start > 0 && (IsAsciiDigit(text[start - 1]) || text[start - 1] == '.') && i - start < 32) {
     --start;
   }
   if (start == i) return std::nullopt;
@@ -334,17 +335,17 @@ std::optional<std::uint64_t> ParsePrintedSize(std::string_view text, std::size_t
   std::size_t i = 0;
   std::uint64_t whole = 0;
   std::size_t digits = 0;
-  while (i < text.size() && IsDigit(text[i])) {
+  while (i < text.size() && IsAsciiDigit(text[i])) {
     if (++digits > 19) return std::nullopt;
     whole = whole * 10 + static_cast<std::uint64_t>(text[i++] - '0');
   }
   if (digits == 0) return std::nullopt;
   double fraction = 0;
-  if (i + 1 < text.size() && text[i] == '.' && IsDigit(text[i + 1])) {
+  if (i + 1 < text.size() && text[i] == '.' && IsAsciiDigit(text[i + 1])) {
     double scale = 0.1;
     ++i;
     std::size_t fraction_digits = 0;
-    while (i < text.size() && IsDigit(text[i])) {
+    while (i < text.size() && IsAsciiDigit(text[i])) {
       if (++fraction_digits > 12) return std::nullopt;
       fraction += scale * (text[i++] - '0');
       scale /= 10;

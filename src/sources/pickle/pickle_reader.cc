@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"
 #include "sources/document/pod_buffer.h"
 #include "sources/document/read_from.h"
 
@@ -360,24 +361,6 @@ bool EscapeDecode(std::string_view s, std::string* out) {
     }
   }
   return true;
-}
-
-void AppendUtf8(std::uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {  // lone surrogates too, as Python's surrogatepass writes them
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // The raw-unicode-escape codec, which the UNICODE opcode uses: bytes are Latin-1 characters,

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/utf8.h"
+
 namespace fragscope::sources {
 
 namespace {
@@ -20,8 +22,6 @@ constexpr std::array<bool, 256> MakeStringSpecial() {
   return special;
 }
 constexpr std::array<bool, 256> kStringSpecial = MakeStringSpecial();
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 // Eight bytes at a time (SWAR), as simdjson and fast_float do: event lines are mostly short
 // keys and 13-16 digit numbers, and byte-at-a-time loops spend most of the parse there.
@@ -132,24 +132,6 @@ std::size_t Utf8SequenceLength(std::string_view text, std::size_t i) {
   return 0;
 }
 
-void AppendUtf8(std::uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 }  // namespace
 
 // ---- Errors ---------------------------------------------------------------------------------
@@ -252,12 +234,12 @@ bool JsonScanner::ScanNumber(JsonToken* token) {
     negative = true;
     ++i;
   }
-  if (i >= n || !IsDigit(text_[i])) return Error(begin, "invalid number: no digits");
+  if (i >= n || !IsAsciiDigit(text_[i])) return Error(begin, "invalid number: no digits");
   std::uint64_t magnitude = 0;
   bool overflow = false;
   if (text_[i] == '0') {
     ++i;
-    if (i < n && IsDigit(text_[i])) return Error(begin, "invalid number: leading zero");
+    if (i < n && IsAsciiDigit(text_[i])) return Error(begin, "invalid number: leading zero");
   } else {
     // Up to 16 digits (8 at a time; a shorter run in one step) need no overflow check.
     if constexpr (kSwar) {
@@ -283,7 +265,7 @@ bool JsonScanner::ScanNumber(JsonToken* token) {
     // UINT64_MAX = 18446744073709551615: the last step that still fits.
     constexpr std::uint64_t kMaxDiv10 = UINT64_MAX / 10;
     constexpr std::uint64_t kMaxLastDigit = UINT64_MAX % 10;
-    while (i < n && IsDigit(text_[i])) {
+    while (i < n && IsAsciiDigit(text_[i])) {
       std::uint64_t d = static_cast<std::uint64_t>(text_[i] - '0');
       if (overflow || magnitude > kMaxDiv10 || (magnitude == kMaxDiv10 && d > kMaxLastDigit)) {
         overflow = true;
@@ -297,15 +279,15 @@ bool JsonScanner::ScanNumber(JsonToken* token) {
   if (i < n && text_[i] == '.') {
     is_integer = false;
     ++i;
-    if (i >= n || !IsDigit(text_[i])) return Error(i, "invalid number: no digits after '.'");
-    while (i < n && IsDigit(text_[i])) ++i;
+    if (i >= n || !IsAsciiDigit(text_[i])) return Error(i, "invalid number: no digits after '.'");
+    while (i < n && IsAsciiDigit(text_[i])) ++i;
   }
   if (i < n && (text_[i] == 'e' || text_[i] == 'E')) {
     is_integer = false;
     ++i;
     if (i < n && (text_[i] == '+' || text_[i] == '-')) ++i;
-    if (i >= n || !IsDigit(text_[i])) return Error(i, "invalid number: no digits in exponent");
-    while (i < n && IsDigit(text_[i])) ++i;
+    if (i >= n || !IsAsciiDigit(text_[i])) return Error(i, "invalid number: no digits in exponent");
+    while (i < n && IsAsciiDigit(text_[i])) ++i;
   }
   pos_ = i;
   token->type = JsonType::kNumber;
@@ -345,7 +327,7 @@ bool JsonScanner::ScanValue(JsonToken* token, int max_depth) {
     case 'n':
       return ScanLiteral("null", JsonType::kNull, token);
     default:
-      if (Peek() == '-' || IsDigit(Peek())) return ScanNumber(token);
+      if (Peek() == '-' || IsAsciiDigit(Peek())) return ScanNumber(token);
       if (AtEnd()) return Expected("a value");
       return Expected("a value (string, number, object, array, true, false or null)");
   }

@@ -30,7 +30,7 @@ Compression CompressionForPath(const std::string& path) {
 namespace {
 
 // Formatted lines are passed to the compressor once this much has gathered.
-constexpr std::size_t kFlushBytes = std::size_t{1} << 20;
+constexpr std::size_t kTraceFlushBytes = std::size_t{1} << 20;
 
 void AppendUint(std::uint64_t value, std::string* out) {
   char digits[24];
@@ -356,7 +356,7 @@ class TraceWriterImpl final : public TraceWriter {
     return Status::Ok();
   }
 
-  Status MaybeFlush() { return buffer_.size() >= kFlushBytes ? Flush() : Status::Ok(); }
+  Status MaybeFlush() { return buffer_.size() >= kTraceFlushBytes ? Flush() : Status::Ok(); }
   Status Flush() {
     if (buffer_.empty()) return Status::Ok();
     Status status = out_->Write(buffer_);
