@@ -30,6 +30,8 @@ import tempfile
 import threading
 import time
 
+LINGER = 1.0  # serve --linger for the soak, seconds
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fragscope_agent  # noqa: E402
 
@@ -41,7 +43,10 @@ def start_daemon(binary, workdir, extra=()):
     log = open(os.path.join(workdir, "serve.log"), "w+")
     proc = subprocess.Popen(
         [binary, "serve", "--socket", sock, "--listen", "127.0.0.1:0", "--hostname", "soak",
-         "--interval", "1", "--history", os.path.join(workdir, "history.sqlite"), *extra],
+         "--interval", "1", "--history", os.path.join(workdir, "history.sqlite"),
+         # Disconnected agents' series linger LINGER seconds (serve --linger); the soak checks
+         # that they then leave.
+         "--linger", str(LINGER), *extra],
         stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.time() + 10
     port = None
@@ -291,11 +296,12 @@ def main():
             release_event.set()
             for p in workers:
                 p.join(timeout=30)
-            time.sleep(0.5)
+            time.sleep(LINGER + 0.5)
             after = parse_metrics(scrape(port))
             series_left = value(after, "fragscope_agent_series")
             if series_left != 0:
-                problems.append(f"{series_left} series left after every agent disconnected")
+                problems.append(f"{series_left} series left {LINGER} s after every agent "
+                                "disconnected (the linger)")
 
             with open(f"/proc/{proc.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()

@@ -43,6 +43,7 @@ struct ServeFlags {
   std::string hostname;
   double interval_seconds = 5;
   double expiry_seconds = 60;
+  double linger_seconds = 60;
   std::int64_t max_connections = 256;
   std::int64_t max_connections_per_uid = 128;
   std::int64_t max_series = 512;
@@ -74,7 +75,9 @@ node_exporter's textfile collector every --interval (atomic replace).
 
 A malformed, oversized or too-fast message closes that agent's connection and is counted
 (fragscope_agent_samples_rejected_total{reason}); other agents are not disturbed. A process
-that disconnects, or stays silent longer than --expiry, leaves the metrics. No GPU or no
+that stays silent longer than --expiry leaves the metrics; one that disconnects (it exited,
+perhaps of an OOM) keeps its last sample for --linger seconds, so a scrape sees its final
+state, then leaves. No GPU or no
 NVML is not an error: fragscope_nvml_available is 0 with the reason.
 
 A sample that carries a step but no forecast level of its own gets the daemon's: the OOM
@@ -177,8 +180,10 @@ class Daemon {
       : flags_(flags),
         hooks_(std::move(hooks)),
         start_time_(UnixSeconds()),
-        registry_(agent::SeriesLimits{static_cast<std::size_t>(flags.max_series),
-                                      static_cast<std::size_t>(flags.max_series_per_connection)}) {
+        registry_(agent::SeriesLimits{
+            static_cast<std::size_t>(flags.max_series),
+            static_cast<std::size_t>(flags.max_series_per_connection),
+            std::chrono::milliseconds(static_cast<std::int64_t>(flags.linger_seconds * 1000))}) {
     hostname_ = flags.hostname.empty() ? Hostname() : flags.hostname;
     if (!hooks_.gpu_provider) {
       hooks_.gpu_provider = [] {
@@ -562,6 +567,11 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
                   "Seconds of silence after which a process's series and connection are dropped")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 86400.0));
+  sub->add_option("--linger", flags->linger_seconds,
+                  "Seconds a disconnected process's last sample stays on /metrics (longer than "
+                  "the scrape interval, so its final state is scraped); 0: it leaves at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   sub->add_option("--max-connections", flags->max_connections,
                   "Agent connections at once; more are refused")
       ->capture_default_str()

@@ -275,9 +275,10 @@ def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
         assert NO_NVML in nvml[0][0]["reason"], nvml
         assert value(m, "fragscope_gpus") == 0
         assert value(m, "fragscope_agent_series") == 1
-    # The agent disconnected: its series leave.
-    daemon.wait_metric("fragscope_agent_series", 0)
-    assert value(daemon.metrics(), "fragscope_process_reserved_bytes") is None
+    # The agent disconnected: its last sample lingers (--linger, 60 s by default) so a scrape
+    # still sees the final state of a process that exited.
+    time.sleep(0.5)
+    assert value(daemon.metrics(), "fragscope_process_reserved_bytes") == 8 << 30
     assert f"NVML unavailable ({NO_NVML}" in daemon.read_log()
     promtool = require_tool("promtool", "prometheus")
     lint = subprocess.run([promtool, "check", "metrics"], input=text,
@@ -367,6 +368,28 @@ def test_silent_agent_expires(workdir):
         assert agent.send_sample(full_sample(step=6)) or agent.send_sample(full_sample(step=6))
         d.wait_metric("fragscope_process_step", 6, pid="99")
         agent.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_a_disconnected_process_lingers_then_leaves(workdir):
+    """An agent that exits (an OOM, the monitor's checkpoint and stop) keeps its last sample
+    on /metrics for --linger seconds, so the scrape after its exit still sees it, then leaves;
+    the counter of expired series counts it."""
+    d = Daemon(workdir, "--linger", "1.5")
+    try:
+        agent = fragscope_agent.AgentClient(d.sock, pid=77)
+        assert agent.send_sample(full_sample(step=9))
+        d.wait_metric("fragscope_process_step", 9, pid="77")
+        agent.close()
+        closed = time.monotonic()
+        time.sleep(0.5)
+        m = d.metrics()
+        assert value(m, "fragscope_process_step", pid="77") == 9
+        assert value(m, "fragscope_process_forecast_level", pid="77") == 3
+        d.wait_metric("fragscope_agent_series", 0, timeout=5)
+        assert time.monotonic() - closed >= 1.4
+        assert value(d.metrics(), "fragscope_agent_series_expired_total") == 1
     finally:
         assert d.stop() == 0
 

@@ -265,6 +265,31 @@ def test_series_limits_drop_and_count_what_is_beyond_them(workdir):
         assert d.stop() == 0
 
 
+def test_lingering_series_of_closed_connections_never_lock_out_a_live_agent(workdir):
+    """Series of closed connections linger (--linger), but at the total cap a live agent's new
+    series takes a lingering one's place: connecting, filling and leaving cannot hold the
+    daemon's series for the linger time."""
+    d = Daemon(workdir, "--max-series", "4", "--max-series-per-connection", "4",
+               "--linger", "600")
+    try:
+        flooder = fragscope_agent.AgentClient(d.sock, pid=1)
+        for i in range(4):
+            assert flooder.send_sample(flood_sample(i))
+        d.wait_metric("fragscope_agent_series", 4)
+        flooder.close()
+        time.sleep(0.3)
+        live = fragscope_agent.AgentClient(d.sock, pid=2)
+        for i in range(4):
+            assert live.send_sample(flood_sample(100 + i))
+        d.wait_metric("fragscope_agent_series_expired_total", 4)
+        m = d.metrics()
+        assert value(m, "fragscope_agent_series") == 4
+        assert value(m, "fragscope_agent_series_dropped_total") == 0
+        live.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_a_flood_of_new_devices_leaves_the_page_and_shutdown_bounded(workdir):
     """The issue's flood: new device UUIDs within the rate limit from many connections. At the
     default limits (512 series) the page stays a bounded size and SIGTERM is prompt."""

@@ -320,5 +320,51 @@ TEST(AgentRegistryLimitsTest, NewSeriesBeyondTheLimitsAreDroppedAndCounted) {
   EXPECT_TRUE(registry.Accept(with_uuid("f"), 11, now));
 }
 
+// A closed connection's series linger with their last sample (so a scrape sees the final
+// state of a process that exited), leave when the linger is over, and give their place to a
+// live agent's new series at the total cap.
+TEST(AgentRegistryLimitsTest, ClosedSeriesLingerThenLeaveAndNeverLockOutLiveAgents) {
+  AgentRegistry registry(SeriesLimits{2, 2, std::chrono::seconds(30)});
+  const Clock::time_point t0 = Clock::now();
+  AgentSample s;
+  s.pid = 7;
+  s.device_uuid = "a";
+  s.step = 41;
+  ASSERT_TRUE(registry.Accept(s, 10, t0));
+  s.device_uuid = "b";
+  ASSERT_TRUE(registry.Accept(s, 10, t0));
+  registry.ConnectionClosed(10, t0 + std::chrono::seconds(1));
+  EXPECT_EQ(registry.Entries().size(), 2u);
+  EXPECT_EQ(registry.Entries()[0].sample.step, 41);
+  EXPECT_EQ(registry.Expire(t0 + std::chrono::seconds(20), std::chrono::seconds(60)), 0u);
+  // At the cap of 2, a live agent's new series takes the place of the oldest lingering one.
+  EXPECT_TRUE(registry.Admits(8, "c", 11));
+  s.pid = 8;
+  s.device_uuid = "c";
+  ASSERT_TRUE(registry.Accept(s, 11, t0 + std::chrono::seconds(21)));
+  EXPECT_EQ(registry.Entries().size(), 2u);
+  EXPECT_EQ(registry.Counters().series_dropped, 0u);
+  // The remaining lingering series leaves when its linger is over; the live one stays.
+  EXPECT_EQ(registry.Expire(t0 + std::chrono::seconds(31), std::chrono::seconds(60)), 1u);
+  ASSERT_EQ(registry.Entries().size(), 1u);
+  EXPECT_EQ(registry.Entries()[0].sample.pid, 8u);
+  EXPECT_EQ(registry.Counters().series_expired, 2u);
+}
+
+TEST(AgentRegistryLimitsTest, ALingeringSeriesWhoseProcessReconnectsIsLiveAgain) {
+  AgentRegistry registry(SeriesLimits{4, 1, std::chrono::seconds(5)});
+  const Clock::time_point t0 = Clock::now();
+  AgentSample s;
+  s.pid = 7;
+  s.device_uuid = "a";
+  ASSERT_TRUE(registry.Accept(s, 10, t0));
+  registry.ConnectionClosed(10, t0);
+  ASSERT_TRUE(registry.Accept(s, 12, t0 + std::chrono::seconds(1)));
+  EXPECT_FALSE(registry.Entries()[0].closed.has_value());
+  EXPECT_EQ(registry.Expire(t0 + std::chrono::seconds(10), std::chrono::seconds(60)), 0u);
+  // Its new connection owns it: the per-connection cap of 1 is reached.
+  EXPECT_FALSE(registry.Admits(7, "b", 12));
+}
+
 }  // namespace
 }  // namespace fragscope::agent

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,9 @@ struct AgentEntry {
   Clock::time_point received;       // daemon's monotonic clock
   std::int64_t received_unix_ms = 0;
   std::uint64_t samples = 0;  // accepted samples for this key so far
+  /// When its connection closed, for a series that lingers after it (SeriesLimits::linger);
+  /// unset while the connection is open.
+  std::optional<Clock::time_point> closed;
 };
 
 /// Cumulative counters (monotonic while the daemon runs) and current gauges.
@@ -49,6 +53,11 @@ struct AgentCounters {
 struct SeriesLimits {
   std::size_t max_series = 512;                // in total
   std::size_t max_series_per_connection = 16;  // keys one connection may own
+  /// How long a closed connection's series stay, holding their last sample, so a scrape sees
+  /// the final state of a process that exited (an OOM, a monitor's checkpoint and stop)
+  /// rather than nothing. 0: they leave at the close. A lingering series is the first to
+  /// give its place to a new one at the total cap, so lingering never locks a live agent out.
+  Clock::duration linger{};
 };
 
 class AgentRegistry {
@@ -69,9 +78,11 @@ class AgentRegistry {
   void CountConnectionAccepted();
   void CountConnectionRefused();
   void CountConnectionIdleClosed();
-  /// The connection ended: its series leave the current state (an agent that vanished).
-  void ConnectionClosed(std::uint64_t connection_id);
-  /// Drops series whose latest sample is older than `now - expiry`; returns how many.
+  /// The connection ended: its series leave the current state (an agent that vanished), at
+  /// once or after SeriesLimits::linger.
+  void ConnectionClosed(std::uint64_t connection_id, Clock::time_point now = Clock::now());
+  /// Drops series whose latest sample is older than `now - expiry`, and lingering series of
+  /// closed connections whose linger is over; returns how many.
   std::size_t Expire(Clock::time_point now, Clock::duration expiry);
 
   /// A copy of the current entries, ordered by (pid, device_uuid).
@@ -81,6 +92,7 @@ class AgentRegistry {
  private:
   mutable std::mutex mu_;
   void Forget(std::uint64_t connection_id);  // one series of it left; REQUIRES: mu_ held
+  bool EvictOldestLingering();               // REQUIRES: mu_ held
 
   SeriesLimits limits_;
   std::map<std::pair<std::uint32_t, std::string>, AgentEntry> entries_;
