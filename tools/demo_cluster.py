@@ -6,13 +6,16 @@ every second with deploy/prometheus/alerts.yml, then tools/live_incident.py with
 virtual GPUs, rank 3 with the longest sequences: the control run dies of rank 3's OOM, the
 monitored run checkpoints every rank at the same step, restarts with the recommended setting
 and finishes. Prints a text timeline per rank and the alerts Prometheus saw, and writes
-<out>/summary.json (live_incident.py's keys plus "prometheus_alerts").
+<out>/summary.json (live_incident.py's keys plus "prometheus_alerts", "alert_firing": whether
+the job alert FragscopeJobRankAtRisk fired, and "alert_rank": the rank it named). Exits 0 when
+the job finished and the alert fired.
 """
 import argparse
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +23,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+JOB_ALERT = "FragscopeJobRankAtRisk"  # deploy/prometheus/alerts.yml: the job's worst rank
 LETTER = {"unknown": "?", "ok": ".", "watch": "w", "warning": "W", "critical": "C",
           "checkpoint": "S"}
 
@@ -36,6 +40,20 @@ def wait_for(pattern, path, proc, what, timeout=20):
         time.sleep(0.1)
     with open(path, errors="replace") as f:
         raise SystemExit("demo-cluster: {} did not start:\n{}".format(what, f.read()[-2000:]))
+
+
+def risk_digit(point):
+    """One character for a timeline point [step, level, risk]: the risk in tenths."""
+    if point[1] == "checkpoint":
+        return "S"
+    risk = point[2] if len(point) > 2 else None
+    return "-" if risk is None else str(min(9, int(risk * 10)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def prometheus_alerts(port):
@@ -76,7 +94,7 @@ def main():
         procs.append(serve)
         port = int(wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", serve_log, serve,
                             "fragscope serve").group(1))
-        prom_port = 19090 + os.getpid() % 500
+        prom_port = free_port()
         config = os.path.join(out, "prometheus.yml")
         with open(config, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -100,17 +118,29 @@ def main():
              "--ranks", str(args.ranks), "--oom-rank", str(args.oom_rank)] + rest, env=env,
             stdout=subprocess.PIPE, text=True)
         seen = {}
+        job_alert = None
         while incident.poll() is None:
             for a in prometheus_alerts(prom_port):
                 key = (a["labels"].get("alertname"), a["labels"].get("rank"))
                 if seen.get(key) != "firing":
                     seen[key] = a["state"]
+                if a["labels"].get("alertname") == JOB_ALERT and a["state"] == "firing":
+                    job_alert = job_alert or dict(a["labels"], activeAt=a.get("activeAt"))
             time.sleep(1)
         incident.stdout.read()
-        for a in prometheus_alerts(prom_port):
-            key = (a["labels"].get("alertname"), a["labels"].get("rank"))
-            if seen.get(key) != "firing":
-                seen[key] = a["state"]
+        # The rule evaluates every second here; the daemon keeps an exited rank's last sample
+        # (--linger), so the job alert is seen firing shortly after the run if not during it.
+        deadline = time.time() + 20
+        while True:
+            for a in prometheus_alerts(prom_port):
+                key = (a["labels"].get("alertname"), a["labels"].get("rank"))
+                if seen.get(key) != "firing":
+                    seen[key] = a["state"]
+                if a["labels"].get("alertname") == JOB_ALERT and a["state"] == "firing":
+                    job_alert = job_alert or dict(a["labels"], activeAt=a.get("activeAt"))
+            if job_alert or time.time() > deadline:
+                break
+            time.sleep(1)
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -122,18 +152,29 @@ def main():
         summary = json.load(f)
     summary["prometheus_alerts"] = [{"alert": k[0], "rank": k[1], "state": v}
                                     for k, v in sorted(seen.items(), key=str)]
+    summary["alert_firing"] = job_alert is not None
+    summary["alert_rank"] = int(job_alert["rank"]) if job_alert and job_alert.get("rank") else None
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
 
     print("\nTimeline of the monitored run, one letter per sample "
           "(. ok, w watch, W warning, C critical, S checkpoint and restart):")
-    for rank, points in sorted(summary["timeline"].items(), key=lambda kv: int(kv[0])):
-        print("  rank {:>2}: {}".format(rank, "".join(LETTER.get(lv, "?") for _, lv in points)))
+    ranks = sorted(summary["timeline"].items(), key=lambda kv: int(kv[0]))
+    for rank, points in ranks:
+        print("  rank {:>2}: {}".format(rank, "".join(LETTER.get(p[1], "?") for p in points)))
+    print("\nP(OOM within 100 steps) per sample, in tenths (0: < 10%, 9: >= 90%; - not yet "
+          "known, S checkpoint and restart):")
+    for rank, points in ranks:
+        print("  rank {:>2}: {}".format(rank, "".join(risk_digit(p) for p in points)))
     keys = ("control_oom_step", "control_oom_rank", "warning_step", "checkpoint_steps",
-            "restarts", "alloc_conf_applied", "finished", "final_step", "prometheus_alerts")
+            "restarts", "alloc_conf_applied", "finished", "final_step", "alert_firing",
+            "alert_rank", "prometheus_alerts")
     print(json.dumps({k: summary.get(k) for k in keys}, indent=1))
     print("wrote", os.path.join(out, "summary.json"))
-    return 0 if summary["finished"] else 1
+    if not summary["alert_firing"]:
+        print("demo-cluster: Prometheus never fired {} (see {})".format(
+            JOB_ALERT, os.path.join(out, "prometheus.log")), file=sys.stderr)
+    return 0 if summary["finished"] and summary["alert_firing"] else 1
 
 
 if __name__ == "__main__":

@@ -96,12 +96,13 @@ def main():
     starts_after = [e for e in events if e["event"] == "start" and e["restart"] > 0]
     applied = sorted({e["applied"] for e in starts_after if e.get("applied")})
     finished = [e for e in events if e["event"] == "finished"]
-    timeline = {}
+    timeline = {}  # rank -> [step, level, P(OOM within 100 steps) or None]
     for e in events:
         if e["event"] == "sample":
-            timeline.setdefault(str(e["rank"]), []).append([e["step"], e["level"]])
+            timeline.setdefault(str(e["rank"]), []).append(
+                [e["step"], e["level"], e.get("risk100")])
         elif e["event"] == "checkpoint":  # the monitor's action (it exits inside step())
-            timeline.setdefault(str(e["rank"]), []).append([e["step"], "checkpoint"])
+            timeline.setdefault(str(e["rank"]), []).append([e["step"], "checkpoint", None])
     summary = {
         "ranks": args.ranks,
         "control_oom_step": oom["step"] if oom else None,

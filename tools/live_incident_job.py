@@ -104,7 +104,9 @@ def main():
                     event("warning", step=last["step"], level=last["level"],
                           worst=last["worst"], levels=last["levels"])
                 if last and last["step"] == step:
-                    event("sample", step=step, level=last["level"], worst=last["worst"])
+                    risk = last.get("risk") or {}
+                    event("sample", step=step, level=last["level"], worst=last["worst"],
+                          risk100=risk.get(100))
     except torch.cuda.OutOfMemoryError as e:
         event("oom", step=step, message=str(e).splitlines()[0])
         print("rank {}: out of memory at step {}".format(rank, step), file=sys.stderr)

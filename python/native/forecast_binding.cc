@@ -70,6 +70,15 @@ py::dict VerdictDict(const analysis::LiveVerdict& v) {
   out["steps_to_oom"] =
       v.point.steps_to_oom ? py::object(py::int_(*v.point.steps_to_oom)) : py::object(py::none());
   out["reason"] = v.point.reason;
+  // P(an OOM within H steps) per reported horizon H, once the risk model has enough samples
+  // and a capacity; None before.
+  if (v.point.risk) {
+    py::dict risk;
+    for (const auto& h : v.point.risk->horizons) risk[py::int_(h.steps)] = h.probability;
+    out["risk"] = risk;
+  } else {
+    out["risk"] = py::none();
+  }
   return out;
 }
 

@@ -237,3 +237,28 @@ def test_example_config_passes_alerts_check():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "8 rule(s):" in out.stdout
+
+
+def test_dashboard_has_a_job_view_worst_rank_first():
+    """Issue 22: every rank of a job side by side, the worst first, and the rule that alerts on
+    the job's worst rank."""
+    dash = load_dashboard()
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert "job_name" in variables, "no job variable"
+    job_panels = [p for p in dash["panels"] if p["type"] != "row" and any(
+        'job_name=~"$job_name"' in t["expr"] and "rank" in t["expr"] for t in p["targets"])]
+    assert len(job_panels) >= 3, [p["title"] for p in job_panels]
+    # Sorted worst first: by the query (an instant sort_desc) or by the table's sortBy.
+    bars = [p for p in job_panels if p["type"] == "bargauge"]
+    assert bars and all(t["expr"].startswith("sort_desc(") and t.get("instant")
+                        for p in bars for t in p["targets"]), bars
+    tables = [p for p in job_panels if p["type"] == "table"]
+    assert tables
+    for table in tables:
+        sorts = [t for t in table["transformations"] if t["id"] == "sortBy"]
+        assert sorts and sorts[0]["options"]["sort"][0]["desc"] is True, table["title"]
+        assert {t["refId"] for t in table["targets"]} >= {"A", "B"}
+    rules = {r["alert"]: r for g in load_rules()["groups"] for r in g["rules"]}
+    job_rule = rules["FragscopeJobRankAtRisk"]
+    assert "by (job_name)" in job_rule["expr"] and "topk" in job_rule["expr"]
+    assert "{{ $labels.rank }}" in job_rule["annotations"]["summary"]

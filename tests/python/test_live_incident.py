@@ -5,6 +5,7 @@ agree on the warning before N, both checkpoint at the same step, torchrun restar
 recommended PYTORCH_CUDA_ALLOC_CONF is applied and the job resumes and finishes."""
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -22,9 +23,17 @@ STEPS = 380
 
 
 def test_monitor_saves_the_job_that_otherwise_dies(tmp_path):
+    # Through tools/demo_cluster.py (the node daemon and a real Prometheus with deploy/'s
+    # rules around tools/live_incident.py) where Prometheus is installed (tools/install-deps.sh
+    # installs it), so the job alert is checked too; live_incident.py alone elsewhere.
+    prometheus = shutil.which("prometheus")
+    if prometheus:
+        cmd = [conftest.PYTHON, os.path.join(conftest.TOOLS_DIR, "demo_cluster.py"),
+               "--bin", conftest.fragscope_bin()]
+    else:
+        cmd = [conftest.PYTHON, os.path.join(conftest.TOOLS_DIR, "live_incident.py")]
     out = subprocess.run(
-        [conftest.PYTHON, os.path.join(conftest.TOOLS_DIR, "live_incident.py"),
-         "--out", str(tmp_path), "--ranks", "2", "--oom-rank", "1", "--steps", str(STEPS)],
+        cmd + ["--out", str(tmp_path), "--ranks", "2", "--oom-rank", "1", "--steps", str(STEPS)],
         env=conftest.subprocess_env(), capture_output=True, text=True, timeout=600)
     summary = json.loads((tmp_path / "summary.json").read_text())
     facts = {k: v for k, v in summary.items() if k not in ("timeline", "recommendation")}
@@ -48,6 +57,10 @@ def test_monitor_saves_the_job_that_otherwise_dies(tmp_path):
                for line in (tmp_path / "monitored" / "events-rank{}.jsonl".format(r)).open()
                if '"resume"' in line]
     assert sorted(e["step"] for e in resumed) == [summary["warning_step"] + 1] * 2
+    if prometheus:
+        # Prometheus fired the job alert on the job's worst rank.
+        assert summary["alert_firing"] is True, summary["prometheus_alerts"]
+        assert summary["alert_rank"] == 1, summary["prometheus_alerts"]
 
 
 def test_a_failed_checkpoint_on_one_rank_stops_no_rank(tmp_path):

@@ -182,6 +182,9 @@ class Monitor:
                        deploy/fragscope-checkpoint-request sends; None: do not install
     distributed        None: use torch.distributed when it is initialized; False: never
     device             CUDA device index (default: the current one)
+    job                the job's name on the daemon's series (job_name; default
+                       $FRAGSCOPE_JOB): the Grafana job view and the FragscopeJobRankAtRisk
+                       alert group ranks by it
     """
 
     def __init__(self, every=50, level="warning", save_checkpoint=None, run_dir=None,
@@ -206,7 +209,7 @@ class Monitor:
         self.daemon_timeout = daemon_timeout
         self.distributed = distributed
         self.device = device
-        self.job = job
+        self.job = job or os.environ.get("FRAGSCOPE_JOB", "")
         self.reset_peaks = reset_peaks
         self.rank = int(os.environ.get("RANK", "0"))
         # Checkpoint requests: the run directory's file, and the node's per-process file that
@@ -355,7 +358,8 @@ class Monitor:
         any_request = any(r for _, r in levels)
         self.last = dict(step=step, level=LEVELS[own], worst=LEVELS[worst],
                          levels=[LEVELS[lv] for lv, _ in levels], requested=any_request,
-                         steps_to_oom=verdict.get("steps_to_oom"), reason=verdict["reason"])
+                         steps_to_oom=verdict.get("steps_to_oom"), reason=verdict["reason"],
+                         risk=verdict.get("risk"))
         self.history.append((step, LEVELS[own], LEVELS[worst]))
         self._send(step, own, verdict, sample)
         if worst < self.level and not any_request:
