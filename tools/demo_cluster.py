@@ -50,6 +50,18 @@ def risk_digit(point):
     return "-" if risk is None else str(min(9, int(risk * 10)))
 
 
+def watch_alerts(port, seen):
+    """Records every alert's state in `seen`; returns the firing job alert's labels, if any."""
+    firing = None
+    for a in prometheus_alerts(port):
+        key = (a["labels"].get("alertname"), a["labels"].get("rank"))
+        if seen.get(key) != "firing":
+            seen[key] = a["state"]
+        if key[0] == JOB_ALERT and a["state"] == "firing":
+            firing = dict(a["labels"], activeAt=a.get("activeAt"))
+    return firing
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -117,29 +129,17 @@ def main():
             [sys.executable, os.path.join(HERE, "live_incident.py"), "--out", out,
              "--ranks", str(args.ranks), "--oom-rank", str(args.oom_rank)] + rest, env=env,
             stdout=subprocess.PIPE, text=True)
-        seen = {}
+        seen = {}  # (alertname, rank) -> the most advanced state seen
         job_alert = None
         while incident.poll() is None:
-            for a in prometheus_alerts(prom_port):
-                key = (a["labels"].get("alertname"), a["labels"].get("rank"))
-                if seen.get(key) != "firing":
-                    seen[key] = a["state"]
-                if a["labels"].get("alertname") == JOB_ALERT and a["state"] == "firing":
-                    job_alert = job_alert or dict(a["labels"], activeAt=a.get("activeAt"))
+            job_alert = watch_alerts(prom_port, seen) or job_alert
             time.sleep(1)
         incident.stdout.read()
         # The rule evaluates every second here; the daemon keeps an exited rank's last sample
         # (--linger), so the job alert is seen firing shortly after the run if not during it.
         deadline = time.time() + 20
-        while True:
-            for a in prometheus_alerts(prom_port):
-                key = (a["labels"].get("alertname"), a["labels"].get("rank"))
-                if seen.get(key) != "firing":
-                    seen[key] = a["state"]
-                if a["labels"].get("alertname") == JOB_ALERT and a["state"] == "firing":
-                    job_alert = job_alert or dict(a["labels"], activeAt=a.get("activeAt"))
-            if job_alert or time.time() > deadline:
-                break
+        while not job_alert and time.time() < deadline:
+            job_alert = watch_alerts(prom_port, seen)
             time.sleep(1)
     finally:
         for proc in reversed(procs):
