@@ -135,13 +135,27 @@ std::string UsageHint(CLI::App& app, int argc, const char* const* argv) {
   return "";
 }
 
+namespace {
+
+// An error is one line: a newline or tab inside it (from a quoted path, value or token) is
+// escaped as well, so input cannot forge a line of its own.
+void PrintError(std::string_view message) {
+  std::string line = "fragscope: ";
+  AppendTerminalSafe(message, TerminalEscape::kField, &line);
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 int BadInput(std::string_view message) {
-  PrintSafe(stderr, fmt::format("fragscope: {}\n", message));
+  PrintError(message);
   return kExitBadInput;
 }
 
 int Failure(std::string_view message) {
-  PrintSafe(stderr, fmt::format("fragscope: {}\n", message));
+  PrintError(message);
   return kExitFailure;
 }
 

@@ -77,8 +77,9 @@ std::optional<bool> RecordedAddressesFlag(const std::string& value);
 /// look; "" when the mistake is another (main prints CLI11's own message then).
 std::string UsageHint(CLI::App& app, int argc, const char* const* argv);
 
-/// Prints "fragscope: <message>" to stderr and returns kExitBadInput. Messages quote input
-/// (paths, values, tokens), so control characters in them are escaped (PrintSafe).
+/// Prints "fragscope: <message>" to stderr, one line, and returns kExitBadInput. Messages quote
+/// input (paths, values, tokens), so control characters in them, newline and tab included, are
+/// escaped (common/terminal_text.h).
 int BadInput(std::string_view message);
 /// Prints "fragscope: <message>" to stderr and returns kExitFailure (output could not be made).
 int Failure(std::string_view message);

@@ -17,8 +17,12 @@ import http.server
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -308,7 +312,6 @@ def test_history(inputs, tmp_path):
 
 def test_file_names_in_errors(inputs):
     d = inputs["dir"]
-    missing = os.path.join(d, EVIL_NAME + ".jsonl")
     for command in (["analyze"], ["replay"], ["tune"], ["check"], ["explain"],
                     ["report", "-o", os.path.join(d, "x.html")],
                     ["convert", "-o", os.path.join(d, "x.jsonl")]):
@@ -319,11 +322,19 @@ def test_file_names_in_errors(inputs):
     with open(bad, "wb") as f:
         f.write(b'{"format":"fragscope-trace","version":1,"producer":"' + EVIL_BYTES.replace(
             b'"', b"") + b'"}\n{"action":"' + EVIL_BYTES.replace(b'"', b"") + b'"}\n')
-    del missing
     for command in ("analyze", "replay", "tune", "check"):
         r = run(command, bad)
         assert r.returncode != 0
         assert_safe(r, f"{command} of a bad file")
+
+
+def test_an_error_is_one_line(inputs):
+    """A newline in a quoted path or value cannot forge a line of its own on stderr."""
+    r = run("analyze", os.path.join(inputs["dir"], "a\nfragscope: forged\tline"))
+    assert r.returncode == 2
+    assert_safe(r, "analyze of a missing file with a newline")
+    assert r.stderr.count(b"\n") == 1 and r.stderr.endswith(b"\n"), r.stderr
+    assert b"a\\x0afragscope: forged\\x09line" in r.stderr
 
 
 def test_unknown_option_and_command_are_echoed_safely():
@@ -442,3 +453,60 @@ def test_the_sample_is_unchanged_by_the_escaping():
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as f:
         producer = json.loads(f.readline())["producer"]
     assert f"producer: {producer}" in r.stdout.decode("utf-8")
+
+
+# ---- The daemon's log ----------------------------------------------------------------------
+
+
+def test_serve_log_lines(tmp_path):
+    """The daemon's log echoes agent-provided strings (a device UUID with C1 controls, which
+    the agent protocol lets through; it refuses C0 and DEL), its --hostname and its paths:
+    each log message is escaped as one field, newlines included."""
+    sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
+    import fragscope_agent  # python/fragscope_agent.py, the agent's client
+
+    sock = str(tmp_path / "agent.sock")
+    log_path = tmp_path / "serve.log"
+    uuid = "GPU-\u009b31m\u0085\u009d0;t\u009c-" + "\u00e9\u663e"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [BIN, "serve", "--socket", sock, "--listen", "127.0.0.1:0", "--interval", "0.2",
+             "--hostname", "host" + EVIL_NO_NUL, "--history", str(tmp_path / "h.sqlite"),
+             "--nvml-lib", str(tmp_path / ("nvml" + EVIL_NAME)),
+             "--proc-root", str(tmp_path / ("proc" + EVIL_NAME))],
+            stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.time() + 10
+        while b"metrics on http://" not in log_path.read_bytes():
+            assert proc.poll() is None, log_path.read_bytes()
+            assert time.time() < deadline, log_path.read_bytes()
+            time.sleep(0.05)
+        with fragscope_agent.AgentClient(sock, pid=501) as agent:
+            for step in range(0, 200, 10):
+                peak = (6 << 30) + step * (8 << 20)
+                assert agent.send_sample(fragscope_agent.sample_from_memory_stats(
+                    {"reserved_bytes.all.current": peak + (512 << 20),
+                     "allocated_bytes.all.current": peak // 2,
+                     "reserved_bytes.all.peak": peak + (512 << 20),
+                     "allocated_bytes.all.peak": peak, "num_alloc_retries": 0},
+                    device_uuid=uuid, step=step, device_free_bytes=(10 << 30) - peak - (512 << 20)))
+        # A frame the daemon refuses: its error names the field.
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(sock)
+        s.sendall(fragscope_agent.encode_frame(
+            json.dumps({"pid": "x" + EVIL_NO_NUL, "device_uuid": uuid}).encode()))
+        s.close()
+        deadline = time.time() + 10
+        while b"forecast: pid 501" not in log_path.read_bytes() and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    log = log_path.read_bytes()
+    assert b"forecast: pid 501 on GPU-\\xc2\\x9b31m\\xc2\\x85" in log, log
+    assert "\u00e9\u663e".encode() in log  # UTF-8 that is not a control stays as it is
+    assert b"host\\x1b]0;pwned\\x07" in log
+    problems = bad_bytes(log)
+    assert not problems, f"serve's log: raw control bytes: {problems[:3]}"
+    lines = log.decode().splitlines()
+    assert all(re.match(r"\d{4}-\d\d-\d\dT", line) for line in lines), "a message split a line"
