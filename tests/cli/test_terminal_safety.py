@@ -197,6 +197,21 @@ def test_analyze(inputs, which, json_flag):
         assert "<nl>\\x0a<tab>\\x09|" in out
 
 
+SGR = re.compile(rb"\x1b\[[0-9;]*m")
+
+
+@pytest.mark.parametrize("command", [["analyze", "allocator"], ["analyze", "snapshot"],
+                                     ["replay", "request", "--capacity", "1GiB"],
+                                     ["check", "allocator", "--max-fragmentation", "0.01"]])
+def test_colored_text_keeps_only_its_own_colors(inputs, command, tmp_path):
+    r = run(command[0], inputs[command[1]], *command[2:], "--color", "always",
+            *(["--history", str(tmp_path / "h.sqlite")] if command[0] == "check" else []))
+    assert_ran(r, f"{command[0]} --color always", codes=(0, 1))
+    assert SGR.search(r.stdout), "no colors: the test does not test what it should"
+    r.stdout = SGR.sub(b"", r.stdout)
+    assert_safe(r, f"{command[0]} --color always, without its SGR sequences")
+
+
 @pytest.mark.parametrize("which", ["request", "snapshot"])
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_replay(inputs, which, json_flag):
