@@ -38,6 +38,8 @@ constexpr char kIntro[] =
 
 constexpr char kMainFooter[] =
     "Run `fragscope COMMAND --help` for a command's options and examples.\n"
+    "Control characters in what the input says (names, labels, paths, log text) are printed\n"
+    "as \\xNN, so a file cannot drive the terminal (docs/user-guide.md, \"Terminal safety\").\n"
     "Docs: docs/user-guide.md (walkthrough), docs/metrics.md (every metric).";
 
 }  // namespace
