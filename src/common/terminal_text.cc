@@ -85,6 +85,10 @@ void AppendTerminalSafe(std::string_view text, TerminalEscape mode, std::string*
   std::size_t kept_from = 0;  // runs of bytes that pass are appended in one piece
   std::size_t i = 0;
   while (i < text.size()) {
+    if (also_escape.empty()) {  // the common case first: a run of printable ASCII
+      while (i < text.size() && ByteAt(text, i) >= 0x20 && ByteAt(text, i) < 0x7f) ++i;
+      if (i == text.size()) break;
+    }
     const std::size_t kept = KeptLength(text, i, mode, also_escape);
     if (kept > 0) {
       i += kept;
