@@ -277,46 +277,50 @@ Result<SampleSet> ReadSampleSet(const std::string& arg) {
 
 // ---- check -------------------------------------------------------------------------------
 
-void PrintConfig(const sinks::AlertConfig& config) {
-  std::printf("%zu rule(s):\n", config.rules.size());
+// The rules file's strings (names, summaries, commands, URLs) are printed field by field with
+// their control characters escaped (common/terminal_text.h), and the whole text once more.
+std::string ConfigText(const sinks::AlertConfig& config) {
+  std::string out = fmt::format("{} rule(s):\n", config.rules.size());
   for (const analysis::AlertRule& rule : config.rules) {
-    std::printf("  %s\n", sinks::DescribeRule(rule).c_str());
+    out += fmt::format("  {}\n", TerminalSafe(sinks::DescribeRule(rule)));
   }
-  std::printf("%zu hook(s):\n", config.hooks.size());
+  out += fmt::format("{} hook(s):\n", config.hooks.size());
   for (const auto& [name, hook] : config.hooks) {
     std::string what = hook.kind == sinks::HookSpec::Kind::kExec
                            ? fmt::format("exec {}", fmt::join(hook.command, " "))
                            : fmt::format("webhook POST {}", hook.url);
-    std::printf("  %s: %s (timeout %s)\n", name.c_str(), what.c_str(),
-                sinks::FormatAlertDuration(hook.timeout).c_str());
+    out += fmt::format("  {}: {} (timeout {})\n", TerminalSafe(name), TerminalSafe(what),
+                       sinks::FormatAlertDuration(hook.timeout));
     if (hook.kind == sinks::HookSpec::Kind::kExec && access(hook.command[0].c_str(), X_OK) != 0) {
-      std::printf("    note: %s is not an executable file on this machine\n",
-                  hook.command[0].c_str());
+      out += fmt::format("    note: {} is not an executable file on this machine\n",
+                         TerminalSafe(hook.command[0]));
     }
   }
   const sinks::DeliveryOptions& d = config.delivery;
-  std::printf("delivery: at most %zu per rule and %zu in all per %s; queue %zu%s\n",
-              d.per_rule_limit, d.global_limit, sinks::FormatAlertDuration(d.rate_window).c_str(),
-              d.queue_capacity, d.dry_run ? "; dry-run" : "");
+  out += fmt::format("delivery: at most {} per rule and {} in all per {}; queue {}{}\n",
+                     d.per_rule_limit, d.global_limit, sinks::FormatAlertDuration(d.rate_window),
+                     d.queue_capacity, d.dry_run ? "; dry-run" : "");
+  return out;
 }
 
 int RunAlertsCheck(const AlertsFlags& flags) {
   Result<sinks::AlertConfig> config = sinks::LoadAlertConfig(flags.config);
   if (!config.ok()) return BadInput(config.status().message());
-  PrintConfig(*config);
-  std::printf("%s: OK\n", flags.config.c_str());
-  return kExitOk;
+  return WriteReport(ConfigText(*config) + fmt::format("{}: OK\n", TerminalSafe(flags.config)),
+                     ReportForm::kText);
 }
 
 // ---- test --------------------------------------------------------------------------------
 
 void PrintNotification(const sinks::AlertNotification& n) {
   std::string series;
-  for (const auto& [k, v] : n.series)
-    series += fmt::format("{}{}=\"{}\"", series.empty() ? "" : ",", k, v);
-  std::printf("%-8s %s {%s} value=%s\n", std::string(analysis::AlertStateName(n.state)).c_str(),
-              n.rule.c_str(), series.c_str(),
-              n.value ? fmt::format("{}", *n.value).c_str() : "none");
+  for (const auto& [k, v] : n.series) {
+    series +=
+        fmt::format("{}{}=\"{}\"", series.empty() ? "" : ",", TerminalSafe(k), TerminalSafe(v));
+  }
+  PrintSafe(stdout, fmt::format("{:<8} {} {{{}}} value={}\n", analysis::AlertStateName(n.state),
+                                TerminalSafe(n.rule), series,
+                                n.value ? fmt::format("{}", *n.value) : std::string("none")));
 }
 
 int RunTest(const AlertsFlags& flags) {
@@ -347,7 +351,7 @@ int RunTest(const AlertsFlags& flags) {
   {
     sinks::HookRunner runner(config->hooks, delivery, [&](std::string_view line) {
       std::lock_guard<std::mutex> lock(log_mu);
-      std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+      PrintSafe(stderr, TerminalSafe(line) + "\n");  // one log line: its newlines escaped too
     });
     analysis::AlertTime now = analysis::AlertClock::now();
     auto evaluate = [&](analysis::AlertTime at, const SampleSet& set) {
@@ -365,9 +369,9 @@ int RunTest(const AlertsFlags& flags) {
     if (longest_for.count() > 0) evaluate(now + longest_for, sets.back());
     if (flags.resolve) evaluate(now + longest_for + std::chrono::seconds(1), SampleSet{});
     runner.Flush();
-    if (fired == 0) std::printf("no rule fires for this sample\n");
+    if (fired == 0) PrintSafe(stdout, "no rule fires for this sample\n");
     sinks::HookRunnerStats stats = runner.stats();
-    std::fprintf(stderr, "%s\n", runner.Summary().c_str());
+    PrintSafe(stderr, runner.Summary() + "\n");
     if (stats.failed > 0) exit_code = kExitFailure;
   }
   return exit_code;

@@ -148,19 +148,16 @@ int RunAnalyze(const AnalyzeFlags& flags) {
                                                         c->growth_ratio, c->sentence};
     }
   }
-  std::string out;
   if (flags.report.json) {
     sinks::JsonOptions json;
     json.include_layout = !flags.report.no_map;
-    out = sinks::RenderJson(result, json);
-  } else {
-    sinks::TextOptions text = TextOptionsFor(flags.report);
-    text.map.max_rows = flags.map_rows;
-    text.map.scale =
-        flags.map_scale == "segment" ? sinks::MapScale::kPerSegment : sinks::MapScale::kShared;
-    out = sinks::RenderText(result, text);
+    return WriteReport(sinks::RenderJson(result, json), ReportForm::kJson);
   }
-  return WriteReport(out);
+  sinks::TextOptions text = TextOptionsFor(flags.report);
+  text.map.max_rows = flags.map_rows;
+  text.map.scale =
+      flags.map_scale == "segment" ? sinks::MapScale::kPerSegment : sinks::MapScale::kShared;
+  return WriteReport(sinks::RenderText(result, text), TextForm(text.color));
 }
 
 }  // namespace

@@ -197,9 +197,10 @@ int RunCheck(const CheckFlags& flags) {
   }
   for (const std::string& n : result.notes) check.notes.push_back(n);
 
-  const std::string out = flags.json ? sinks::RenderCheckJson(check)
-                                     : sinks::RenderCheckText(check, UseColor(flags.color));
-  const int written = WriteReport(out);
+  const bool color = !flags.json && UseColor(flags.color);
+  const std::string out =
+      flags.json ? sinks::RenderCheckJson(check) : sinks::RenderCheckText(check, color);
+  const int written = WriteReport(out, flags.json ? ReportForm::kJson : TextForm(color));
   if (written != kExitOk) return written;
   return check.passed() ? kExitOk : kExitFailure;
 }

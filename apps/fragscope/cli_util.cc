@@ -135,14 +135,34 @@ std::string UsageHint(CLI::App& app, int argc, const char* const* argv) {
   return "";
 }
 
+namespace {
+
+// An error is one line: a newline or tab inside it (from a quoted path, value or token) is
+// escaped as well, so input cannot forge a line of its own.
+void PrintError(std::string_view message) {
+  std::string line = "fragscope: ";
+  AppendTerminalSafe(message, TerminalEscape::kField, &line);
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 int BadInput(std::string_view message) {
-  std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
+  PrintError(message);
   return kExitBadInput;
 }
 
 int Failure(std::string_view message) {
-  std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
+  PrintError(message);
   return kExitFailure;
+}
+
+void PrintSafe(std::FILE* stream, std::string_view text) {
+  const std::string safe = TerminalSafeLines(text);
+  std::fwrite(safe.data(), 1, safe.size(), stream);
+  std::fflush(stream);
 }
 
 bool UseColor(const std::string& mode) {
@@ -153,9 +173,15 @@ bool UseColor(const std::string& mode) {
          !(term != nullptr && std::string_view(term) == "dumb");
 }
 
-int WriteReport(const std::string& report) {
-  if (std::fwrite(report.data(), 1, report.size(), stdout) != report.size() ||
-      std::fflush(stdout) != 0) {
+int WriteReport(const std::string& report, ReportForm form) {
+  std::string safe;
+  safe.reserve(report.size());
+  AppendTerminalSafe(report,
+                     form == ReportForm::kJson          ? TerminalEscape::kJson
+                     : form == ReportForm::kColoredText ? TerminalEscape::kColoredLines
+                                                        : TerminalEscape::kLines,
+                     &safe);
+  if (std::fwrite(safe.data(), 1, safe.size(), stdout) != safe.size() || std::fflush(stdout) != 0) {
     std::fputs("fragscope: cannot write the report to stdout\n", stderr);
     return kExitFailure;
   }
@@ -224,7 +250,7 @@ Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
   Result<ParsedCapacity> size = ParseCapacity(text);
   if (!size.ok()) return size.status().WithPrefix(std::string(flag));
   if (!size->note.empty()) {
-    std::fputs(fmt::format("fragscope: note: {}: {}\n", flag, size->note).c_str(), stderr);
+    PrintSafe(stderr, fmt::format("fragscope: note: {}: {}\n", flag, size->note));
   }
   return std::optional<std::uint64_t>(size->bytes);
 }

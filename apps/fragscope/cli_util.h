@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "analysis/trace_analyzer.h"
+#include "common/terminal_text.h"
 #include "common/units.h"
 #include "fragscope/event.h"
 #include "fragscope/status.h"
@@ -76,15 +77,33 @@ std::optional<bool> RecordedAddressesFlag(const std::string& value);
 /// look; "" when the mistake is another (main prints CLI11's own message then).
 std::string UsageHint(CLI::App& app, int argc, const char* const* argv);
 
-/// Prints "fragscope: <message>" to stderr and returns kExitBadInput.
+/// Prints "fragscope: <message>" to stderr, one line, and returns kExitBadInput. Messages quote
+/// input (paths, values, tokens), so control characters in them, newline and tab included, are
+/// escaped (common/terminal_text.h).
 int BadInput(std::string_view message);
 /// Prints "fragscope: <message>" to stderr and returns kExitFailure (output could not be made).
 int Failure(std::string_view message);
 /// --color=auto|always|never: auto colors only a terminal, and honours NO_COLOR and TERM=dumb.
 bool UseColor(const std::string& mode);
-/// Writes `report` to stdout; on failure says so on stderr and returns kExitFailure, else
-/// kExitOk.
-int WriteReport(const std::string& report);
+
+/// What a report on stdout holds, for the terminal-safety pass every output goes through
+/// (common/terminal_text.h; docs/user-guide.md, "Terminal safety").
+enum class ReportForm {
+  kText,         // control characters escaped as \xNN, newline and tab kept
+  kColoredText,  // kText, but the SGR color sequences the renderer wrote are kept
+  kJson,         // DEL and C1 as \u007f..\u009f: still JSON, the same strings when parsed
+};
+/// The form of a text report colored or not.
+inline ReportForm TextForm(bool color) {
+  return color ? ReportForm::kColoredText : ReportForm::kText;
+}
+/// Writes `report` to stdout with its control characters escaped as `form` says; on failure
+/// says so on stderr and returns kExitFailure, else kExitOk.
+int WriteReport(const std::string& report, ReportForm form);
+/// Writes `text` to `stream` (stdout or stderr: notes, progress messages, log lines), with
+/// control characters escaped and newline and tab kept (TerminalSafeLines). Every message that
+/// may hold an input-derived string is printed through here or BadInput/Failure/WriteReport.
+void PrintSafe(std::FILE* stream, std::string_view text);
 
 // The pipeline's readers and snapshot helpers (pipeline/input.h, replay.h), under the names the
 // commands use.

@@ -118,10 +118,10 @@ Result<std::uint64_t> ForEachEvent(OpenedInput& in, const std::function<Status(c
 void PrintNotes(const OpenedInput& in, const std::vector<std::string>& notes) {
   if (in.snapshot != nullptr) {
     for (const std::string& w : in.snapshot->warnings()) {
-      std::fprintf(stderr, "fragscope: note: snapshot: %s\n", w.c_str());
+      PrintSafe(stderr, fmt::format("fragscope: note: snapshot: {}\n", w));
     }
   }
-  for (const std::string& n : notes) std::fprintf(stderr, "fragscope: note: %s\n", n.c_str());
+  for (const std::string& n : notes) PrintSafe(stderr, fmt::format("fragscope: note: {}\n", n));
 }
 
 int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
@@ -173,9 +173,8 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
   if (!write_error.ok()) return Failure(write_error.message());
   if (Status st = (*writer)->Close(); !st.ok()) return Failure(st.message());
   PrintNotes(in, notes);
-  std::fprintf(stderr, "fragscope: wrote %llu %s events to %s\n",
-               static_cast<unsigned long long>(written), requests ? "request" : "allocator",
-               flags.output.c_str());
+  PrintSafe(stderr, fmt::format("fragscope: wrote {} {} events to {}\n", written,
+                                requests ? "request" : "allocator", flags.output));
   return kExitOk;
 }
 
@@ -211,9 +210,8 @@ int ToPerfetto(const ConvertFlags& flags, OpenedInput& in) {
   if (write_error.ok()) write_error = (*out)->Commit();
   if (!write_error.ok()) return Failure(write_error.message());
   PrintNotes(in, notes);
-  std::fprintf(stderr, "fragscope: wrote %llu trace events (%llu input events) to %s\n",
-               static_cast<unsigned long long>(writer.events_written()),
-               static_cast<unsigned long long>(*read), flags.output.c_str());
+  PrintSafe(stderr, fmt::format("fragscope: wrote {} trace events ({} input events) to {}\n",
+                                writer.events_written(), *read, flags.output));
   return kExitOk;
 }
 
@@ -232,7 +230,7 @@ int ToJson(const ConvertFlags& flags) {
   if (st.code() == StatusCode::kLimitExceeded) return BadInput(flags.input + ": " + st.message());
   if (st.ok()) st = (*out)->Commit();
   if (!st.ok()) return Failure(st.message());
-  std::fprintf(stderr, "fragscope: wrote %s\n", flags.output.c_str());
+  PrintSafe(stderr, fmt::format("fragscope: wrote {}\n", flags.output));
   return kExitOk;
 }
 

@@ -235,23 +235,22 @@ int RunExplain(const ExplainFlags& flags) {
 
   const std::string out =
       flags.json ? sinks::RenderExplainJson(report) : sinks::RenderExplainText(report);
-  const int written = WriteReport(out);
+  const int written = WriteReport(out, flags.json ? ReportForm::kJson : ReportForm::kText);
   if (written != kExitOk) return written;
   if (!any_explained) {
     for (const analysis::OomExplanation& e : report.errors) {
       if (!e.figures_agree) {
-        std::fprintf(stderr,
-                     "fragscope: %s:%llu: found '%s out of memory' but its figures contradict "
-                     "each other (reserved + free > total capacity)\n",
-                     input.c_str(), static_cast<unsigned long long>(e.message.line),
-                     e.message.backend.c_str());
+        PrintSafe(stderr, fmt::format("fragscope: {}:{}: found '{} out of memory' but its figures "
+                                      "contradict each other (reserved + free > total capacity)\n",
+                                      input, e.message.line, e.message.backend));
         continue;
       }
       std::string list;
       for (const std::string& x : e.missing) list += (list.empty() ? "'" : ", '") + x + "'";
-      std::fprintf(stderr, "fragscope: %s:%llu: found '%s out of memory' but no %s figure%s\n",
-                   input.c_str(), static_cast<unsigned long long>(e.message.line),
-                   e.message.backend.c_str(), list.c_str(), e.missing.size() == 1 ? "" : "s");
+      PrintSafe(
+          stderr,
+          fmt::format("fragscope: {}:{}: found '{} out of memory' but no {} figure{}\n", input,
+                      e.message.line, e.message.backend, list, e.missing.size() == 1 ? "" : "s"));
     }
     return kExitBadInput;
   }

@@ -128,24 +128,28 @@ std::string Bytes(const std::optional<std::uint64_t>& v) {
   return v.has_value() ? FormatBytes(*v) : "?";
 }
 
+// Every string NVML, the driver's /proc files and the paths give is escaped as a field
+// (common/terminal_text.h): a device name cannot drive the terminal.
 std::string NodeText(const gpu::NodeGpuInfo& node) {
+  const auto safe = [](std::string_view text) { return TerminalSafe(text); };
   std::string out;
   if (node.nvml_unavailable_reason.empty()) {
-    out += fmt::format("NVML: {}", node.nvml_library);
-    if (!node.nvml_version.empty()) out += fmt::format(", NVML {}", node.nvml_version);
+    out += fmt::format("NVML: {}", safe(node.nvml_library));
+    if (!node.nvml_version.empty()) out += fmt::format(", NVML {}", safe(node.nvml_version));
     if (node.cuda_driver_version.has_value()) {
       out += fmt::format(", CUDA driver {}.{}", *node.cuda_driver_version / 1000,
                          *node.cuda_driver_version % 1000 / 10);
     }
     out += "\n";
   } else {
-    out += fmt::format("NVML not available: {}\n", node.nvml_unavailable_reason);
+    out += fmt::format("NVML not available: {}\n", safe(node.nvml_unavailable_reason));
   }
   if (!node.procfs_unavailable_reason.empty()) {
-    out += fmt::format("/proc/driver/nvidia not available: {}\n", node.procfs_unavailable_reason);
+    out += fmt::format("/proc/driver/nvidia not available: {}\n",
+                       safe(node.procfs_unavailable_reason));
   }
-  out += fmt::format("Driver: {}\n", node.driver_version.empty() ? "?" : node.driver_version);
-  for (const std::string& e : node.errors) out += fmt::format("error: {}\n", e);
+  out += fmt::format("Driver: {}\n", node.driver_version.empty() ? "?" : safe(node.driver_version));
+  for (const std::string& e : node.errors) out += fmt::format("error: {}\n", safe(e));
   out += fmt::format("GPUs: {}\n", node.gpus.size());
 
   for (const gpu::GpuInfo& g : node.gpus) {
@@ -155,9 +159,9 @@ std::string NodeText(const gpu::NodeGpuInfo& node) {
                           : g.from_nvml                ? "NVML only"
                                                        : "/proc only";
     const std::string& name = g.name.empty() ? g.model : g.name;
-    out += fmt::format("{}  {}  {}  {}  ({})\n", index, name.empty() ? "?" : name,
-                       g.uuid.empty() ? "(no UUID)" : g.uuid,
-                       g.pci_bus_id.empty() ? g.bus_location : g.pci_bus_id, sources);
+    out += fmt::format("{}  {}  {}  {}  ({})\n", index, name.empty() ? "?" : safe(name),
+                       g.uuid.empty() ? "(no UUID)" : safe(g.uuid),
+                       safe(g.pci_bus_id.empty() ? g.bus_location : g.pci_bus_id), sources);
     if (g.memory_total_bytes.has_value() || g.memory_used_bytes.has_value()) {
       out += fmt::format("  memory     {} total, {} used, {} free", Bytes(g.memory_total_bytes),
                          Bytes(g.memory_used_bytes), Bytes(g.memory_free_bytes));
@@ -195,7 +199,7 @@ std::string NodeText(const gpu::NodeGpuInfo& node) {
       for (const gpu::MigInstance& m : g.mig_instances) {
         out += fmt::format(
             "    MIG {}  {}  GI {} CI {}  {} total, {} used, {} free\n", m.index,
-            m.uuid.empty() ? "(no UUID)" : m.uuid,
+            m.uuid.empty() ? "(no UUID)" : safe(m.uuid),
             m.gpu_instance_id.has_value() ? std::to_string(*m.gpu_instance_id) : "?",
             m.compute_instance_id.has_value() ? std::to_string(*m.compute_instance_id) : "?",
             Bytes(m.memory_total_bytes), Bytes(m.memory_used_bytes), Bytes(m.memory_free_bytes));
@@ -208,15 +212,15 @@ std::string NodeText(const gpu::NodeGpuInfo& node) {
         if (!line.empty()) line += ", ";
         line += part;
       };
-      if (!g.model.empty() && g.model != g.name) add(g.model);
+      if (!g.model.empty() && g.model != g.name) add(safe(g.model));
       if (g.device_minor.has_value()) add(fmt::format("minor {}", *g.device_minor));
       if (g.irq.has_value()) add(fmt::format("IRQ {}", *g.irq));
-      if (!g.firmware.empty()) add("firmware " + g.firmware);
-      if (!g.video_bios.empty()) add("video BIOS " + g.video_bios);
+      if (!g.firmware.empty()) add("firmware " + safe(g.firmware));
+      if (!g.video_bios.empty()) add("video BIOS " + safe(g.video_bios));
       if (g.excluded.has_value()) add(*g.excluded ? "EXCLUDED" : "not excluded");
       if (!line.empty()) out += fmt::format("  /proc      {}\n", line);
     }
-    for (const std::string& e : g.errors) out += fmt::format("  error      {}\n", e);
+    for (const std::string& e : g.errors) out += fmt::format("  error      {}\n", safe(e));
   }
   return out;
 }
@@ -254,7 +258,8 @@ int RunGpus(const GpusFlags& flags) {
   }
 
   const gpu::NodeGpuInfo node = gpu::JoinGpuInfo(std::move(nvml), std::move(procfs));
-  return WriteReport(flags.json ? NodeJson(node, procfs_options.root) : NodeText(node));
+  if (flags.json) return WriteReport(NodeJson(node, procfs_options.root), ReportForm::kJson);
+  return WriteReport(NodeText(node), ReportForm::kText);
 }
 
 }  // namespace

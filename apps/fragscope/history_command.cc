@@ -157,13 +157,13 @@ nlohmann::json HistoryToJson(const BaselineComparison& c) {
 }
 
 std::string ComparisonText(const BaselineComparison& c) {
-  std::string out = c.sentence + "\n";
+  std::string out = TerminalSafe(c.sentence) + "\n";
   auto ratio = [](const std::optional<double>& v) {
     return v ? fmt::format("{:.2f}×", *v) : std::string("-");
   };
   if (c.runs == 0) return out;
   out += fmt::format("  baseline: {} earlier {} of {}\n", c.runs, c.runs == 1 ? "run" : "runs",
-                     c.architecture);
+                     TerminalSafe(c.architecture));
   out += fmt::format("  fragmentation growth per 1000 steps: {} now, {} baseline ({})\n",
                      FormatGrowth(c.current_growth), FormatGrowth(c.baseline_growth),
                      ratio(c.growth_ratio));
@@ -181,9 +181,10 @@ std::string ComparisonText(const BaselineComparison& c) {
 }
 
 std::string SummaryText(const RunSummary& r) {
-  std::string out = fmt::format("run {} ({})\n", r.run, r.architecture);
+  // Run names, labels and paths come from the input and the command line: escaped as fields.
+  std::string out = fmt::format("run {} ({})\n", TerminalSafe(r.run), TerminalSafe(r.architecture));
   out += fmt::format("  recorded          {}\n", FormatTime(r.recorded_unix_s));
-  out += fmt::format("  source            {} (device {})\n", r.source, r.device);
+  out += fmt::format("  source            {} (device {})\n", TerminalSafe(r.source), r.device);
   out += fmt::format("  steps             {}\n", r.steps);
   out += fmt::format("  peak allocated    {}\n", FormatBytes(r.peak_allocated_bytes));
   out += fmt::format("  peak reserved     {}\n", FormatBytes(r.peak_reserved_bytes));
@@ -279,7 +280,8 @@ int RunRecord(const HistoryFlags& flags) {
     nlohmann::json j = {{"history", (*store)->path()},
                         {"recorded", HistoryToJson(*summary)},
                         {"comparison", HistoryToJson(c)}};
-    return WriteReport(j.dump(2) + "\n");
+    return WriteReport(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                       ReportForm::kJson);
   }
   std::string out = fmt::format("recorded run {} ({}) in {}\n", summary->run, summary->architecture,
                                 (*store)->path());
@@ -289,7 +291,7 @@ int RunRecord(const HistoryFlags& flags) {
       FormatBytes(summary->peak_allocated_bytes), FormatBytes(summary->peak_reserved_bytes),
       FormatGrowth(summary->fragmentation_growth_per_1000_steps), summary->marks.size());
   out += ComparisonText(c);
-  return WriteReport(out);
+  return WriteReport(out, ReportForm::kText);
 }
 
 // `current` against the last `last` runs of its architecture in the history; a missing history
@@ -328,9 +330,10 @@ int RunCompare(const HistoryFlags& flags) {
   if (!c.ok()) return BadInput(c.status().message());
   if (flags.json) {
     nlohmann::json j = {{"current", HistoryToJson(*summary)}, {"comparison", HistoryToJson(*c)}};
-    return WriteReport(j.dump(2) + "\n");
+    return WriteReport(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                       ReportForm::kJson);
   }
-  return WriteReport(ComparisonText(*c));
+  return WriteReport(ComparisonText(*c), ReportForm::kText);
 }
 
 int RunList(const HistoryFlags& flags) {
@@ -349,25 +352,30 @@ int RunList(const HistoryFlags& flags) {
   if (flags.json) {
     nlohmann::json j = nlohmann::json::array();
     for (const RunSummary& r : runs) j.push_back(HistoryToJson(r));
-    return WriteReport(j.dump(2) + "\n");
+    return WriteReport(j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                       ReportForm::kJson);
   }
-  if (!store.ok()) return WriteReport(store.status().message() + " (nothing recorded yet)\n");
+  if (!store.ok()) {
+    return WriteReport(store.status().message() + " (nothing recorded yet)\n", ReportForm::kText);
+  }
   if (runs.empty()) {
     return WriteReport(
         flags.arch.empty()
             ? fmt::format("no runs recorded in {}\n", (*store)->path())
-            : fmt::format("no runs of {} recorded in {}\n", flags.arch, (*store)->path()));
+            : fmt::format("no runs of {} recorded in {}\n", flags.arch, (*store)->path()),
+        ReportForm::kText);
   }
   std::string out =
       fmt::format("{:<24} {:<16} {:<20} {:>7} {:>12} {:>12} {:>10} {:>5}\n", "RUN", "ARCH",
                   "RECORDED", "STEPS", "PEAK ALLOC", "PEAK RESV", "GROWTH/1K", "OOMS");
   for (const RunSummary& r : runs) {
-    out += fmt::format("{:<24} {:<16} {:<20} {:>7} {:>12} {:>12} {:>10} {:>5}\n", r.run,
-                       r.architecture, FormatTime(r.recorded_unix_s), r.steps,
-                       FormatBytes(r.peak_allocated_bytes), FormatBytes(r.peak_reserved_bytes),
-                       FormatGrowth(r.fragmentation_growth_per_1000_steps), r.num_ooms);
+    out +=
+        fmt::format("{:<24} {:<16} {:<20} {:>7} {:>12} {:>12} {:>10} {:>5}\n", TerminalSafe(r.run),
+                    TerminalSafe(r.architecture), FormatTime(r.recorded_unix_s), r.steps,
+                    FormatBytes(r.peak_allocated_bytes), FormatBytes(r.peak_reserved_bytes),
+                    FormatGrowth(r.fragmentation_growth_per_1000_steps), r.num_ooms);
   }
-  return WriteReport(out);
+  return WriteReport(out, ReportForm::kText);
 }
 
 int RunShow(const HistoryFlags& flags) {
@@ -378,8 +386,11 @@ int RunShow(const HistoryFlags& flags) {
   if (!run->has_value()) {
     return BadInput(fmt::format("{}: no run named {}", (*store)->path(), flags.run));
   }
-  if (flags.json) return WriteReport(HistoryToJson(**run).dump(2) + "\n");
-  return WriteReport(SummaryText(**run));
+  if (flags.json)
+    return WriteReport(
+        HistoryToJson(**run).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+        ReportForm::kJson);
+  return WriteReport(SummaryText(**run), ReportForm::kText);
 }
 
 int RunForget(const HistoryFlags& flags) {
@@ -388,7 +399,8 @@ int RunForget(const HistoryFlags& flags) {
   Result<bool> deleted = (*store)->DeleteRun(flags.run);
   if (!deleted.ok()) return BadInput(deleted.status().message());
   if (!*deleted) return BadInput(fmt::format("{}: no run named {}", (*store)->path(), flags.run));
-  return WriteReport(fmt::format("forgot run {} in {}\n", flags.run, (*store)->path()));
+  return WriteReport(fmt::format("forgot run {} in {}\n", flags.run, (*store)->path()),
+                     ReportForm::kText);
 }
 
 void AddHistoryOption(CLI::App& sub, HistoryFlags* flags) {

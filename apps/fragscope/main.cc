@@ -1,5 +1,6 @@
 // fragscope: the command-line tool. A thin main: it parses the command line with CLI11 and
 // runs the chosen subcommand; each subcommand's wiring lives in its own <name>_command.cc.
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,8 @@ constexpr char kIntro[] =
 
 constexpr char kMainFooter[] =
     "Run `fragscope COMMAND --help` for a command's options and examples.\n"
+    "Control characters in what the input says (names, labels, paths, log text) are printed\n"
+    "as \\xNN, so a file cannot drive the terminal (docs/user-guide.md, \"Terminal safety\").\n"
     "Docs: docs/user-guide.md (walkthrough), docs/metrics.md (every metric).";
 
 }  // namespace
@@ -72,7 +75,13 @@ int main(int argc, char** argv) {
       }
     }
     // --help and --version exit 0; every usage error exits 2 whatever CLI11's own code is.
-    return app.exit(e) == 0 ? fragscope::cli::kExitOk : fragscope::cli::kExitBadInput;
+    // CLI11's messages quote the command line, so they go out with control characters escaped.
+    std::ostringstream out;
+    std::ostringstream err;
+    const int code = app.exit(e, out, err);
+    fragscope::cli::PrintSafe(stdout, out.str());
+    fragscope::cli::PrintSafe(stderr, err.str());
+    return code == 0 ? fragscope::cli::kExitOk : fragscope::cli::kExitBadInput;
   }
   for (const Command& command : commands) {
     if (command.app->parsed()) return command.run();

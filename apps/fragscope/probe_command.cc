@@ -117,13 +117,14 @@ int Finish(const ProbeFlags& flags, ProbeStatus status, const std::string& messa
     out["code"] = static_cast<int>(status);
     out["message"] = message;
     out["perfdata"] = perf;
-    std::cout << out.dump(1) << "\n";
+    WriteReport(out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                ReportForm::kJson);
   } else {
+    // One status line: the daemon's labels and the URL are escaped, newlines included.
     std::string line = fmt::format("FRAGSCOPE {} - {}", kStatusName[status], message);
     if (!perf.empty()) line += " | " + fmt::format("{}", fmt::join(perf, " "));
-    std::cout << line << "\n";
+    WriteReport(TerminalSafe(line) + "\n", ReportForm::kText);
   }
-  std::cout.flush();
   return status;
 }
 

@@ -98,14 +98,17 @@ int RunReplay(const ReplayFlags& flags) {
   Result<ReplayRun> run = ReplayInput(request);
   if (!run.ok()) return BadInput(run.status().message());
   std::string out;
+  ReportForm form = ReportForm::kJson;
   if (flags.report.json) {
     sinks::JsonOptions json;
     json.include_layout = !flags.report.no_map;
     out = sinks::RenderReplayJson(run->replay, run->result, json);
   } else {
-    out = sinks::RenderReplayText(run->replay, run->result, TextOptionsFor(flags.report));
+    const sinks::TextOptions text = TextOptionsFor(flags.report);
+    out = sinks::RenderReplayText(run->replay, run->result, text);
+    form = TextForm(text.color);
   }
-  const int written = WriteReport(out);
+  const int written = WriteReport(out, form);
   if (written != kExitOk) return written;
   return run->replay.ooms.empty() ? kExitOk : kExitFailure;
 }

@@ -381,8 +381,8 @@ int RunReport(const ReportCommandFlags& flags) {
     std::filesystem::remove(temp);
     return Failure(fmt::format("cannot write {}: {}", flags.output, ec.message()));
   }
-  std::fprintf(stderr, "fragscope: wrote %s (%s): %s\n", flags.output.c_str(),
-               FormatBytes(html.size()).c_str(), sinks::ReportVerdict(*result).c_str());
+  PrintSafe(stderr, fmt::format("fragscope: wrote {} ({}): {}\n", flags.output,
+                                FormatBytes(html.size()), sinks::ReportVerdict(*result)));
   return kExitOk;
 }
 

@@ -130,8 +130,12 @@ std::string Timestamp() {
   return fmt::format("{}.{:03d}Z", buf, ts.tv_nsec / 1000000);
 }
 
+// One line per message: agents, NVML, the alert rules and paths put their strings in messages,
+// so control characters, newlines included, are escaped (common/terminal_text.h).
 void Log(std::string_view message) {
-  const std::string line = fmt::format("{} fragscope serve: {}\n", Timestamp(), message);
+  std::string line = fmt::format("{} fragscope serve: ", Timestamp());
+  AppendTerminalSafe(message, TerminalEscape::kField, &line);
+  line += '\n';
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }

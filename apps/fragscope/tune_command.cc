@@ -226,8 +226,8 @@ int RunTune(const TuneFlags& flags) {
     out += fmt::format(
         "fragscope tune: {} ({} request events) on {} ({} used by others), "
         "{} settings\n\n",
-        flags.path, events.size(), capacity_text, FormatBytes(options.used_by_others_bytes),
-        ranked.size());
+        TerminalSafe(flags.path), events.size(), capacity_text,
+        FormatBytes(options.used_by_others_bytes), ranked.size());
     out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>6}  {:>7}{}  {}\n", "rank", "result",
                        "peak reserved", "peak allocated", "waste", "retries",
                        flags.min_capacity ? "  min capacity" : "", "PYTORCH_CUDA_ALLOC_CONF");
@@ -290,9 +290,9 @@ int RunTune(const TuneFlags& flags) {
         out += against(*recorded, "the recorded settings");
       }
     }
-    for (const std::string& note : notes) out += fmt::format("  note: {}\n", note);
+    for (const std::string& note : notes) out += fmt::format("  note: {}\n", TerminalSafe(note));
   }
-  const int written = WriteReport(out);
+  const int written = WriteReport(out, flags.json ? ReportForm::kJson : ReportForm::kText);
   if (written != kExitOk) return written;
   return best.oom ? kExitFailure : kExitOk;
 }

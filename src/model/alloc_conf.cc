@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "common/terminal_text.h"
+
 namespace fragscope::model {
 namespace {
 
@@ -119,19 +121,13 @@ std::string_view CanonicalName(Key key) {
 
 // ---- Messages ---------------------------------------------------------------------------------
 
-// `text` with non-printable bytes (and quotes and backslashes) as \xNN, cut after 48 bytes:
-// tokens come from untrusted input and end up in logs.
+// `text` cut after 48 bytes, with control characters and bytes that are not UTF-8 as \xNN
+// (common/terminal_text.h), and quotes and backslashes too: tokens come from untrusted input and
+// end up quoted in messages and logs.
 std::string Escape(std::string_view text) {
   constexpr std::size_t kMaxShown = 48;
   std::string out;
-  for (std::size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c >= 0x7f || c == '\\' || c == '\'') {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
+  AppendTerminalSafe(text.substr(0, kMaxShown), TerminalEscape::kField, &out, "\\'");
   if (text.size() > kMaxShown) out += "...";
   return out;
 }

@@ -237,6 +237,37 @@ TEST(RenderTextTest, NotesAreShown) {
   EXPECT_THAT(RenderText(r, {}), HasSubstr("note: timeline downsampled"));
 }
 
+// Issue 24 item 3: the input's strings are escaped as fields, so with colors on the only ESC
+// bytes are the report's own SGR sequences, and a newline in a label starts no line.
+TEST(RenderTextTest, Issue24InputStringsCannotDriveTheTerminal) {
+  auto r = testing::MakeAllocatorResult();
+  const std::string evil = "x\x1b]0;title\x07\x1b[2J\nFAKE LINE\t\xc2\x9b";
+  r.source = "run" + evil + ".jsonl";
+  r.producer = "producer" + evil;
+  r.labels.emplace_back("key" + evil, "value" + evil);
+  r.notes.push_back("note" + evil);
+  r.devices.front().name = "gpu" + evil;
+  TextOptions options;
+  options.color = true;
+  const std::string text = RenderText(r, options);
+  EXPECT_THAT(text, HasSubstr("producer: producerx\\x1b]0;title\\x07\\x1b[2J\\x0aFAKE "
+                              "LINE\\x09\\xc2\\x9b\n"));
+  EXPECT_THAT(text, HasSubstr("Device 0: gpux\\x1b]0;title"));
+  EXPECT_THAT(text, HasSubstr("keyx\\x1b]0;title"));
+  for (const std::string& line : Lines(text)) {
+    EXPECT_FALSE(line.starts_with("FAKE LINE")) << "a field started a line";
+    EXPECT_THAT(line, Not(HasSubstr("\x07")));
+    EXPECT_THAT(line, Not(HasSubstr("\xc2\x9b")));
+    for (std::size_t at = line.find('\x1b'); at != std::string::npos;
+         at = line.find('\x1b', at + 1)) {
+      // Every ESC left is the start of one of the report's own SGR sequences.
+      const std::size_t end = line.find_first_not_of("0123456789;", at + 2);
+      ASSERT_TRUE(line.compare(at, 2, "\x1b[") == 0 && end != std::string::npos && line[end] == 'm')
+          << line;
+    }
+  }
+}
+
 TEST(RenderTextTest, NoDevices) {
   analysis::AnalysisResult r;
   r.source = "empty.jsonl";

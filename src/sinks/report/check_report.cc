@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/terminal_text.h"
+
 namespace fragscope::sinks {
 namespace {
 
@@ -24,7 +26,7 @@ std::string RenderCheckText(const analysis::CheckResult& result, bool color) {
   for (const CheckItem& i : result.items) checked += i.outcome != CheckOutcome::kSkipped;
   out += fmt::format("fragscope check: {} — {} ({}; {} of {} checks failed)\n",
                      failed == 0 ? Paint("PASS", "32;1", color) : Paint("FAIL", "31;1", color),
-                     result.source, result.mode, failed, checked);
+                     TerminalSafe(result.source), result.mode, failed, checked);
   std::int32_t device = -1;
   for (const CheckItem& i : result.items) {
     if (i.device != device) {
@@ -38,9 +40,9 @@ std::string RenderCheckText(const analysis::CheckResult& result, bool color) {
     if (i.outcome == CheckOutcome::kSkipped) {
       // What was measured (if anything), and why it was not checked.
       if (!i.measured.empty())
-        line += fmt::format(" {}  (not checked: {})", i.measured, i.detail);
+        line += fmt::format(" {}  (not checked: {})", i.measured, TerminalSafe(i.detail));
       else
-        line += " " + i.detail;
+        line += " " + TerminalSafe(i.detail);
       out += line + "\n";
       continue;
     }
@@ -49,10 +51,10 @@ std::string RenderCheckText(const analysis::CheckResult& result, bool color) {
     out += line + "\n";
     // Failures say why; a passed baseline says how the run compares.
     if (!i.detail.empty() && (i.outcome == CheckOutcome::kFail || i.name == "baseline")) {
-      out += fmt::format("        {}\n", i.detail);
+      out += fmt::format("        {}\n", TerminalSafe(i.detail));
     }
   }
-  for (const std::string& n : result.notes) out += "note: " + n + "\n";
+  for (const std::string& n : result.notes) out += "note: " + TerminalSafe(n) + "\n";
   if (failed > 0) {
     out +=
         "exit status 1: a check failed (`fragscope check --help` lists the limits; "
@@ -84,7 +86,7 @@ std::string RenderCheckJson(const analysis::CheckResult& result) {
   }
   j["checks"] = std::move(checks);
   j["notes"] = result.notes;
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace fragscope::sinks

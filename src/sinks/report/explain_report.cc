@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/terminal_text.h"
 #include "common/units.h"
 
 namespace fragscope::sinks {
@@ -80,8 +81,8 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
   std::string out;
   const std::size_t n = report.errors.size();
   out += fmt::format("fragscope explain: {} ({} lines): {} out-of-memory error{}",
-                     report.input == "-" ? "standard input" : report.input, report.lines, n,
-                     n == 1 ? "" : "s");
+                     report.input == "-" ? "standard input" : TerminalSafe(report.input),
+                     report.lines, n, n == 1 ? "" : "s");
   if (n > 1) {
     std::string where;
     for (const OomExplanation& e : report.errors) {
@@ -105,7 +106,7 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
     const OomExplanation& e = report.errors[i];
     const OomMessage& m = e.message;
     out += fmt::format("\nError {} of {}: {}: {} out of memory{}\n", i + 1, n, Where(m), m.backend,
-                       m.exception.empty() ? "" : " (" + m.exception + ")");
+                       m.exception.empty() ? "" : " (" + TerminalSafe(m.exception) + ")");
     if (m.repeats > 1) {
       std::string lines;
       for (std::uint64_t l : m.repeat_lines) lines += fmt::format(" {}", l);
@@ -139,7 +140,7 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
       for (const std::string& x : e.missing) list += (list.empty() ? "" : ", ") + x;
       out += fmt::format("  Missing: {}\n", list);
     }
-    for (const std::string& note : e.notes) out += "  Note: " + note + "\n";
+    for (const std::string& note : e.notes) out += "  Note: " + TerminalSafe(note) + "\n";
     const bool verified = report.verification && report.verified_error == i;
     out += verified ? "\n  Remedies, ranked by the replay:\n" : "\n  Remedies, best first:\n";
     for (std::size_t r = 0; r < e.remedies.size(); ++r) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/terminal_text.h"
 #include "common/units.h"
 
 namespace fragscope::sinks {
@@ -59,7 +60,9 @@ void RenderFidelity(const analysis::ReplayResult& replay, std::string* out) {
 
 std::string RenderReplayText(const analysis::ReplayResult& replay,
                              const analysis::AnalysisResult& analysis, const TextOptions& options) {
-  std::string out = fmt::format("fragscope replay: {}\n", replay.trace);
+  // Input-derived strings (the trace's name, its recorded settings, notes) are escaped as
+  // fields (common/terminal_text.h).
+  std::string out = fmt::format("fragscope replay: {}\n", TerminalSafe(replay.trace));
   for (const analysis::DeviceReplay& d : replay.devices) {
     out += fmt::format(
         "  device {}: virtual GPU of {} ({} used by others), "
@@ -67,7 +70,7 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
         d.device,
         d.capacity_bytes >= analysis::kUnlimitedCapacity ? std::string("unlimited memory")
                                                          : FormatBytes(d.capacity_bytes),
-        FormatBytes(d.used_by_others_bytes), d.alloc_conf);
+        FormatBytes(d.used_by_others_bytes), TerminalSafe(d.alloc_conf));
   }
   if (replay.ooms.empty()) {
     out += fmt::format("  result: no out-of-memory error in {} request events\n",
@@ -118,7 +121,7 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
     }
   }
   RenderFidelity(replay, &out);
-  for (const std::string& note : replay.notes) out += "  note: " + note + "\n";
+  for (const std::string& note : replay.notes) out += "  note: " + TerminalSafe(note) + "\n";
   out += "\n";
   out +=
       "  The analysis of the simulated allocator trace follows; its event numbers count that "

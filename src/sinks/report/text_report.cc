@@ -9,6 +9,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include "common/terminal_text.h"
 #include "common/units.h"
 #include "fragscope/event.h"
 
@@ -190,7 +191,10 @@ std::vector<std::pair<std::string_view, const Extreme*>> Extremes(const DeviceRe
 }
 
 void RenderHeader(const AnalysisResult& r, const Styler& style, std::string* out) {
-  *out += style.Heading(fmt::format("fragscope analyze: {}", r.source));
+  // Strings from the input (its name, producer, labels, device names, call sites) are escaped
+  // as fields (common/terminal_text.h): a control character or newline in them can neither
+  // drive the terminal nor start a line of its own.
+  *out += style.Heading(fmt::format("fragscope analyze: {}", TerminalSafe(r.source)));
   *out += '\n';
   std::string timeline;
   if (r.timeline_unit == "step") {
@@ -202,12 +206,12 @@ void RenderHeader(const AnalysisResult& r, const Styler& style, std::string* out
   *out += fmt::format("  {}, {}, {}, {}; timeline: {}\n", TraceKindName(r.kind),
                       Plural(r.total_events, "event", "events"), Plural(r.steps, "step", "steps"),
                       Plural(r.devices.size(), "device", "devices"), timeline);
-  if (!r.producer.empty()) *out += fmt::format("  producer: {}\n", r.producer);
+  if (!r.producer.empty()) *out += fmt::format("  producer: {}\n", TerminalSafe(r.producer));
   if (!r.labels.empty()) {
     std::string labels;
     for (const auto& [key, value] : r.labels) {
       if (!labels.empty()) labels += ", ";
-      labels += key + "=" + value;
+      labels += TerminalSafe(key) + "=" + TerminalSafe(value);
     }
     *out += fmt::format("  labels: {}\n", labels);
   }
@@ -218,12 +222,14 @@ void RenderHeader(const AnalysisResult& r, const Styler& style, std::string* out
             : fmt::format("  stranding threshold: the p{:g} of recent request sizes, per pool\n",
                           100.0 * r.stranded_quantile);
   }
-  for (const std::string& note : r.notes) *out += style.Warn("  note: " + note) + "\n";
+  for (const std::string& note : r.notes) {
+    *out += style.Warn("  note: " + TerminalSafe(note)) + "\n";
+  }
 }
 
 void RenderDeviceTitle(const DeviceReport& d, const Styler& style, std::string* out) {
   std::string title = fmt::format("Device {}", d.device);
-  if (!d.name.empty()) title += ": " + d.name;
+  if (!d.name.empty()) title += ": " + TerminalSafe(d.name);
   if (d.capacity_bytes) title += fmt::format(", capacity {}", FormatBytes(*d.capacity_bytes));
   *out += '\n';
   *out += style.Heading(title);
@@ -595,7 +601,7 @@ void RenderStrandingSites(const DeviceReport& d, const Styler& style, std::strin
       while (cut < site.size() && (static_cast<unsigned char>(site[cut]) & 0xc0) == 0x80) ++cut;
       site = "..." + site.substr(cut);
     }
-    t.AddRow({"  " + site, FormatBytes(s.stranded_bytes), FormatBytes(s.live_bytes),
+    t.AddRow({"  " + TerminalSafe(site), FormatBytes(s.stranded_bytes), FormatBytes(s.live_bytes),
               Grouped(s.blocks), Grouped(s.segments)});
   }
   *out += t.Render("  ");
@@ -630,8 +636,8 @@ void RenderForecast(const DeviceReport& d, const Styler& style, std::string* out
   *out += "  " + style.Heading(fmt::format("Forecast (one verdict every {} {}; docs/forecast.md)",
                                            f.every, f.every == 1 ? unit : std::string(unit) + "s"));
   *out += '\n';
-  for (const std::string& note : f.notes) *out += fmt::format("  note: {}\n", note);
-  if (f.baseline) *out += fmt::format("  baseline: {}\n", f.baseline->sentence);
+  for (const std::string& note : f.notes) *out += fmt::format("  note: {}\n", TerminalSafe(note));
+  if (f.baseline) *out += fmt::format("  baseline: {}\n", TerminalSafe(f.baseline->sentence));
   if (!f.enough_data) return;
   auto at = [&](const std::optional<std::int64_t>& step) {
     return step ? fmt::format("{} {}", unit, *step) : std::string("none");
