@@ -632,5 +632,35 @@ TEST(PickleReaderTest, StreamedPayloadsAndLinesLongerThanTheBuffer) {
   EXPECT_EQ(doc.status().message().rfind("byte 3: truncated", 0), 0u) << doc.status().message();
 }
 
+// Issue 24 item 1: the memory budget stops decoding as the data grows, in memory and streamed.
+TEST(PickleReaderTest, Issue24MemoryBudgetStopsManySmallObjects) {
+  std::string bytes = "\x80\x04](";
+  for (int i = 0; i < 200'000; ++i) bytes += std::string("G\x3f\xf8\0\0\0\0\0\0", 9);
+  bytes += "e.";
+  PickleLimits limits;
+  limits.max_memory_bytes = 1 << 20;
+  Result<Document> in_memory = ReadPickleBytes(bytes, limits);
+  ASSERT_FALSE(in_memory.ok());
+  EXPECT_EQ(in_memory.status().code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(
+      in_memory.status().message().find("the decoded data outgrew its memory budget: reached"),
+      std::string::npos)
+      << in_memory.status().message();
+  EXPECT_NE(in_memory.status().message().find(
+                "more than the memory budget of 1048576 bytes (1.0 MiB) (set by --max-memory); "
+                "raise it with --max-memory"),
+            std::string::npos)
+      << in_memory.status().message();
+
+  auto input = InputStream::Open(MemorySource(bytes));
+  ASSERT_TRUE(input.ok());
+  Result<Document> streamed = ReadPickle(**input, limits);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), StatusCode::kLimitExceeded);
+
+  limits.max_memory_bytes = 64 << 20;  // the same file within a budget that fits it
+  EXPECT_TRUE(ReadPickleBytes(bytes, limits).ok());
+}
+
 }  // namespace
 }  // namespace fragscope::sources

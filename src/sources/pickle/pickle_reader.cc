@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/utf8.h"
+#include "sources/budget.h"
 #include "sources/document/pod_buffer.h"
 #include "sources/document/read_from.h"
 
@@ -401,6 +402,7 @@ std::string RawUnicodeEscapeDecode(std::string_view s, std::string* out) {
 class ValueStack {
  public:
   std::size_t size() const { return size_; }
+  std::size_t capacity() const { return capacity_; }
   const Value* data() const { return data_.get(); }
   Value back() const { return data_[size_ - 1]; }
   Value operator[](std::size_t i) const { return data_[i]; }
@@ -456,6 +458,11 @@ class Unpickler {
   Unpickler(std::string_view head, InputStream* rest, const PickleLimits& limits,
             const ProgressFn& progress)
       : rest_(rest), limits_(limits), progress_(progress) {
+    const std::uint64_t input_size =
+        rest_ != nullptr ? head.size() + rest_->raw_bytes_total() : head.size();
+    memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
+    memory_budget_ =
+        limits_.max_memory_bytes != 0 ? limits_.max_memory_bytes : MemoryBudgetFor(input_size);
     if (rest_ == nullptr) {
       // Zero copy: the window is the caller's bytes, capped at max_input_bytes.
       std::size_t n = head.size();
@@ -545,9 +552,28 @@ class Unpickler {
     return true;
   }
   bool CheckObjects() {
-    if (doc_.object_count() <= limits_.max_objects) return true;
+    if (doc_.object_count() <= limits_.max_objects) [[likely]] {
+      // Memory is also checked at every refill of the read buffer; this covers input that is
+      // all in memory. Every 4096 objects keeps the cost off the hot path.
+      if ((++memory_checks_ & 0xfff) != 0 || MemoryUsed() <= memory_budget_) [[likely]]
+        return true;
+      return Fail(LimitError(MemoryMessage()));
+    }
     return Fail(LimitError("more than " + Limit(limits_.max_objects, "max_objects") + " objects"));
   }
+  // Bytes held by what the machine has decoded so far (issue 24 item 1).
+  std::uint64_t MemoryUsed() const {
+    return doc_.heap_bytes() + memo_.capacity() * sizeof(MemoSlot) + sparse_memo_.size() * 48 +
+           stack_.capacity() * sizeof(Value) + marks_.capacity() * sizeof(std::size_t) +
+           scratch_.capacity() + scratch2_.capacity();
+  }
+  [[gnu::noinline]] std::string MemoryMessage() const {
+    return (BudgetMessage("the decoded data outgrew its memory budget", "memory", memory_budget_,
+                          MemoryUsed(), memory_user_set_, "--max-memory", /*bytes=*/true));
+  }
+  std::uint64_t memory_budget_ = 0;
+  std::uint32_t memory_checks_ = 0;  // CheckObjects calls; memory is measured every 4096th
+  bool memory_user_set_ = false;
   bool CheckSize(std::uint64_t n, const char* what);
   bool ContainerRoom(Value container, std::uint64_t add);
   // The container that APPEND(S)/SETITEM(S) fill: stack_[top - 1], which must lie in the
@@ -638,6 +664,12 @@ bool Unpickler::Fill(std::size_t n) {
     }
     if (*got == 0) eof_ = true;
     end_ += *got;
+    if (MemoryUsed() > memory_budget_) [[unlikely]] {
+      // Reported by InputEnded() as the stream's error: the memory budget stops decoding here,
+      // while a payload is still being collected if need be.
+      stream_status_ = Status::LimitExceeded(MemoryMessage());
+      return false;
+    }
     if (!warming_ && base_ >= kWarmAfterBytes) {
       // A big input: fault the arenas' next pages in on the other core from now on.
       warming_ = true;
@@ -961,6 +993,7 @@ Result<Document> Unpickler::Run() {
       case kStop: {
         FRAGSCOPE_PICKLE_RUN(NeedOnFrame(1));
         doc_.set_root(stack_.back());
+        doc_.set_input_bytes(Offset(p_));
         doc_.FinishBuilding();
         return std::move(doc_);
       }
