@@ -61,7 +61,8 @@ void AddBudgetOptions(CLI::App& sub) {
   sub.add_option_function<std::uint64_t>(
          "--max-events", [&budget](std::uint64_t n) { budget.max_events = n; },
          "Segments, blocks and trace entries a snapshot may hold, counted each time one is "
-         "reached (default: one per 4 decoded input bytes, at least 1000000)")
+         "reached (default: one per 4 decoded input bytes, at least 1000000); events of a "
+         "trace (default: 64 per byte of the file, at least 1000000)")
       ->type_name("N")
       ->check(IntegerAtLeast(1))
       ->group("Input budgets");

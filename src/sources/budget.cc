@@ -15,6 +15,7 @@ constexpr std::uint64_t kMinMemoryBytes = std::uint64_t{1} << 30;  // 1 GiB
 constexpr std::uint64_t kMemoryPerInputByte = 64;
 constexpr std::uint64_t kMinEvents = 1'000'000;
 constexpr std::uint64_t kDecodedBytesPerEvent = 4;
+constexpr std::uint64_t kTraceEventsPerInputByte = 64;
 constexpr std::uint64_t kMinOutputBytes = std::uint64_t{256} << 20;  // 256 MiB
 // Real snapshots write out 25-55x their pickle as JSON (frames shared in the pickle are written at
 // every reference): 1024x leaves room for deeper stacks.
@@ -50,6 +51,11 @@ std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes) {
 std::uint64_t EventBudgetFor(std::uint64_t decoded_bytes) {
   if (ProcessBudget().max_events != 0) return ProcessBudget().max_events;
   return std::max(kMinEvents, decoded_bytes / kDecodedBytesPerEvent);
+}
+
+std::uint64_t TraceEventBudgetFor(std::uint64_t input_bytes) {
+  if (ProcessBudget().max_events != 0) return ProcessBudget().max_events;
+  return std::max(kMinEvents, Times(input_bytes, kTraceEventsPerInputByte));
 }
 
 std::uint64_t OutputBudgetFor(std::uint64_t decoded_bytes) {

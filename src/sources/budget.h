@@ -7,7 +7,8 @@
 //   memory  bytes of decoded structures (document, memo, stack, collected payloads):
 //           64 x the input's size, at least 1 GiB, at most half the machine's memory
 //   events  segments, blocks and trace entries a snapshot decoder reaches, each time it
-//           reaches one: one per 4 decoded input bytes, at least 1,000,000
+//           reaches one: one per 4 decoded input bytes, at least 1,000,000; events of a
+//           trace: 64 per byte of the file as stored, at least 1,000,000
 //   output  bytes `convert --to json` may write: 1024 x the decoded input, at least 256 MiB
 //
 // Thread safety: ProcessBudget() is set once, before any reader runs; reading it is then safe.
@@ -39,6 +40,9 @@ std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes);
 /// The event budget for a snapshot of `decoded_bytes` (pickle or JSON bytes after
 /// decompression).
 std::uint64_t EventBudgetFor(std::uint64_t decoded_bytes);
+/// The event budget for a trace file of `input_bytes` (as stored, maybe compressed): a trace
+/// line takes tens of bytes, so only a compression bomb comes near it.
+std::uint64_t TraceEventBudgetFor(std::uint64_t input_bytes);
 /// The output budget for writing out an input of `decoded_bytes`.
 std::uint64_t OutputBudgetFor(std::uint64_t decoded_bytes);
 

@@ -224,6 +224,51 @@ def test_compressed_json_snapshot_stops_at_the_memory_budget(tmp_path):
     assert rss < 300 * MiB and took < 40
 
 
+# ---- Traces ---------------------------------------------------------------------------------
+
+TRACE_HEADER = b'{"format":"fragscope-trace","version":1,"kind":"request"}\n'
+
+
+def frame_lines(count, name_bytes):
+    yield TRACE_HEADER
+    name = b"f" * name_bytes
+    for i in range(count):
+        yield b'{"action":"frame","id":%d,"name":"%s"}\n' % (i, name)
+
+
+def test_compressed_trace_of_long_call_sites_stops_at_the_memory_budget(tmp_path):
+    # 2,000 call sites of 1 MiB each: 2 GiB kept by the reader, from a file of ~100 KB.
+    path = zstd_file(tmp_path, "frames.jsonl.zst", frame_lines(2000, MiB))
+    assert os.path.getsize(path) < 500_000
+    code, err, rss, took = run_bounded(["analyze", path, "--max-memory", "128MiB"],
+                                       timeout_s=60)
+    assert code == 2, err
+    assert ":" in err and "the call sites (frame lines) outgrew the memory budget: reached" in err
+    assert "memory budget of 134217728 bytes (128.0 MiB) (set by --max-memory)" in err
+    assert rss < 300 * MiB and took < 30
+
+
+def alloc_free_lines(count):
+    yield TRACE_HEADER
+    pair = b'{"action":"alloc","addr":1,"size":512}\n{"action":"free_requested","addr":1}\n'
+    batch = pair * 5000
+    for _ in range(count // 10_000):
+        yield batch
+
+
+def test_compressed_trace_of_many_events_stops_at_the_event_budget(tmp_path):
+    # 20 million events from a file of ~70 KB: the default budget is 64 events per byte.
+    path = zstd_file(tmp_path, "events.jsonl.zst", alloc_free_lines(20_000_000))
+    assert os.path.getsize(path) < 100_000
+    budget = max(1_000_000, 64 * os.path.getsize(path))
+    code, err, rss, took = run_bounded(["analyze", path], timeout_s=60)
+    assert code == 2, err
+    assert "more events than the trace's size justifies" in err
+    assert f"reached {budget + 1}, more than the event budget of {budget} (derived from" in err
+    assert "raise it with --max-events" in err
+    assert rss < 200 * MiB and took < 15
+
+
 # ---- Output budget --------------------------------------------------------------------------
 
 def nested_references(levels):

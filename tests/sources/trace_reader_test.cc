@@ -276,6 +276,40 @@ TEST(TraceReaderHeaderTest, Issue24DuplicateKeysKeepFirstPositionLastValue) {
   EXPECT_EQ(reader->header().labels, (Pairs{{"a", "3"}, {"b", "2"}}));
 }
 
+// Issue 24 item 1: what a trace reader keeps (call sites) and what it yields (events) stay
+// within budgets, counted as lines are read.
+TEST(TraceReaderHeaderTest, Issue24CallSitesAndEventsHaveBudgets) {
+  TraceLimits limits;
+  limits.max_memory_bytes = 1000;
+  const std::string name(600, 'f');
+  Status memory = FirstError(kHeader + R"({"action":"frame","id":0,"name":")" + name + "\"}\n" +
+                                 R"({"action":"frame","id":1,"name":")" + name + "\"}\n",
+                             limits);
+  EXPECT_EQ(memory.code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(memory.message().find("t:3: the call sites (frame lines) outgrew the memory budget: "
+                                  "reached "),
+            std::string::npos)
+      << memory.message();
+  EXPECT_NE(memory.message().find("more than the memory budget of 1000 bytes"), std::string::npos);
+  EXPECT_NE(memory.message().find("raise it with --max-memory"), std::string::npos);
+
+  TraceLimits few;
+  few.max_events = 2;
+  const std::string line = R"({"action":"empty_cache"})"
+                           "\n";
+  Status events = FirstError(kHeader + line + line + line, few);
+  EXPECT_EQ(events.code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(events.message().find("t:4: more events than the trace's size justifies"),
+            std::string::npos)
+      << events.message();
+  EXPECT_NE(events.message().find(
+                "reached 3, more than the event budget of 2 (set by --max-events); raise it with "
+                "--max-events"),
+            std::string::npos)
+      << events.message();
+  EXPECT_TRUE(FirstError(kHeader + line + line, few).ok());
+}
+
 TEST(TraceReaderHeaderTest, TooManyDevicesIsALimit) {
   TraceLimits limits;
   limits.max_devices = 2;

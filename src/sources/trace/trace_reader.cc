@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fragscope/trace.h"
+#include "sources/budget.h"
 #include "sources/trace/input_stream.h"
 #include "sources/trace/json_scan.h"
 
@@ -25,9 +26,13 @@ namespace fragscope {
 
 namespace {
 
+using sources::BudgetMessage;
 using sources::JsonScanner;
 using sources::JsonToken;
 using sources::JsonType;
+using sources::MemoryBudgetFor;
+using sources::ProcessBudget;
+using sources::TraceEventBudgetFor;
 using Json = nlohmann::ordered_json;  // ordered: settings and labels keep their file order
 
 // Shown in messages; longer values are cut.
@@ -477,7 +482,15 @@ class TraceReaderImpl final : public TraceReader {
  public:
   TraceReaderImpl(std::unique_ptr<sources::LineReader> lines, std::string name,
                   const TraceLimits& limits)
-      : lines_(std::move(lines)), name_(std::move(name)), limits_(limits) {}
+      : lines_(std::move(lines)), name_(std::move(name)), limits_(limits) {
+    // Budgets (issue 24 item 1) follow the file as stored; 0 = not known (a pipe): the floors.
+    const std::uint64_t input_size = lines_->input().raw_bytes_total();
+    memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
+    memory_budget_ =
+        limits_.max_memory_bytes != 0 ? limits_.max_memory_bytes : MemoryBudgetFor(input_size);
+    events_user_set_ = limits_.max_events != 0 || ProcessBudget().max_events != 0;
+    max_events_ = limits_.max_events != 0 ? limits_.max_events : TraceEventBudgetFor(input_size);
+  }
 
   Status ReadHeader() {
     std::string_view line;
@@ -505,7 +518,14 @@ class TraceReaderImpl final : public TraceReader {
       if (!*got) return false;
       bool is_frame = false;
       if (!ParseLine(line, event, &is_frame)) return Fail(error_);
-      if (!is_frame) return true;
+      if (is_frame) continue;
+      if (++events_ > max_events_) [[unlikely]] {
+        return Fail(Status::LimitExceeded(BudgetMessage(
+            "more events than the trace's size justifies (a compressed file that decodes "
+            "to far more than it holds?)",
+            "event", max_events_, events_, events_user_set_, "--max-events", /*bytes=*/false)));
+      }
+      return true;
     }
   }
 
@@ -709,6 +729,15 @@ class TraceReaderImpl final : public TraceReader {
       frame.filename.assign(text);
     }
     if (Has(kLine) && !GetInt(kLine, 0, INT64_MAX, &frame.line)) return false;
+    // Call sites are the one thing a trace reader keeps: their bytes count against the memory
+    // budget, before they are stored (issue 24 item 1).
+    const std::uint64_t slots = index >= frames_.size() ? index + 1 - frames_.size() : 0;
+    frame_bytes_ += slots * (sizeof(Frame) + 1) + frame.name.size() + frame.filename.size();
+    if (frame_bytes_ > memory_budget_) {
+      return Limit(BudgetMessage("the call sites (frame lines) outgrew the memory budget", "memory",
+                                 memory_budget_, frame_bytes_, memory_user_set_, "--max-memory",
+                                 /*bytes=*/true));
+    }
     if (index >= frames_.size()) {
       // Slots of ids not (yet) defined keep id == index and an empty name.
       std::size_t old_size = frames_.size();
@@ -852,7 +881,13 @@ class TraceReaderImpl final : public TraceReader {
   TraceHeader header_;
   std::vector<Frame> frames_;
   std::vector<bool> defined_;  // defined_[id]: a frame line defined id
-  Status failure_;             // sticky: the first error, with its location
+  std::uint64_t memory_budget_ = 0;
+  bool memory_user_set_ = false;
+  std::uint64_t frame_bytes_ = 0;  // what frames_ holds, as counted against memory_budget_
+  std::uint64_t max_events_ = 0;
+  bool events_user_set_ = false;
+  std::uint64_t events_ = 0;
+  Status failure_;  // sticky: the first error, with its location
 
   // Per-line state, reused so a line costs no allocation.
   Status error_;           // the current line's error, without location
