@@ -67,6 +67,13 @@ void AddBudgetOptions(CLI::App& sub) {
       ->check(IntegerAtLeast(1))
       ->group("Input budgets");
   sub.add_option_function<std::string>(
+         "--max-decoded", size_into(&budget.max_decoded_bytes),
+         "Bytes a snapshot may decompress to (default: 1024 x its size, at least 4GiB, at most "
+         "64GiB)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1))
+      ->group("Input budgets");
+  sub.add_option_function<std::string>(
          "--max-output", size_into(&budget.max_output_bytes),
          "Bytes `convert --to json` may write (default: 1024 x the decoded input, at least "
          "256MiB)")

@@ -13,6 +13,8 @@ namespace {
 
 constexpr std::uint64_t kMinMemoryBytes = std::uint64_t{1} << 30;  // 1 GiB
 constexpr std::uint64_t kMemoryPerInputByte = 64;
+constexpr std::uint64_t kMinDecodedBytes = std::uint64_t{4} << 30;  // 4 GiB
+constexpr std::uint64_t kDecodedPerInputByte = 1024;
 constexpr std::uint64_t kMinEvents = 1'000'000;
 constexpr std::uint64_t kDecodedBytesPerEvent = 4;
 constexpr std::uint64_t kTraceEventsPerInputByte = 64;
@@ -46,6 +48,11 @@ std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes) {
     budget = std::min(budget, machine / 2);
   }
   return budget;
+}
+
+std::uint64_t DecodedBudgetFor(std::uint64_t input_bytes) {
+  if (ProcessBudget().max_decoded_bytes != 0) return ProcessBudget().max_decoded_bytes;
+  return std::max(kMinDecodedBytes, Times(input_bytes, kDecodedPerInputByte));
 }
 
 std::uint64_t EventBudgetFor(std::uint64_t decoded_bytes) {

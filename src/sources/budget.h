@@ -9,6 +9,8 @@
 //   events  segments, blocks and trace entries a snapshot decoder reaches, each time it
 //           reaches one: one per 4 decoded input bytes, at least 1,000,000; events of a
 //           trace: 64 per byte of the file as stored, at least 1,000,000
+//   decoded bytes a snapshot file may decompress to: 1024 x its size, at least 4 GiB (and
+//           never more than PickleLimits::max_input_bytes, 64 GiB)
 //   output  bytes `convert --to json` may write: 1024 x the decoded input, at least 256 MiB
 //
 // Thread safety: ProcessBudget() is set once, before any reader runs; reading it is then safe.
@@ -23,9 +25,10 @@ namespace fragscope::sources {
 
 /// Limits the user set (0 = derive from the input, as above).
 struct InputBudget {
-  std::uint64_t max_memory_bytes = 0;  // --max-memory
-  std::uint64_t max_events = 0;        // --max-events
-  std::uint64_t max_output_bytes = 0;  // --max-output
+  std::uint64_t max_memory_bytes = 0;   // --max-memory
+  std::uint64_t max_events = 0;         // --max-events
+  std::uint64_t max_output_bytes = 0;   // --max-output
+  std::uint64_t max_decoded_bytes = 0;  // --max-decoded
 };
 
 /// The process's budget: the command line sets it (apps/fragscope), readers consult it when
@@ -37,6 +40,9 @@ std::uint64_t PhysicalMemoryBytes();
 
 /// The memory budget for decoding an input of `input_bytes` (its size on disk or in memory).
 std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes);
+/// How many bytes a snapshot of `input_bytes` (as stored) may decompress to: even a reader that
+/// keeps nothing spends time on every decoded byte.
+std::uint64_t DecodedBudgetFor(std::uint64_t input_bytes);
 /// The event budget for a snapshot of `decoded_bytes` (pickle or JSON bytes after
 /// decompression).
 std::uint64_t EventBudgetFor(std::uint64_t decoded_bytes);

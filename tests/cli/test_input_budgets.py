@@ -224,6 +224,35 @@ def test_compressed_json_snapshot_stops_at_the_memory_budget(tmp_path):
     assert rss < 300 * MiB and took < 40
 
 
+def none_pop_frames(tmp_path, name, frames):
+    """PROTO then NONE, POP forever: constant memory, 256 MiB per zstd frame; the frames are
+    compressed once and concatenated (a zstd stream may hold many)."""
+    # Streamed through the tool: a 256 MiB object in this process would count in the peak
+    # RSS of the children it starts afterwards (fork copies the page tables).
+    head = open(zstd_file(tmp_path, "head.zst", iter([b"\x80\x04"])), "rb").read()
+    chunk = b"N0" * (4 * MiB)
+    body = open(zstd_file(tmp_path, "body.zst", (chunk for _ in range(32))), "rb").read()
+    path = tmp_path / name
+    path.write_bytes(head + body * frames)
+    return str(path)
+
+
+def test_input_that_decompresses_without_end_stops_at_the_decoded_budget(tmp_path):
+    # 20 x 256 MiB = 5 GiB of opcodes that keep nothing, from a file of ~500 KB: the default
+    # budget (1024 x the file, at least 4 GiB) ends it; dffd01f read on to 64 GiB.
+    path = none_pop_frames(tmp_path, "endless.pickle.zst", 20)
+    assert os.path.getsize(path) < 1_000_000
+    code, err, rss, took = run_bounded(["analyze", path, "--max-decoded", "256MiB"],
+                                       timeout_s=30)
+    assert code == 2, err
+    assert "the input decompresses to more than its size justifies" in err
+    assert "decoded-size budget of 268435456 bytes (256.0 MiB) (set by --max-decoded)" in err
+    assert "raise it with --max-decoded" in err
+    assert rss < 100 * MiB and took < 10
+    # The default (4 GiB for this file) takes ~20 s to reach on a loaded 2-vCPU machine; the
+    # derived figures are checked in tests/sources/pickle_reader_test.cc.
+
+
 # ---- Traces ---------------------------------------------------------------------------------
 
 TRACE_HEADER = b'{"format":"fragscope-trace","version":1,"kind":"request"}\n'

@@ -3,6 +3,7 @@
 // Opcode bytes are from CPython's Lib/pickle.py; expected values are what pickle.loads gives.
 #include "sources/pickle/pickle_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sources/budget.h"
 #include "sources/trace/input_stream.h"
 #include "sources/trace/output_stream.h"
 
@@ -660,6 +662,26 @@ TEST(PickleReaderTest, Issue24MemoryBudgetStopsManySmallObjects) {
 
   limits.max_memory_bytes = 64 << 20;  // the same file within a budget that fits it
   EXPECT_TRUE(ReadPickleBytes(bytes, limits).ok());
+}
+
+// Issue 24 item 1: the defaults docs/user-guide.md ("Input budgets") lists.
+TEST(PickleReaderTest, Issue24DerivedBudgets) {
+  ASSERT_EQ(ProcessBudget().max_memory_bytes, 0u);  // no flag in this process
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+  const std::uint64_t half = PhysicalMemoryBytes() / 2;
+  ASSERT_GT(half, 0u);
+  EXPECT_EQ(MemoryBudgetFor(8192), std::min(kGiB, half));
+  EXPECT_EQ(MemoryBudgetFor(kGiB), std::min(64 * kGiB, half));
+  EXPECT_EQ(EventBudgetFor(8192), 1'000'000u);
+  EXPECT_EQ(EventBudgetFor(40'000'000), 10'000'000u);
+  EXPECT_EQ(TraceEventBudgetFor(70'000), 4'480'000u);
+  EXPECT_EQ(DecodedBudgetFor(200'000), 4 * kGiB);
+  EXPECT_EQ(DecodedBudgetFor(8 * kGiB), 8192 * kGiB);
+  EXPECT_EQ(OutputBudgetFor(2048), std::uint64_t{256} << 20);
+  EXPECT_EQ(OutputBudgetFor(kGiB), 1024 * kGiB);
+  ProcessBudget().max_memory_bytes = 12345;  // a flag wins over the derived figure
+  EXPECT_EQ(MemoryBudgetFor(kGiB), 12345u);
+  ProcessBudget() = InputBudget();
 }
 
 }  // namespace

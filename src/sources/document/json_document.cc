@@ -33,6 +33,10 @@ class JsonInput {
   JsonInput(std::string_view head, InputStream* rest, const PickleLimits& limits,
             const ProgressFn& progress)
       : rest_(rest), limits_(limits), progress_(progress) {
+    const std::uint64_t decoded_budget =
+        DecodedBudgetFor(rest != nullptr ? head.size() + rest->raw_bytes_total() : head.size());
+    decoded_budget_binds_ = decoded_budget < limits_.max_input_bytes;
+    max_input_ = std::min(decoded_budget, limits_.max_input_bytes);
     Show(head.data(), head.size());
   }
 
@@ -55,7 +59,7 @@ class JsonInput {
  private:
   // Makes [data, data + n) the window, cut at max_input_bytes.
   void Show(const char* data, std::size_t n) {
-    std::uint64_t room = limits_.max_input_bytes - std::min(consumed_, limits_.max_input_bytes);
+    std::uint64_t room = max_input_ - std::min(consumed_, max_input_);
     if (n > room) {
       n = static_cast<std::size_t>(room);
       capped_ = true;
@@ -66,6 +70,14 @@ class JsonInput {
 
   bool Fill() {
     if (!status_.ok()) return false;
+    if (capped_ && decoded_budget_binds_) {
+      status_ = Status::LimitExceeded(
+          "line " + std::to_string(line()) + ", column " + std::to_string(column()) + ": " +
+          BudgetMessage("the input decompresses to more than its size justifies", "decoded-size",
+                        max_input_, max_input_ + 1, ProcessBudget().max_decoded_bytes != 0,
+                        "--max-decoded", /*bytes=*/true));
+      return false;
+    }
     if (capped_) {
       status_ = Status::LimitExceeded("line " + std::to_string(line()) + ", column " +
                                       std::to_string(column()) + ": the input is longer than " +
@@ -101,6 +113,8 @@ class JsonInput {
   const char* end_ = nullptr;
   bool eof_ = false;
   bool capped_ = false;
+  std::uint64_t max_input_ = 0;        // decoded bytes read at most
+  bool decoded_budget_binds_ = false;  // max_input_ is DecodedBudgetFor's, not the fixed cap
   Status status_;
   std::uint64_t consumed_ = 0;
   std::uint64_t line_ = 0;

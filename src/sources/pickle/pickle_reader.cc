@@ -463,11 +463,14 @@ class Unpickler {
     memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
     memory_budget_ =
         limits_.max_memory_bytes != 0 ? limits_.max_memory_bytes : MemoryBudgetFor(input_size);
+    const std::uint64_t decoded_budget = DecodedBudgetFor(input_size);
+    decoded_budget_binds_ = decoded_budget < limits_.max_input_bytes;
+    max_input_ = std::min(decoded_budget, limits_.max_input_bytes);
     if (rest_ == nullptr) {
       // Zero copy: the window is the caller's bytes, capped at max_input_bytes.
       std::size_t n = head.size();
-      if (n > limits_.max_input_bytes) {
-        n = static_cast<std::size_t>(limits_.max_input_bytes);
+      if (n > max_input_) {
+        n = static_cast<std::size_t>(max_input_);
         capped_ = true;
       }
       begin_ = p_ = head.data();
@@ -486,8 +489,8 @@ class Unpickler {
     if (!head.empty()) std::memcpy(buffer_.get(), head.data(), head.size());
     begin_ = p_ = buffer_.get();
     end_ = begin_ + head.size();
-    if (head.size() > limits_.max_input_bytes) {
-      end_ = begin_ + limits_.max_input_bytes;
+    if (head.size() > max_input_) {
+      end_ = begin_ + max_input_;
       capped_ = true;
     }
   }
@@ -572,7 +575,9 @@ class Unpickler {
                           MemoryUsed(), memory_user_set_, "--max-memory", /*bytes=*/true));
   }
   std::uint64_t memory_budget_ = 0;
-  std::uint32_t memory_checks_ = 0;  // CheckObjects calls; memory is measured every 4096th
+  std::uint64_t max_input_ = 0;        // decoded bytes read at most
+  bool decoded_budget_binds_ = false;  // max_input_ is DecodedBudgetFor's, not the fixed cap
+  std::uint32_t memory_checks_ = 0;    // CheckObjects calls; memory is measured every 4096th
   bool memory_user_set_ = false;
   bool CheckSize(std::uint64_t n, const char* what);
   bool ContainerRoom(Value container, std::uint64_t add);
@@ -649,9 +654,8 @@ bool Unpickler::Fill(std::size_t n) {
     end_ = begin_ + left;
     std::size_t room = capacity_ - left;
     std::uint64_t total = base_ + left;
-    if (total + room > limits_.max_input_bytes) {
-      room = static_cast<std::size_t>(limits_.max_input_bytes -
-                                      std::min(total, limits_.max_input_bytes));
+    if (total + room > max_input_) {
+      room = static_cast<std::size_t>(max_input_ - std::min(total, max_input_));
       if (room == 0) {
         capped_ = true;
         return false;
@@ -746,6 +750,13 @@ Status Unpickler::InputEnded(const char* what) const {
   if (line_too_long_) {
     return LimitError("opcode " + Name() + ": a text line longer than " +
                       Limit(limits_.max_string_bytes, "max_string_bytes") + " bytes");
+  }
+  if (capped_ && decoded_budget_binds_) {
+    return Status::LimitExceeded(
+        "byte " + std::to_string(OpOffset()) + ": " +
+        BudgetMessage("the input decompresses to more than its size justifies", "decoded-size",
+                      max_input_, max_input_ + 1, ProcessBudget().max_decoded_bytes != 0,
+                      "--max-decoded", /*bytes=*/true));
   }
   if (capped_) {
     return LimitError("the input is longer than " +
