@@ -148,15 +148,26 @@ class Decoder {
   // twice through a memo reference is refused: sharing them is how a small file describes
   // billions of events.
   Status Once(Value v, std::string_view where) {
+    return FirstVisit(v) ? Status::Ok() : SharedError(v, where);
+  }
+  // False when container `v` was reached before. Other kinds are not tracked: equal short
+  // strings may share one object (the JSON reader interns them), and a string where a dict
+  // belongs gets its own error.
+  bool FirstVisit(Value v) {
+    const ValueKind kind = v.kind();
+    if (kind != ValueKind::kDict && kind != ValueKind::kList && kind != ValueKind::kTuple) {
+      return true;
+    }
     const std::optional<ObjectId> id = doc_.Id(v);
-    if (!id) return Status::Ok();
+    if (!id) return true;
     if (*id >= reached_.size()) {
       reached_.resize(std::max<std::size_t>(*id + 1, doc_.object_count()), false);
     }
-    if (!reached_[*id]) {
-      reached_[*id] = true;
-      return Status::Ok();
-    }
+    if (reached_[*id]) return false;
+    reached_[*id] = true;
+    return true;
+  }
+  Status SharedError(Value v, std::string_view where) const {
     return Status::Corruption(fmt::format(
         "{}: this {} is the same object as one read before (a pickle memo reference); PyTorch "
         "never shares segments, blocks or trace entries, and such a file can stand for billions "
@@ -416,8 +427,8 @@ class Decoder {
         prefaulter_.Populate(out.data(), entries.size() * sizeof(SnapshotTraceEntry));
       }
       for (std::size_t i = 0; i < entries.size(); ++i) {
-        if (doc_.Id(entries[i])) {  // cheap test first: most entries are dicts, seen once
-          FRAGSCOPE_RETURN_IF_ERROR(Once(entries[i], fmt::format("{}[{}]", list_where, i)));
+        if (!FirstVisit(entries[i])) [[unlikely]] {  // the hot loop: no message unless needed
+          return SharedError(entries[i], fmt::format("{}[{}]", list_where, i));
         }
         FRAGSCOPE_RETURN_IF_ERROR(Entry(entries[i], d, i, &out));
       }
