@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "common/did_you_mean.h"
+#include "sources/budget.h"
 
 namespace fragscope::cli {
 
@@ -43,6 +44,42 @@ CLI::Validator CapacitySize() {
         return size.ok() ? "" : size.status().message();
       },
       "");
+}
+
+void AddBudgetOptions(CLI::App& sub) {
+  auto size_into = [](std::uint64_t* field) {
+    return [field](const std::string& text) { *field = *ParseSize(text); };  // checked below
+  };
+  sources::InputBudget& budget = sources::ProcessBudget();
+  sub.add_option_function<std::string>(
+         "--max-memory", size_into(&budget.max_memory_bytes),
+         "Memory budget for decoding an input (default: 64 x its size, at least 1GiB, at most "
+         "half of this machine's memory)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1))
+      ->group("Input budgets");
+  sub.add_option_function<std::uint64_t>(
+         "--max-events", [&budget](std::uint64_t n) { budget.max_events = n; },
+         "Segments, blocks and trace entries a snapshot may hold, counted each time one is "
+         "reached (default: one per 4 decoded input bytes, at least 1000000); events of a "
+         "trace (default: 64 per byte of the file, at least 1000000)")
+      ->type_name("N")
+      ->check(IntegerAtLeast(1))
+      ->group("Input budgets");
+  sub.add_option_function<std::string>(
+         "--max-decoded", size_into(&budget.max_decoded_bytes),
+         "Bytes a snapshot may decompress to (default: 1024 x its size, at least 4GiB, at most "
+         "64GiB)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1))
+      ->group("Input budgets");
+  sub.add_option_function<std::string>(
+         "--max-output", size_into(&budget.max_output_bytes),
+         "Bytes `convert --to json` may write (default: 1024 x the decoded input, at least "
+         "256MiB)")
+      ->type_name("SIZE")
+      ->check(ByteSize(1))
+      ->group("Input budgets");
 }
 
 void AddReportOptions(CLI::App& sub, ReportFlags* flags) {

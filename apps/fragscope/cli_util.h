@@ -40,6 +40,10 @@ CLI::Validator ByteSize(std::uint64_t min);
 /// A device capacity as ParseCapacity reads it (a bare number below 1 MiB is refused).
 CLI::Validator CapacitySize();
 
+/// --max-memory, --max-events and --max-output: the input budgets (sources/budget.h, issue 24
+/// item 1), stored in sources::ProcessBudget() when parsed. For commands that read inputs.
+void AddBudgetOptions(CLI::App& sub);
+
 /// The report options `analyze` and `replay` share.
 struct ReportFlags {
   bool json = false;

@@ -65,6 +65,14 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddReportCommand(app));
   commands.push_back(fragscope::cli::AddProbeCommand(app));
 
+  // Commands that read snapshots or traces take the input budgets (issue 24 item 1).
+  for (const Command& command : commands) {
+    const std::string& name = command.app->get_name();
+    if (name == "analyze" || name == "replay" || name == "tune" || name == "convert" ||
+        name == "check" || name == "explain" || name == "report") {
+      fragscope::cli::AddBudgetOptions(*command.app);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

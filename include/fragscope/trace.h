@@ -64,6 +64,12 @@ struct TraceLimits {
   std::uint64_t max_size_bytes = std::uint64_t{1} << 60;  // 1 EiB, PyTorch's own guard
   std::size_t max_frames = std::size_t{1} << 22;          // distinct call sites
   std::size_t max_devices = 4096;
+  /// Bytes of call sites (frame lines) held; 0 = 64 x the input file's size, at least 1 GiB, at
+  /// most half of physical memory (--max-memory; docs/user-guide.md, "Input budgets").
+  std::uint64_t max_memory_bytes = 0;
+  /// Events read; 0 = 64 per byte of the input file (a compressed file cannot stand for more),
+  /// at least 1,000,000 (--max-events).
+  std::uint64_t max_events = 0;
 };
 
 /// Reads a trace one event at a time.

@@ -3,6 +3,7 @@
 // Opcode bytes are from CPython's Lib/pickle.py; expected values are what pickle.loads gives.
 #include "sources/pickle/pickle_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sources/budget.h"
 #include "sources/trace/input_stream.h"
 #include "sources/trace/output_stream.h"
 
@@ -630,6 +632,56 @@ TEST(PickleReaderTest, StreamedPayloadsAndLinesLongerThanTheBuffer) {
   Result<Document> doc = ReadPickle(**input);
   ASSERT_FALSE(doc.ok());
   EXPECT_EQ(doc.status().message().rfind("byte 3: truncated", 0), 0u) << doc.status().message();
+}
+
+// Issue 24 item 1: the memory budget stops decoding as the data grows, in memory and streamed.
+TEST(PickleReaderTest, Issue24MemoryBudgetStopsManySmallObjects) {
+  std::string bytes = "\x80\x04](";
+  for (int i = 0; i < 200'000; ++i) bytes += std::string("G\x3f\xf8\0\0\0\0\0\0", 9);
+  bytes += "e.";
+  PickleLimits limits;
+  limits.max_memory_bytes = 1 << 20;
+  Result<Document> in_memory = ReadPickleBytes(bytes, limits);
+  ASSERT_FALSE(in_memory.ok());
+  EXPECT_EQ(in_memory.status().code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(
+      in_memory.status().message().find("the decoded data outgrew its memory budget: reached"),
+      std::string::npos)
+      << in_memory.status().message();
+  EXPECT_NE(in_memory.status().message().find(
+                "more than the memory budget of 1048576 bytes (1.0 MiB) (set by --max-memory); "
+                "raise it with --max-memory"),
+            std::string::npos)
+      << in_memory.status().message();
+
+  auto input = InputStream::Open(MemorySource(bytes));
+  ASSERT_TRUE(input.ok());
+  Result<Document> streamed = ReadPickle(**input, limits);
+  ASSERT_FALSE(streamed.ok());
+  EXPECT_EQ(streamed.status().code(), StatusCode::kLimitExceeded);
+
+  limits.max_memory_bytes = 64 << 20;  // the same file within a budget that fits it
+  EXPECT_TRUE(ReadPickleBytes(bytes, limits).ok());
+}
+
+// Issue 24 item 1: the defaults docs/user-guide.md ("Input budgets") lists.
+TEST(PickleReaderTest, Issue24DerivedBudgets) {
+  ASSERT_EQ(ProcessBudget().max_memory_bytes, 0u);  // no flag in this process
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+  const std::uint64_t half = PhysicalMemoryBytes() / 2;
+  ASSERT_GT(half, 0u);
+  EXPECT_EQ(MemoryBudgetFor(8192), std::min(kGiB, half));
+  EXPECT_EQ(MemoryBudgetFor(kGiB), std::min(64 * kGiB, half));
+  EXPECT_EQ(EventBudgetFor(8192), 1'000'000u);
+  EXPECT_EQ(EventBudgetFor(40'000'000), 10'000'000u);
+  EXPECT_EQ(TraceEventBudgetFor(70'000), 4'480'000u);
+  EXPECT_EQ(DecodedBudgetFor(200'000), 4 * kGiB);
+  EXPECT_EQ(DecodedBudgetFor(8 * kGiB), 8192 * kGiB);
+  EXPECT_EQ(OutputBudgetFor(2048), std::uint64_t{256} << 20);
+  EXPECT_EQ(OutputBudgetFor(kGiB), 1024 * kGiB);
+  ProcessBudget().max_memory_bytes = 12345;  // a flag wins over the derived figure
+  EXPECT_EQ(MemoryBudgetFor(kGiB), 12345u);
+  ProcessBudget() = InputBudget();
 }
 
 }  // namespace

@@ -199,5 +199,60 @@ TEST(SnapshotDecoderTest, AllocatorSettingsRenderedAsText) {
   EXPECT_EQ(s->generation, "G3a");
 }
 
+// Issue 24 item 1: PyTorch never shares segments, blocks or trace entries; a file that does
+// (through pickle memo references) is refused instead of expanded.
+TEST(SnapshotDecoderTest, Issue24SharedTraceEntryIsRefused) {
+  DocBuilder b;
+  const Value entry = b.Entry("alloc", 0x1000, 512);
+  b.Snapshot({}, {{entry, entry}});
+  auto s = DecodeSnapshot(b.doc());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(s.status().message().find(
+                "device_traces[0][1]: this dict is the same object as one read before"),
+            std::string::npos)
+      << s.status().message();
+}
+
+TEST(SnapshotDecoderTest, Issue24SharedBlockAndBlockListAreRefused) {
+  const std::uint64_t base = 0x7f0000000000;
+  {
+    DocBuilder b;
+    const Value block = b.Block(base, kMiB, kMiB, "active_allocated");
+    b.Snapshot({b.Segment(0, base, 2 * kMiB, {block, block})}, {});
+    auto s = DecodeSnapshot(b.doc());
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("segments[0].blocks[1]: this dict is the same object"),
+              std::string::npos)
+        << s.status().message();
+  }
+  {
+    DocBuilder b;
+    const Value segment = b.Segment(0, base, kMiB, {b.Block(base, kMiB, kMiB, "inactive")});
+    b.Snapshot({segment, segment}, {});
+    auto s = DecodeSnapshot(b.doc());
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find("segments[1]: this dict is the same object"),
+              std::string::npos)
+        << s.status().message();
+  }
+}
+
+TEST(SnapshotDecoderTest, Issue24EventBudgetIsCheckedBeforeEachList) {
+  DocBuilder b;
+  b.Snapshot({}, {{b.Entry("alloc", 0x1000, 512), b.Entry("alloc", 0x2000, 512),
+                   b.Entry("alloc", 0x3000, 512)}});
+  SnapshotDecodeOptions options;
+  options.max_events = 2;
+  auto s = DecodeSnapshot(b.doc(), options);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kLimitExceeded);
+  EXPECT_EQ(s.status().message(),
+            "device_traces[0]: 3 more segments, blocks or trace entries after 0: reached 3, "
+            "more than the event budget of 2 (set by --max-events); raise it with --max-events");
+  options.max_events = 3;
+  EXPECT_TRUE(DecodeSnapshot(b.doc(), options).ok());
+}
+
 }  // namespace
 }  // namespace fragscope::sources

@@ -1,3 +1,4 @@
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -217,6 +218,96 @@ TEST(TraceReaderHeaderTest, Errors) {
             R"(t:1: "allocator_settings": item "b" is not key:value)");
   EXPECT_EQ(HeaderError(R"({"format":"fragscope-trace","version":1,"labels":{"x":[1]}})"),
             R"(t:1: label "x" is [1], expected a string or a number)");
+}
+
+// Issue 24 item 2: header objects were built with a duplicate-key search per key, so 100k
+// labels took 35 s. Linear parsing takes well under a second; the bound leaves room for a
+// loaded machine and still fails the quadratic code by a wide margin.
+constexpr double kLinearHeaderSeconds = 5.0;
+
+double SecondsToOpen(const std::string& header_line, TraceHeader* header) {
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = OpenOrDie(header_line + "\n");
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  if (reader != nullptr) *header = reader->header();
+  return took.count();
+}
+
+TEST(TraceReaderHeaderTest, Issue24HundredThousandLabelsParseInLinearTime) {
+  constexpr int kLabels = 100'000;
+  std::string line = R"({"format":"fragscope-trace","version":1,"labels":{)";
+  for (int i = 0; i < kLabels; ++i) {
+    line += (i > 0 ? ",\"" : "\"") + std::to_string(i) + "\":\"v" + std::to_string(i) + "\"";
+  }
+  line += R"(,"0":"last"}})";  // a repeated key keeps its first position and its last value
+  TraceHeader header;
+  EXPECT_LT(SecondsToOpen(line, &header), kLinearHeaderSeconds);
+  ASSERT_EQ(header.labels.size(), std::size_t{kLabels});
+  EXPECT_EQ(header.labels[0], (std::pair<std::string, std::string>{"0", "last"}));
+  EXPECT_EQ(header.labels[kLabels - 1].first, std::to_string(kLabels - 1));
+}
+
+TEST(TraceReaderHeaderTest, Issue24ManySettingsParseInLinearTime) {
+  constexpr int kKeys = 100'000;
+  // The object form and the "k:v,..." string form, each with a repeated key at the end.
+  std::string object = R"({"format":"fragscope-trace","version":1,"allocator_settings":{)";
+  std::string conf = R"({"format":"fragscope-trace","version":1,"allocator_settings":")";
+  for (int i = 0; i < kKeys; ++i) {
+    object += (i > 0 ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+    conf += (i > 0 ? ",k" : "k") + std::to_string(i) + ":" + std::to_string(i);
+  }
+  object += R"(,"k0":"again"}})";
+  conf += R"(,k0:again"})";
+  for (const std::string& line : {object, conf}) {
+    TraceHeader header;
+    EXPECT_LT(SecondsToOpen(line, &header), kLinearHeaderSeconds);
+    ASSERT_EQ(header.allocator_settings.size(), std::size_t{kKeys});
+    EXPECT_EQ(header.allocator_settings[0], (std::pair<std::string, std::string>{"k0", "again"}));
+    EXPECT_EQ(header.allocator_settings[kKeys - 1].second, std::to_string(kKeys - 1));
+  }
+}
+
+TEST(TraceReaderHeaderTest, Issue24DuplicateKeysKeepFirstPositionLastValue) {
+  auto reader = OpenOrDie(
+      R"({"format":"fragscope-trace","version":2,"labels":{"a":"1","b":"2","a":"3"},"version":1})"
+      "\n");
+  ASSERT_NE(reader, nullptr);
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(reader->header().labels, (Pairs{{"a", "3"}, {"b", "2"}}));
+}
+
+// Issue 24 item 1: what a trace reader keeps (call sites) and what it yields (events) stay
+// within budgets, counted as lines are read.
+TEST(TraceReaderHeaderTest, Issue24CallSitesAndEventsHaveBudgets) {
+  TraceLimits limits;
+  limits.max_memory_bytes = 1000;
+  const std::string name(600, 'f');
+  Status memory = FirstError(kHeader + R"({"action":"frame","id":0,"name":")" + name + "\"}\n" +
+                                 R"({"action":"frame","id":1,"name":")" + name + "\"}\n",
+                             limits);
+  EXPECT_EQ(memory.code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(memory.message().find("t:3: the call sites (frame lines) outgrew the memory budget: "
+                                  "reached "),
+            std::string::npos)
+      << memory.message();
+  EXPECT_NE(memory.message().find("more than the memory budget of 1000 bytes"), std::string::npos);
+  EXPECT_NE(memory.message().find("raise it with --max-memory"), std::string::npos);
+
+  TraceLimits few;
+  few.max_events = 2;
+  const std::string line = R"({"action":"empty_cache"})"
+                           "\n";
+  Status events = FirstError(kHeader + line + line + line, few);
+  EXPECT_EQ(events.code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(events.message().find("t:4: more events than the trace's size justifies"),
+            std::string::npos)
+      << events.message();
+  EXPECT_NE(events.message().find(
+                "reached 3, more than the event budget of 2 (set by --max-events); raise it with "
+                "--max-events"),
+            std::string::npos)
+      << events.message();
+  EXPECT_TRUE(FirstError(kHeader + line + line, few).ok());
 }
 
 TEST(TraceReaderHeaderTest, TooManyDevicesIsALimit) {

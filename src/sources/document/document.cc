@@ -54,6 +54,10 @@ using internal::TagOf;
 constexpr std::int64_t kSmallIntMin = -(std::int64_t{1} << 59);
 constexpr std::int64_t kSmallIntMax = (std::int64_t{1} << 59) - 1;
 
+// Slots a run-index lookup or insertion looks at before giving up (sharing is an optimisation:
+// a run not found is stored again). At load <= 1/2 an honest lookup needs a few.
+constexpr std::size_t kMaxRunProbes = 64;
+
 // The runs of item values hashed for sharing: multiply-xorshift over the 64-bit words, in four
 // independent lanes so that long frame lists hash at memory speed.
 template <typename T>
@@ -326,7 +330,11 @@ T* Document::Extend(internal::PodBuffer<T>& arena, ObjectId id, std::size_t add)
 bool Document::ShareRun(ObjectId id, std::span<const Value> items, std::uint32_t hash) {
   if (run_index_.empty()) return false;
   const std::size_t mask = run_index_.size() - 1;
+  std::size_t probes = 0;
   for (std::size_t i = hash & mask; run_index_[i] != 0; i = (i + 1) & mask) {
+    // Hashes chosen to collide would make every lookup walk one long cluster and compare long
+    // runs (quadratic; issue 24 item 2): past kMaxRunProbes the run is simply not shared.
+    if (++probes > kMaxRunProbes) return false;
     const std::uint64_t slot = run_index_[i];
     if (static_cast<std::uint32_t>(slot >> 32) != hash) continue;
     const auto other = static_cast<ObjectId>((slot & 0xffffffffu) - 1);
@@ -360,7 +368,9 @@ void Document::IndexRun(ObjectId id, std::uint32_t hash) {
   }
   const std::size_t mask = run_index_.size() - 1;
   std::size_t i = hash & mask;
-  while (run_index_[i] != 0) i = (i + 1) & mask;
+  for (std::size_t probes = 0; run_index_[i] != 0; i = (i + 1) & mask) {
+    if (++probes > kMaxRunProbes) return;  // a crowded cluster: leave this run unindexed
+  }
   run_index_[i] = (std::uint64_t{hash} << 32) | (std::uint64_t{id} + 1);
   ++run_index_used_;
 }

@@ -210,6 +210,10 @@ class Document {
 
   /// Stored objects (strings, bytes, floats, big ints, containers).
   std::uint64_t object_count() const { return objects_; }
+  /// Decoded (decompressed) input bytes the reader consumed to build this; budgets that follow
+  /// the input's size use it (sources/budget.h).
+  std::uint64_t input_bytes() const { return input_bytes_; }
+  void set_input_bytes(std::uint64_t n) { input_bytes_ = n; }
   /// Approximate heap bytes held (for limits and benchmarks).
   std::uint64_t heap_bytes() const;
 
@@ -230,6 +234,7 @@ class Document {
 
   Value root_;
   std::uint64_t objects_ = 0;
+  std::uint64_t input_bytes_ = 0;
   // Per stored object, indexed by ObjectId: the arena offset (containers, strings, bytes, big
   // ints) or the bits (floats, int64s too big for the handle); and the item, entry or byte
   // count.

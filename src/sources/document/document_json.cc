@@ -1,10 +1,13 @@
 #include "sources/document/document_json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "sources/budget.h"
 
 namespace fragscope::sources {
 namespace {
@@ -161,15 +164,20 @@ Status WriteDocumentJson(const Document& doc, const std::function<Status(std::st
   std::vector<Frame> stack;
   std::string out;
   std::uint64_t written = 0;
+  const bool output_user_set =
+      limits.max_output_bytes != 0 || ProcessBudget().max_output_bytes != 0;
+  const std::uint64_t max_output =
+      limits.max_output_bytes != 0 ? limits.max_output_bytes : OutputBudgetFor(doc.input_bytes());
   auto flush = [&](bool force) -> Status {
     if (!force && out.size() < kFlushBytes) return Status::Ok();
-    written += out.size();
-    if (written > limits.max_output_bytes) {
-      return Status::LimitExceeded(fmt::format(
-          "the JSON output passed {} bytes (max_output_bytes): the file shares objects so often "
-          "that writing them out at every reference explodes",
-          limits.max_output_bytes));
+    if (out.size() > max_output - std::min(written, max_output)) {
+      return Status::LimitExceeded(BudgetMessage(
+          "the JSON output outgrew its budget (the file shares objects so often that writing "
+          "them out at every reference explodes)",
+          "output", max_output, written + out.size(), output_user_set, "--max-output",
+          /*bytes=*/true));
     }
+    written += out.size();
     FRAGSCOPE_RETURN_IF_ERROR(write(out));
     out.clear();
     return Status::Ok();

@@ -7,7 +7,8 @@
 // Shared objects are written out at each reference, as Python's json.dump would. A hostile
 // file can make that exponential (a list holding the same list twice, 60 times over) or
 // circular, so the walk is iterative and bounded: `max_depth` nesting and `max_output_bytes`
-// of output; exceeding either is kLimitExceeded, naming the limit.
+// of output; exceeding either is kLimitExceeded, naming the limit (and the flag that raises the
+// output budget).
 //
 // Thread safety: reads the Document only.
 #ifndef FRAGSCOPE_SOURCES_DOCUMENT_DOCUMENT_JSON_H_
@@ -24,7 +25,9 @@ namespace fragscope::sources {
 
 struct DocumentJsonLimits {
   std::uint32_t max_depth = 1000;
-  std::uint64_t max_output_bytes = std::uint64_t{64} << 30;
+  /// 0 = OutputBudgetFor(doc.input_bytes()) (sources/budget.h: 1024 x the decoded input, at
+  /// least 256 MiB, or --max-output). Checked before each write, so no more is ever written.
+  std::uint64_t max_output_bytes = 0;
 };
 
 Status WriteDocumentJson(const Document& doc, const std::function<Status(std::string_view)>& write,

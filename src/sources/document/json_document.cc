@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sources/budget.h"
 #include "sources/document/read_from.h"
 
 namespace fragscope::sources {
@@ -32,6 +33,10 @@ class JsonInput {
   JsonInput(std::string_view head, InputStream* rest, const PickleLimits& limits,
             const ProgressFn& progress)
       : rest_(rest), limits_(limits), progress_(progress) {
+    const std::uint64_t decoded_budget =
+        DecodedBudgetFor(rest != nullptr ? head.size() + rest->raw_bytes_total() : head.size());
+    decoded_budget_binds_ = decoded_budget < limits_.max_input_bytes;
+    max_input_ = std::min(decoded_budget, limits_.max_input_bytes);
     Show(head.data(), head.size());
   }
 
@@ -49,11 +54,12 @@ class JsonInput {
   std::uint64_t line() const { return line_ + 1; }
   std::uint64_t column() const { return consumed_ - line_start_; }
   const Status& status() const { return status_; }
+  std::uint64_t consumed() const { return consumed_; }
 
  private:
   // Makes [data, data + n) the window, cut at max_input_bytes.
   void Show(const char* data, std::size_t n) {
-    std::uint64_t room = limits_.max_input_bytes - std::min(consumed_, limits_.max_input_bytes);
+    std::uint64_t room = max_input_ - std::min(consumed_, max_input_);
     if (n > room) {
       n = static_cast<std::size_t>(room);
       capped_ = true;
@@ -64,6 +70,14 @@ class JsonInput {
 
   bool Fill() {
     if (!status_.ok()) return false;
+    if (capped_ && decoded_budget_binds_) {
+      status_ = Status::LimitExceeded(
+          "line " + std::to_string(line()) + ", column " + std::to_string(column()) + ": " +
+          BudgetMessage("the input decompresses to more than its size justifies", "decoded-size",
+                        max_input_, max_input_ + 1, ProcessBudget().max_decoded_bytes != 0,
+                        "--max-decoded", /*bytes=*/true));
+      return false;
+    }
     if (capped_) {
       status_ = Status::LimitExceeded("line " + std::to_string(line()) + ", column " +
                                       std::to_string(column()) + ": the input is longer than " +
@@ -99,6 +113,8 @@ class JsonInput {
   const char* end_ = nullptr;
   bool eof_ = false;
   bool capped_ = false;
+  std::uint64_t max_input_ = 0;        // decoded bytes read at most
+  bool decoded_budget_binds_ = false;  // max_input_ is DecodedBudgetFor's, not the fixed cap
   Status status_;
   std::uint64_t consumed_ = 0;
   std::uint64_t line_ = 0;
@@ -144,14 +160,19 @@ class DocumentBuilder {
   using string_t = Json::string_t;
   using binary_t = Json::binary_t;
 
-  DocumentBuilder(JsonInput* input, const PickleLimits& limits) : input_(input), limits_(limits) {}
+  DocumentBuilder(JsonInput* input, const PickleLimits& limits, std::uint64_t input_size)
+      : input_(input),
+        limits_(limits),
+        memory_user_set_(limits.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0),
+        memory_budget_(limits.max_memory_bytes != 0 ? limits.max_memory_bytes
+                                                    : MemoryBudgetFor(input_size)) {}
 
-  bool null() { return Push(Value()); }
-  bool boolean(bool b) { return Push(doc_.AddBool(b)); }
+  bool null() { return Push(Value()) && Objects(); }
+  bool boolean(bool b) { return Push(doc_.AddBool(b)) && Objects(); }
   bool number_integer(number_integer_t i) { return Push(doc_.AddInt(i)) && Objects(); }
   bool number_unsigned(number_unsigned_t u) {
     if (u <= static_cast<std::uint64_t>(INT64_MAX))
-      return Push(doc_.AddInt(static_cast<std::int64_t>(u)));
+      return Push(doc_.AddInt(static_cast<std::int64_t>(u))) && Objects();
     char bytes[9];
     for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((u >> (8 * i)) & 0xff);
     bytes[8] = 0;  // sign byte
@@ -173,7 +194,7 @@ class DocumentBuilder {
     return Push(doc_.AddFloat(d)) && Objects();
   }
   bool string(string_t& s) {
-    if (!Size(s.size())) return false;
+    if (!Size(s.size()) || !Memory(s.capacity())) return false;
     return Push(Intern(s)) && Objects();
   }
   bool binary(binary_t&) {
@@ -228,6 +249,7 @@ class DocumentBuilder {
     if (!status_.ok()) return status_;
     if (!parsed || stack_.size() != 1) return Status::Corruption(Where() + "incomplete JSON");
     doc_.set_root(stack_.back());
+    doc_.set_input_bytes(input_->consumed());
     doc_.FinishBuilding();
     return std::move(doc_);
   }
@@ -251,7 +273,12 @@ class DocumentBuilder {
     return true;
   }
   bool Objects() {
-    if (doc_.object_count() <= limits_.max_objects) return true;
+    if (doc_.object_count() <= limits_.max_objects) {
+      // The memory budget (issue 24 item 1), every 4096 objects: JSON cannot share objects,
+      // but a compressed file can still describe more than the machine holds.
+      if ((++memory_checks_ & 0xfff) != 0) return true;
+      return Memory(0);
+    }
     return Fail(Status::LimitExceeded(Where() + "more than the limit of " +
                                       std::to_string(limits_.max_objects) +
                                       " (max_objects) objects"));
@@ -261,6 +288,17 @@ class DocumentBuilder {
     return Fail(Status::LimitExceeded(
         Where() + "a string of " + std::to_string(n) + " bytes is longer than the limit of " +
         std::to_string(limits_.max_string_bytes) + " (max_string_bytes)"));
+  }
+  // Within the memory budget with `pending` more bytes held (a string not yet stored)?
+  bool Memory(std::uint64_t pending) {
+    const std::uint64_t used = doc_.heap_bytes() + stack_.capacity() * sizeof(Value) +
+                               starts_.capacity() * sizeof(std::size_t) + interned_.size() * 64 +
+                               pending;
+    if (used <= memory_budget_) return true;
+    return Fail(Status::LimitExceeded(
+        Where() + BudgetMessage("the decoded data outgrew its memory budget", "memory",
+                                memory_budget_, used, memory_user_set_, "--max-memory",
+                                /*bytes=*/true)));
   }
   bool Open() {
     if (starts_.size() >= limits_.max_depth) {
@@ -285,6 +323,9 @@ class DocumentBuilder {
 
   JsonInput* input_;
   const PickleLimits& limits_;
+  bool memory_user_set_;
+  std::uint64_t memory_budget_;
+  std::uint32_t memory_checks_ = 0;  // Objects() calls; memory is measured every 4096th
   Document doc_;
   std::vector<Value> stack_;
   std::vector<std::size_t> starts_;
@@ -299,7 +340,8 @@ namespace internal {
 Result<Document> ReadJsonFrom(std::string_view head, InputStream* rest, const PickleLimits& limits,
                               const ProgressFn& progress) {
   JsonInput input(head, rest, limits, progress);
-  DocumentBuilder builder(&input, limits);
+  DocumentBuilder builder(&input, limits,
+                          rest != nullptr ? head.size() + rest->raw_bytes_total() : head.size());
   bool parsed = Json::sax_parse(JsonInputIterator(&input), JsonInputIterator(), &builder,
                                 nlohmann::detail::input_format_t::json, /*strict=*/true);
   return builder.Finish(parsed);

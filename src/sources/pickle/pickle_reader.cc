@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/utf8.h"
+#include "sources/budget.h"
 #include "sources/document/pod_buffer.h"
 #include "sources/document/read_from.h"
 
@@ -401,6 +402,7 @@ std::string RawUnicodeEscapeDecode(std::string_view s, std::string* out) {
 class ValueStack {
  public:
   std::size_t size() const { return size_; }
+  std::size_t capacity() const { return capacity_; }
   const Value* data() const { return data_.get(); }
   Value back() const { return data_[size_ - 1]; }
   Value operator[](std::size_t i) const { return data_[i]; }
@@ -456,11 +458,19 @@ class Unpickler {
   Unpickler(std::string_view head, InputStream* rest, const PickleLimits& limits,
             const ProgressFn& progress)
       : rest_(rest), limits_(limits), progress_(progress) {
+    const std::uint64_t input_size =
+        rest_ != nullptr ? head.size() + rest_->raw_bytes_total() : head.size();
+    memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
+    memory_budget_ =
+        limits_.max_memory_bytes != 0 ? limits_.max_memory_bytes : MemoryBudgetFor(input_size);
+    const std::uint64_t decoded_budget = DecodedBudgetFor(input_size);
+    decoded_budget_binds_ = decoded_budget < limits_.max_input_bytes;
+    max_input_ = std::min(decoded_budget, limits_.max_input_bytes);
     if (rest_ == nullptr) {
       // Zero copy: the window is the caller's bytes, capped at max_input_bytes.
       std::size_t n = head.size();
-      if (n > limits_.max_input_bytes) {
-        n = static_cast<std::size_t>(limits_.max_input_bytes);
+      if (n > max_input_) {
+        n = static_cast<std::size_t>(max_input_);
         capped_ = true;
       }
       begin_ = p_ = head.data();
@@ -479,8 +489,8 @@ class Unpickler {
     if (!head.empty()) std::memcpy(buffer_.get(), head.data(), head.size());
     begin_ = p_ = buffer_.get();
     end_ = begin_ + head.size();
-    if (head.size() > limits_.max_input_bytes) {
-      end_ = begin_ + limits_.max_input_bytes;
+    if (head.size() > max_input_) {
+      end_ = begin_ + max_input_;
       capped_ = true;
     }
   }
@@ -545,9 +555,30 @@ class Unpickler {
     return true;
   }
   bool CheckObjects() {
-    if (doc_.object_count() <= limits_.max_objects) return true;
+    if (doc_.object_count() <= limits_.max_objects) [[likely]] {
+      // Memory is also checked at every refill of the read buffer; this covers input that is
+      // all in memory. Every 4096 objects keeps the cost off the hot path.
+      if ((++memory_checks_ & 0xfff) != 0 || MemoryUsed() <= memory_budget_) [[likely]]
+        return true;
+      return Fail(LimitError(MemoryMessage()));
+    }
     return Fail(LimitError("more than " + Limit(limits_.max_objects, "max_objects") + " objects"));
   }
+  // Bytes held by what the machine has decoded so far (issue 24 item 1).
+  std::uint64_t MemoryUsed() const {
+    return doc_.heap_bytes() + memo_.capacity() * sizeof(MemoSlot) + sparse_memo_.size() * 48 +
+           stack_.capacity() * sizeof(Value) + marks_.capacity() * sizeof(std::size_t) +
+           scratch_.capacity() + scratch2_.capacity();
+  }
+  [[gnu::noinline]] std::string MemoryMessage() const {
+    return (BudgetMessage("the decoded data outgrew its memory budget", "memory", memory_budget_,
+                          MemoryUsed(), memory_user_set_, "--max-memory", /*bytes=*/true));
+  }
+  std::uint64_t memory_budget_ = 0;
+  std::uint64_t max_input_ = 0;        // decoded bytes read at most
+  bool decoded_budget_binds_ = false;  // max_input_ is DecodedBudgetFor's, not the fixed cap
+  std::uint32_t memory_checks_ = 0;    // CheckObjects calls; memory is measured every 4096th
+  bool memory_user_set_ = false;
   bool CheckSize(std::uint64_t n, const char* what);
   bool ContainerRoom(Value container, std::uint64_t add);
   // The container that APPEND(S)/SETITEM(S) fill: stack_[top - 1], which must lie in the
@@ -623,9 +654,8 @@ bool Unpickler::Fill(std::size_t n) {
     end_ = begin_ + left;
     std::size_t room = capacity_ - left;
     std::uint64_t total = base_ + left;
-    if (total + room > limits_.max_input_bytes) {
-      room = static_cast<std::size_t>(limits_.max_input_bytes -
-                                      std::min(total, limits_.max_input_bytes));
+    if (total + room > max_input_) {
+      room = static_cast<std::size_t>(max_input_ - std::min(total, max_input_));
       if (room == 0) {
         capped_ = true;
         return false;
@@ -638,6 +668,12 @@ bool Unpickler::Fill(std::size_t n) {
     }
     if (*got == 0) eof_ = true;
     end_ += *got;
+    if (MemoryUsed() > memory_budget_) [[unlikely]] {
+      // Reported by InputEnded() as the stream's error: the memory budget stops decoding here,
+      // while a payload is still being collected if need be.
+      stream_status_ = Status::LimitExceeded(MemoryMessage());
+      return false;
+    }
     if (!warming_ && base_ >= kWarmAfterBytes) {
       // A big input: fault the arenas' next pages in on the other core from now on.
       warming_ = true;
@@ -714,6 +750,13 @@ Status Unpickler::InputEnded(const char* what) const {
   if (line_too_long_) {
     return LimitError("opcode " + Name() + ": a text line longer than " +
                       Limit(limits_.max_string_bytes, "max_string_bytes") + " bytes");
+  }
+  if (capped_ && decoded_budget_binds_) {
+    return Status::LimitExceeded(
+        "byte " + std::to_string(OpOffset()) + ": " +
+        BudgetMessage("the input decompresses to more than its size justifies", "decoded-size",
+                      max_input_, max_input_ + 1, ProcessBudget().max_decoded_bytes != 0,
+                      "--max-decoded", /*bytes=*/true));
   }
   if (capped_) {
     return LimitError("the input is longer than " +
@@ -961,6 +1004,7 @@ Result<Document> Unpickler::Run() {
       case kStop: {
         FRAGSCOPE_PICKLE_RUN(NeedOnFrame(1));
         doc_.set_root(stack_.back());
+        doc_.set_input_bytes(Offset(p_));
         doc_.FinishBuilding();
         return std::move(doc_);
       }

@@ -36,6 +36,9 @@ struct PickleLimits {
   std::uint64_t max_memo = 100'000'000;                     // memo slots
   std::uint64_t max_string_bytes = std::uint64_t{1} << 30;  // one str/bytes/long payload
   std::uint64_t max_stack = 100'000'000;                    // values on the stack
+  /// Bytes of decoded structures (the Document, memo, stack and payloads being collected),
+  /// checked as they grow; 0 = MemoryBudgetFor(the input's size) (sources/budget.h).
+  std::uint64_t max_memory_bytes = 0;
 };
 
 /// Called now and then (about every 4 MiB) with the raw bytes consumed so far and the raw

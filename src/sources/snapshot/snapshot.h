@@ -114,6 +114,10 @@ struct Snapshot {
 
 struct SnapshotDecodeOptions {
   std::size_t max_warnings = 50;
+  /// Segments, blocks and trace entries decoded, counted each time one is reached; 0 =
+  /// EventBudgetFor(the Document's input bytes) (sources/budget.h). Checked before each list
+  /// is decoded, so nothing is built beyond it.
+  std::uint64_t max_events = 0;
 };
 
 /// Decodes a snapshot from a Document (see ReadDocumentFile). kCorruption when the top level is

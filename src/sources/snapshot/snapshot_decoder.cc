@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/prefaulter.h"
+#include "sources/budget.h"
 #include "sources/snapshot/snapshot.h"
 
 namespace fragscope::sources {
@@ -21,7 +22,12 @@ std::string_view KindOf(Value v) { return ValueKindName(v.kind()); }
 class Decoder {
  public:
   Decoder(const Document& doc, const SnapshotDecodeOptions& options, Snapshot* out)
-      : doc_(doc), options_(options), out_(*out) {}
+      : doc_(doc),
+        options_(options),
+        out_(*out),
+        events_user_set_(options.max_events != 0 || ProcessBudget().max_events != 0),
+        max_events_(options.max_events != 0 ? options.max_events
+                                            : EventBudgetFor(doc.input_bytes())) {}
 
   Status Run() {
     const Value root = doc_.root();
@@ -124,6 +130,51 @@ class Decoder {
     }
   }
 
+  // ---- Budgets (issue 24 item 1).
+
+  // Counts `n` more segments, blocks or trace entries, before they are decoded.
+  Status CountEvents(std::uint64_t n, std::string_view where) {
+    if (n <= max_events_ - std::min(events_, max_events_)) {
+      events_ += n;
+      return Status::Ok();
+    }
+    return Status::LimitExceeded(BudgetMessage(
+        fmt::format("{}: {} more segments, blocks or trace entries after {}", where, n, events_),
+        "event", max_events_, events_ + n, events_user_set_, "--max-events", /*bytes=*/false));
+  }
+
+  // PyTorch builds every segment, block and trace entry dict, and every blocks and trace list,
+  // afresh; only frames and frame lists are shared (spec §4). A file that reaches one of these
+  // twice through a memo reference is refused: sharing them is how a small file describes
+  // billions of events.
+  Status Once(Value v, std::string_view where) {
+    return FirstVisit(v) ? Status::Ok() : SharedError(v, where);
+  }
+  // False when container `v` was reached before. Other kinds are not tracked: equal short
+  // strings may share one object (the JSON reader interns them), and a string where a dict
+  // belongs gets its own error.
+  bool FirstVisit(Value v) {
+    const ValueKind kind = v.kind();
+    if (kind != ValueKind::kDict && kind != ValueKind::kList && kind != ValueKind::kTuple) {
+      return true;
+    }
+    const std::optional<ObjectId> id = doc_.Id(v);
+    if (!id) return true;
+    if (*id >= reached_.size()) {
+      reached_.resize(std::max<std::size_t>(*id + 1, doc_.object_count()), false);
+    }
+    if (reached_[*id]) return false;
+    reached_[*id] = true;
+    return true;
+  }
+  Status SharedError(Value v, std::string_view where) const {
+    return Status::Corruption(fmt::format(
+        "{}: this {} is the same object as one read before (a pickle memo reference); PyTorch "
+        "never shares segments, blocks or trace entries, and such a file can stand for billions "
+        "of events, so it is refused",
+        where, KindOf(v)));
+  }
+
   // ---- Stacks.
 
   // The memo of an object: a dense table over the Document's object ids (kUnseen = none yet).
@@ -193,8 +244,10 @@ class Decoder {
 
   Status Segments(Value list, std::string_view where) {
     const auto items = doc_.Items(list);
+    FRAGSCOPE_RETURN_IF_ERROR(CountEvents(items.size(), where));
     out_.segments.reserve(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
+      FRAGSCOPE_RETURN_IF_ERROR(Once(items[i], fmt::format("{}[{}]", where, i)));
       FRAGSCOPE_RETURN_IF_ERROR(Segment(items[i], fmt::format("{}[{}]", where, i)));
     }
     return Status::Ok();
@@ -248,12 +301,15 @@ class Decoder {
       return Status::Corruption(
           fmt::format("{}.blocks: expected a list, found {}", where, KindOf(*blocks)));
     }
+    FRAGSCOPE_RETURN_IF_ERROR(Once(*blocks, where + ".blocks"));
     s.first_block = static_cast<std::uint32_t>(out_.blocks.size());
     std::uint64_t offset = 0;
     const auto items = doc_.Items(*blocks);
+    FRAGSCOPE_RETURN_IF_ERROR(CountEvents(items.size(), where + ".blocks"));
     for (std::size_t b = 0; b < items.size(); ++b) {
       SnapshotBlock block;
       const std::string block_where = fmt::format("{}.blocks[{}]", where, b);
+      FRAGSCOPE_RETURN_IF_ERROR(Once(items[b], block_where));
       FRAGSCOPE_RETURN_IF_ERROR(Block(items[b], block_where, s.addr + offset, &block));
       offset += block.size;
       out_.blocks.push_back(block);
@@ -320,6 +376,7 @@ class Decoder {
       const auto h = doc_.Items(*history);
       if (!h.empty() && h[0].kind() == ValueKind::kDict) history_first = h[0];
     }
+    if (history_first) FRAGSCOPE_RETURN_IF_ERROR(Once(*history_first, where + ".history[0]"));
     b->requested = b->size;
     if (auto req = doc_.Find(value, "requested_size"); req && doc_.AsUint(*req)) {
       b->requested = *doc_.AsUint(*req);
@@ -356,10 +413,13 @@ class Decoder {
                          KindOf(devices[d])));
         continue;
       }
+      const std::string list_where = fmt::format("device_traces[{}]", d);
+      FRAGSCOPE_RETURN_IF_ERROR(Once(devices[d], list_where));
       const auto entries = doc_.Items(devices[d]);
       if (entries.size() > 0xffffffffu) {
         return Status::Corruption(fmt::format("device_traces[{}]: too many entries", d));
       }
+      FRAGSCOPE_RETURN_IF_ERROR(CountEvents(entries.size(), list_where));
       auto& out = out_.device_traces[d];
       out.reserve(entries.size());
       // Faulted in on the other core while the entries are decoded (common/prefaulter.h).
@@ -367,6 +427,9 @@ class Decoder {
         prefaulter_.Populate(out.data(), entries.size() * sizeof(SnapshotTraceEntry));
       }
       for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (!FirstVisit(entries[i])) [[unlikely]] {  // the hot loop: no message unless needed
+          return SharedError(entries[i], fmt::format("{}[{}]", list_where, i));
+        }
         FRAGSCOPE_RETURN_IF_ERROR(Entry(entries[i], d, i, &out));
       }
       out_.trace_entries += entries.size();
@@ -499,6 +562,8 @@ class Decoder {
   void Annotations(Value list) {
     for (const Value a : doc_.Items(list)) {
       if (a.kind() != ValueKind::kDict) continue;
+      // A shared annotation dict would be searched again at each reference: read each once.
+      if (!Once(a, "external_annotations").ok()) continue;
       SnapshotAnnotation n;
       if (auto v = doc_.Find(a, "stage")) n.stage = doc_.AsString(*v).value_or("");
       if (auto v = doc_.Find(a, "name")) n.name = doc_.AsString(*v).value_or("");
@@ -609,6 +674,10 @@ class Decoder {
     std::vector<Entry> slots_;  // a power of two, at most half full
     std::size_t size_ = 0;
   };
+  bool events_user_set_;
+  std::uint64_t max_events_;
+  std::uint64_t events_ = 0;                   // segments, blocks and trace entries counted so far
+  std::vector<bool> reached_;                  // by ObjectId: a structural object already decoded
   std::vector<std::int32_t> frame_of_object_;  // by ObjectId; kUnseen until decoded
   std::vector<std::int32_t> stack_of_object_;
   RunTable stack_by_run_;

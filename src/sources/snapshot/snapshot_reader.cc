@@ -201,8 +201,14 @@ void SnapshotReader::Prepare() {
     site_of_stack_[i] = CallSiteFrame(s, static_cast<std::int32_t>(i));
   }
 
+  // Segments by device, so that building each device's history looks at its own segments
+  // only: a scan of all segments per device was O(devices x segments) (issue 24 item 2).
+  std::unordered_map<std::int32_t, std::vector<std::size_t>> segments_of;
   std::vector<std::int32_t> devices;
-  for (const SnapshotSegment& seg : s.segments) devices.push_back(seg.device);
+  for (std::size_t i = 0; i < s.segments.size(); ++i) {
+    devices.push_back(s.segments[i].device);
+    segments_of[s.segments[i].device].push_back(i);
+  }
   for (std::size_t d = 0; d < s.device_traces.size(); ++d) {
     if (!s.device_traces[d].empty()) {
       devices.push_back(static_cast<std::int32_t>(d));
@@ -215,7 +221,8 @@ void SnapshotReader::Prepare() {
     DeviceInfo info;
     info.device = d;
     header_.devices.push_back(info);
-    BuildDevice(d);
+    const auto found = segments_of.find(d);
+    BuildDevice(d, found != segments_of.end() ? found->second : std::vector<std::size_t>());
   }
   if (history_warnings_ > kMaxHistoryWarnings) {
     warnings_.push_back(
@@ -226,7 +233,8 @@ void SnapshotReader::Prepare() {
 }
 
 // Walks device `device`'s history backwards from the final segments to the state at its start.
-void SnapshotReader::BuildDevice(std::int32_t device) {
+void SnapshotReader::BuildDevice(std::int32_t device,
+                                 const std::vector<std::size_t>& segment_indices) {
   Snapshot& s = snapshot_;
   DevicePlan plan;
   plan.device = device;
@@ -242,8 +250,8 @@ void SnapshotReader::BuildDevice(std::int32_t device) {
 
   std::map<std::uint64_t, SegState> segs;
   std::unordered_map<std::uint64_t, LiveState> live;
-  for (const SnapshotSegment& seg : s.segments) {
-    if (seg.device != device) continue;
+  for (const std::size_t index : segment_indices) {
+    const SnapshotSegment& seg = s.segments[index];
     segs[seg.addr] = SegState{seg.total_size, seg.stream, seg.pool, seg.expandable};
     for (std::uint32_t b = seg.first_block; b < seg.first_block + seg.num_blocks; ++b) {
       const SnapshotBlock& block = s.blocks[b];

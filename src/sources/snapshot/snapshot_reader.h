@@ -100,7 +100,8 @@ class SnapshotReader final : public TraceReader {
  private:
   SnapshotReader() = default;
   void Prepare();
-  void BuildDevice(std::int32_t device);
+  /// REQUIRES: segment_indices lists the indices of `device`'s segments in snapshot_.segments.
+  void BuildDevice(std::int32_t device, const std::vector<std::size_t>& segment_indices);
   std::string ComputeConf();
 
   struct DevicePlan {

@@ -10,11 +10,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "fragscope/trace.h"
+#include "sources/budget.h"
 #include "sources/trace/input_stream.h"
 #include "sources/trace/json_scan.h"
 
@@ -22,9 +26,13 @@ namespace fragscope {
 
 namespace {
 
+using sources::BudgetMessage;
 using sources::JsonScanner;
 using sources::JsonToken;
 using sources::JsonType;
+using sources::MemoryBudgetFor;
+using sources::ProcessBudget;
+using sources::TraceEventBudgetFor;
 using Json = nlohmann::ordered_json;  // ordered: settings and labels keep their file order
 
 // Shown in messages; longer values are cut.
@@ -57,6 +65,82 @@ bool GetUint64(const Json& value, std::uint64_t* out) {
 
 Status HeaderError(std::string msg) { return Status::Corruption(std::move(msg)); }
 
+// Builds the header's ordered_json tree in time linear in the line. nlohmann's own parser
+// inserts each object key with ordered_map::operator[], a linear search for a duplicate, so a
+// header with n labels cost O(n^2) (100k labels: 35 s; issue 24 item 2). Here keys go to the
+// back of the object's vector and duplicates are found with a hash index; the result is what
+// nlohmann would build: a repeated key keeps its first position and its last value.
+// REQUIRES: the line was validated by JsonScanner (syntax and depth), so errors are not expected.
+class HeaderBuilder {
+ public:
+  using string_t = Json::string_t;
+
+  bool null() { return Put(Json(nullptr)); }
+  bool boolean(bool b) { return Put(Json(b)); }
+  bool number_integer(Json::number_integer_t i) { return Put(Json(i)); }
+  bool number_unsigned(Json::number_unsigned_t u) { return Put(Json(u)); }
+  bool number_float(Json::number_float_t d, const string_t&) { return Put(Json(d)); }
+  bool string(string_t& s) { return Put(Json(std::move(s))); }
+  bool binary(Json::binary_t&) { return false; }
+  bool start_object(std::size_t) { return Open(Json::object()); }
+  bool start_array(std::size_t) { return Open(Json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(string_t& k) {
+    Level& level = open_.back();
+    auto& object = level.value->get_ref<Json::object_t&>();
+    auto [it, inserted] = level.keys.try_emplace(k, object.size());
+    if (inserted) {
+      object.Container::emplace_back(std::move(k), nullptr);
+      next_ = &object.back().second;
+    } else {
+      next_ = &object.Container::operator[](it->second).second;  // repeated: the last value wins
+      *next_ = nullptr;
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return false;
+  }
+
+  Json& root() { return root_; }
+
+ private:
+  struct Level {
+    Json* value;
+    std::unordered_map<std::string, std::size_t> keys;  // objects: key -> index
+  };
+  // Where the next value goes: the root, behind the open array, or at the key just read.
+  Json* Slot() {
+    if (open_.empty()) return &root_;
+    Json* parent = open_.back().value;
+    if (parent->is_array()) {
+      parent->get_ref<Json::array_t&>().emplace_back();
+      return &parent->back();
+    }
+    return next_;
+  }
+  bool Put(Json value) {
+    *Slot() = std::move(value);
+    return true;
+  }
+  // Open containers are never moved: their parent gains no element while they are open.
+  bool Open(Json empty) {
+    Json* slot = Slot();
+    *slot = std::move(empty);
+    open_.push_back(Level{slot, {}});
+    return true;
+  }
+  bool Close() {
+    open_.pop_back();
+    return true;
+  }
+
+  Json root_;
+  Json* next_ = nullptr;
+  std::vector<Level> open_;
+};
+
 Status ParseDevices(const Json& devices, const TraceLimits& limits, TraceHeader* header) {
   if (!devices.is_array()) {
     return HeaderError("\"devices\" is " + Dump(devices) + ", expected an array of objects");
@@ -66,6 +150,7 @@ Status ParseDevices(const Json& devices, const TraceLimits& limits, TraceHeader*
                                  " devices, more than the limit of " +
                                  std::to_string(limits.max_devices) + " (max_devices)");
   }
+  std::unordered_set<std::int32_t> seen;  // device numbers listed so far
   for (std::size_t i = 0; i < devices.size(); ++i) {
     const Json& d = devices[i];
     std::string where = "devices[" + std::to_string(i) + "]";
@@ -79,7 +164,7 @@ Status ParseDevices(const Json& devices, const TraceLimits& limits, TraceHeader*
                          ", expected an integer from 0 to 2147483647");
     }
     info.device = static_cast<std::int32_t>(number);
-    if (header->FindDevice(info.device) != nullptr) {
+    if (!seen.insert(info.device).second) {
       return HeaderError(where + ": device " + std::to_string(info.device) + " is listed twice");
     }
     if (auto name = d.find("name"); name != d.end()) {
@@ -114,6 +199,10 @@ Status ParseSettingsString(std::string_view conf, TraceHeader* header) {
     while (!s.empty() && JsonScanner::IsJsonSpace(s.back())) s.remove_suffix(1);
     return s;
   };
+  std::unordered_map<std::string, std::size_t> index;  // key -> its pair in allocator_settings
+  for (std::size_t i = 0; i < header->allocator_settings.size(); ++i) {
+    index.try_emplace(header->allocator_settings[i].first, i);
+  }
   std::size_t start = 0;
   int brackets = 0;
   for (std::size_t i = 0; i <= conf.size(); ++i) {
@@ -135,14 +224,14 @@ Status ParseSettingsString(std::string_view conf, TraceHeader* header) {
       return HeaderError("\"allocator_settings\": item \"" + Shorten(item) + "\" has no key");
     }
     // A repeated key overrides the earlier value, as in PyTorch's own parser; keeping one
-    // pair per key matches the object form, where JSON keys are unique.
+    // pair per key matches the object form, where JSON keys are unique. The index keeps this
+    // linear in the number of items (a search of the pairs was quadratic).
     auto& pairs = header->allocator_settings;
-    auto same = std::find_if(pairs.begin(), pairs.end(),
-                             [&](const auto& pair) { return pair.first == key; });
-    if (same != pairs.end()) {
-      same->second = std::move(value);
-    } else {
+    auto [it, inserted] = index.try_emplace(key, pairs.size());
+    if (inserted) {
       pairs.emplace_back(std::move(key), std::move(value));
+    } else {
+      pairs[it->second].second = std::move(value);
     }
   }
   return Status::Ok();
@@ -216,10 +305,11 @@ Status ParseHeader(std::string_view line, const TraceLimits& limits, TraceHeader
     scanner.Expected("the end of the line after the header object");
     return scanner.error();
   }
-  Json json = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
+  HeaderBuilder builder;
+  if (!Json::sax_parse(line.begin(), line.end(), &builder)) {
     return HeaderError("the header is not valid JSON (a number too large for a double?)");
   }
+  const Json& json = builder.root();
 
   auto format = json.find("format");
   if (format == json.end()) {
@@ -392,7 +482,15 @@ class TraceReaderImpl final : public TraceReader {
  public:
   TraceReaderImpl(std::unique_ptr<sources::LineReader> lines, std::string name,
                   const TraceLimits& limits)
-      : lines_(std::move(lines)), name_(std::move(name)), limits_(limits) {}
+      : lines_(std::move(lines)), name_(std::move(name)), limits_(limits) {
+    // Budgets (issue 24 item 1) follow the file as stored; 0 = not known (a pipe): the floors.
+    const std::uint64_t input_size = lines_->input().raw_bytes_total();
+    memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
+    memory_budget_ =
+        limits_.max_memory_bytes != 0 ? limits_.max_memory_bytes : MemoryBudgetFor(input_size);
+    events_user_set_ = limits_.max_events != 0 || ProcessBudget().max_events != 0;
+    max_events_ = limits_.max_events != 0 ? limits_.max_events : TraceEventBudgetFor(input_size);
+  }
 
   Status ReadHeader() {
     std::string_view line;
@@ -420,7 +518,14 @@ class TraceReaderImpl final : public TraceReader {
       if (!*got) return false;
       bool is_frame = false;
       if (!ParseLine(line, event, &is_frame)) return Fail(error_);
-      if (!is_frame) return true;
+      if (is_frame) continue;
+      if (++events_ > max_events_) [[unlikely]] {
+        return Fail(Status::LimitExceeded(BudgetMessage(
+            "more events than the trace's size justifies (a compressed file that decodes "
+            "to far more than it holds?)",
+            "event", max_events_, events_, events_user_set_, "--max-events", /*bytes=*/false)));
+      }
+      return true;
     }
   }
 
@@ -624,6 +729,15 @@ class TraceReaderImpl final : public TraceReader {
       frame.filename.assign(text);
     }
     if (Has(kLine) && !GetInt(kLine, 0, INT64_MAX, &frame.line)) return false;
+    // Call sites are the one thing a trace reader keeps: their bytes count against the memory
+    // budget, before they are stored (issue 24 item 1).
+    const std::uint64_t slots = index >= frames_.size() ? index + 1 - frames_.size() : 0;
+    frame_bytes_ += slots * (sizeof(Frame) + 1) + frame.name.size() + frame.filename.size();
+    if (frame_bytes_ > memory_budget_) {
+      return Limit(BudgetMessage("the call sites (frame lines) outgrew the memory budget", "memory",
+                                 memory_budget_, frame_bytes_, memory_user_set_, "--max-memory",
+                                 /*bytes=*/true));
+    }
     if (index >= frames_.size()) {
       // Slots of ids not (yet) defined keep id == index and an empty name.
       std::size_t old_size = frames_.size();
@@ -767,7 +881,13 @@ class TraceReaderImpl final : public TraceReader {
   TraceHeader header_;
   std::vector<Frame> frames_;
   std::vector<bool> defined_;  // defined_[id]: a frame line defined id
-  Status failure_;             // sticky: the first error, with its location
+  std::uint64_t memory_budget_ = 0;
+  bool memory_user_set_ = false;
+  std::uint64_t frame_bytes_ = 0;  // what frames_ holds, as counted against memory_budget_
+  std::uint64_t max_events_ = 0;
+  bool events_user_set_ = false;
+  std::uint64_t events_ = 0;
+  Status failure_;  // sticky: the first error, with its location
 
   // Per-line state, reused so a line costs no allocation.
   Status error_;           // the current line's error, without location
