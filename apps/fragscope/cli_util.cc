@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "common/did_you_mean.h"
+#include "sources/trace/input_stream.h"
 
 namespace fragscope::cli {
 
@@ -34,6 +35,22 @@ CLI::Validator ByteSize(std::uint64_t min) {
         return "";
       },
       "");
+}
+
+void AddMaxInputBytesOption(CLI::App& sub) {
+  sub.add_option_function<std::string>(
+         "--max-input-bytes",
+         [](const std::string& text) {
+           // The validator has parsed it already.
+           if (Result<std::uint64_t> bytes = ParseSize(text); bytes.ok()) {
+             sources::SetStreamInputLimit(*bytes);
+           }
+         },
+         fmt::format("Read at most this much of a pipe, FIFO or standard input before refusing "
+                     "it as endless (default {}; regular files have no such limit)",
+                     FormatBytes(sources::kDefaultStreamInputBytes)))
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
 }
 
 CLI::Validator CapacitySize() {
@@ -143,6 +160,11 @@ int BadInput(std::string_view message) {
 int Failure(std::string_view message) {
   std::fputs(fmt::format("fragscope: {}\n", message).c_str(), stderr);
   return kExitFailure;
+}
+
+int OutputFailure(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? BadInput(status.message())
+                                                       : Failure(status.message());
 }
 
 bool UseColor(const std::string& mode) {

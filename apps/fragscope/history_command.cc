@@ -399,6 +399,7 @@ void AddHistoryOption(CLI::App& sub, HistoryFlags* flags) {
 }
 
 void AddInputOptions(CLI::App& sub, HistoryFlags* flags) {
+  AddMaxInputBytesOption(sub);
   sub.add_option("INPUT", flags->input,
                  "An allocator trace or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

@@ -116,6 +116,7 @@ Command AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
   CLI::App* sub = app.add_subcommand("replay", std::string(kReplayDescription));
   sub->footer(std::string(kReplayFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("TRACE", flags->path,
                   "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -24,6 +23,7 @@
 #include "analysis/tune.h"
 #include "analyze_command.h"
 #include "cli_util.h"
+#include "common/safe_file.h"
 #include "common/units.h"
 #include "model/alloc_conf.h"
 #include "replay_command.h"
@@ -36,6 +36,7 @@ namespace {
 struct ReportCommandFlags {
   std::string path;
   std::string output = "report.html";
+  bool output_named = false;  // -o was given (else `output` is the default name)
   std::int32_t device = -1;
   std::uint64_t every_events = 0;
   std::string stranded_threshold;
@@ -264,6 +265,7 @@ int RunReport(const ReportCommandFlags& flags) {
     request.version = TorchVersion(flags.torch_version);
     request.options = options;
     request.emit = TempNear(flags.output, "simulated.jsonl");
+    request.emit_named_by_user = false;
     Result<ReplayRun> replayed = ReplayInput(request);
     if (!replayed.ok()) {
       std::filesystem::remove(request.emit);
@@ -364,22 +366,13 @@ int RunReport(const ReportCommandFlags& flags) {
         flags.path, FormatBytes(html.size()), FormatBytes(*max_size), flags.max_frames,
         flags.max_map_blocks));
   }
-  // Written whole to a temporary file, then renamed: never a half-written report.
-  const std::string temp = TempNear(flags.output, "part");
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(html.data(), static_cast<std::streamsize>(html.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temp);
-      return Failure(fmt::format("cannot write {}", flags.output));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, flags.output, ec);
-  if (ec) {
-    std::filesystem::remove(temp);
-    return Failure(fmt::format("cannot write {}: {}", flags.output, ec.message()));
+  // Written whole to a new temporary file, then renamed: never a half-written report, and never
+  // through a link at the default name (common/safe_file.h).
+  if (Status written = WriteFileSafely(
+          flags.output, html,
+          flags.output_named ? OutputOrigin::kNamedByUser : OutputOrigin::kChosenByTool);
+      !written.ok()) {
+    return OutputFailure(written);
   }
   std::fprintf(stderr, "fragscope: wrote %s (%s): %s\n", flags.output.c_str(),
                FormatBytes(html.size()).c_str(), sinks::ReportVerdict(*result).c_str());
@@ -392,6 +385,7 @@ Command AddReportCommand(CLI::App& app) {
   auto flags = std::make_shared<ReportCommandFlags>();
   CLI::App* sub = app.add_subcommand("report", std::string(kReportDescription));
   sub->footer(std::string(kReportFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("FILE", flags->path,
                   "An allocator or request trace (JSON Lines) or a PyTorch memory snapshot "
                   "(pickle or JSON); plain, .gz or .zst")
@@ -448,7 +442,11 @@ Command AddReportCommand(CLI::App& app) {
       ->type_name("SIZE")
       ->check(ByteSize(1))
       ->capture_default_str();
-  return Command{sub, [flags] { return RunReport(*flags); }};
+  CLI::Option* output_option = sub->get_option("--output");
+  return Command{sub, [flags, output_option] {
+                   flags->output_named = output_option->count() > 0;
+                   return RunReport(*flags);
+                 }};
 }
 
 }  // namespace fragscope::cli
