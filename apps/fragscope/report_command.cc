@@ -83,6 +83,10 @@ on --capacity bytes (or the header's capacity) under --alloc-conf (or the header
 A snapshot with --capacity or --alloc-conf is replayed too: its requests under those
 settings, on that device.
 
+The page is written to a new temporary file next to OUT and renamed to OUT when complete. A
+symbolic link at the default report.html is refused; a link named with -o is followed to its
+existing file; a link to nothing is refused (docs/user-guide.md, "Files and links").
+
 Examples:
   fragscope report snapshot.pickle -o report.html
   fragscope report requests.jsonl.gz --capacity 16GiB -o oom.html
@@ -91,8 +95,8 @@ Examples:
   fragscope report huge.pickle --max-frames 16 --every 10000
 
 Exit status: 0 when the report was written; 2 for bad input or usage, or when the report would
-exceed --max-size (nothing is written; the message names the options that make it smaller);
-1 when the output file cannot be written.)";
+exceed --max-size (nothing is written; the message names the options that make it smaller),
+or for a refused output link; 1 when the output file cannot be written.)";
 
 // Inputs without step markers shorter than this are sampled every total/200 events.
 constexpr std::uint64_t kShortInputEvents = 200'000;
