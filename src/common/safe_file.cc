@@ -178,16 +178,17 @@ Result<std::unique_ptr<SafeFile>> SafeFile::Create(const std::string& path, Outp
   // A dot name ending in .tmp: invisible to `ls`, and to node_exporter (it reads *.prom only).
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string temp = fmt::format("{}/.{}.{}.tmp", dir, base, RandomSuffix());
-    // Claimed for the signal handler before it exists, so that no moment leaves it unlisted.
-    const int slot = RegisterTemp(temp);
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                           static_cast<mode_t>(options.mode));
     if (fd >= 0) {
+      // Listed for the signal handler only once it is ours: a name that failed with EEXIST
+      // belongs to someone else and must never be removed. (A signal between the two calls
+      // leaves this temporary behind: a dot file, never the output.)
+      const int slot = RegisterTemp(temp);
       return std::unique_ptr<SafeFile>(
           new SafeFile(path, std::move(*target), std::move(temp), fd, slot, options));
     }
     const int err = errno;
-    UnregisterTemp(slot);
     if (err == EEXIST) continue;  // a name someone else holds: never opened, another is drawn
     if (err == ENOENT) {
       return Status::NotFound(fmt::format("{}: cannot create: no such directory {}", path, dir));
