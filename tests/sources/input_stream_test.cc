@@ -353,7 +353,10 @@ TEST(StreamSourceTest, Issue24AnEndlessStreamStopsAtTheLimit) {
   ASSERT_TRUE(source.ok());
   Status error;
   const std::string read = ReadAllOf(**source, &error);
+  char more[16];
+  const bool read_on = (*source)->Read(more, sizeof more).ok();
   SetStreamInputLimit(kDefaultStreamInputBytes);
+  EXPECT_FALSE(read_on);  // and stays refused
   EXPECT_LE(read.size(), 1000u);
   EXPECT_EQ(error.code(), StatusCode::kLimitExceeded);
   EXPECT_NE(error.message().find("read more than 1000 B from a stream"), std::string::npos)

@@ -120,20 +120,23 @@ class StreamSource final : public ByteSource {
     if (got < 0) return Status::IoError(std::string("read failed: ") + std::strerror(errno));
     const auto bytes = static_cast<std::size_t>(got);
     if (bytes == 0 && n > 0) s.eof = true;
-    if (!s.regular && s.consumed + bytes > limit) {
+    const bool over = !s.regular && s.consumed + bytes > limit;
+    if (s.spooling && !over && s.spool.size() + bytes <= kStreamSpoolBytes) {
+      s.spool.append(buf, bytes);
+    } else {
+      s.spooling = false;
+    }
+    // Counted even when refused: the bytes are gone from the stream, and every later read of
+    // it is refused too.
+    s.consumed += bytes;
+    pos_ += bytes;
+    if (over) {
       return Status::LimitExceeded(fmt::format(
           "read more than {} from a stream (a pipe, FIFO, device or standard input, whose end is "
           "unknown) without reaching its end: the limit is --max-input-bytes (default {}); "
           "raise it for a longer stream, or save the input to a file",
           FormatBytes(limit), FormatBytes(kDefaultStreamInputBytes)));
     }
-    if (s.spooling && s.spool.size() + bytes <= kStreamSpoolBytes) {
-      s.spool.append(buf, bytes);
-    } else {
-      s.spooling = false;
-    }
-    s.consumed += bytes;
-    pos_ += bytes;
     return bytes;
   }
   std::uint64_t size_bytes() const override { return stream_->size; }
