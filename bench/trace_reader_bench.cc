@@ -107,7 +107,7 @@ class Inputs {
                          : c == Compression::kZstd ? ".jsonl.zst"
                                                    : ".jsonl";
     trace.path = (dir_ / (std::string(stem) + suffix)).string();
-    auto sink = sources::CreateFileSink(trace.path);
+    auto sink = sources::CreateFileSink(trace.path, OutputOrigin::kChosenByTool);
     if (!sink.ok()) std::abort();
     auto out = sources::OutputStream::Create(c, std::move(*sink));
     if (!out.ok() || !(*out)->Write(text).ok() || !(*out)->Finish().ok()) std::abort();

@@ -27,6 +27,7 @@ import math
 import os
 import random
 import sys
+import tempfile
 import time
 import types
 
@@ -652,29 +653,33 @@ def header(args, torch_version, architecture="gpt"):
 
 
 def write_trace(path, head, events):
-    opener = gzip.open if path.endswith(".gz") else open
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    tmp = path + ".tmp"
-    # mtime=0 keeps the gzip bytes reproducible for identical content.
-    if opener is gzip.open:
-        raw = open(tmp, "wb")
-        fh = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
-        text = _TextWriter(fh)
-    else:
-        raw = None
-        text = open(tmp, "w", encoding="utf-8")
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    # A new temporary next to the output (mkstemp: O_EXCL, a random dot name), renamed into
+    # place: never a fixed PATH.tmp where a planted link would be written through (issue 24
+    # item 4, docs/user-guide.md "Files and links").
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    os.fchmod(fd, 0o644)
+    raw = os.fdopen(fd, "wb")
     try:
+        if path.endswith(".gz"):
+            # mtime=0 keeps the gzip bytes reproducible for identical content.
+            text = _TextWriter(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0))
+        else:
+            text = _TextWriter(raw)
         dumps = json.JSONEncoder(separators=(",", ":")).encode
         text.write(dumps(head) + "\n")
         for ev in events:
             text.write(dumps(ev) + "\n")
-    finally:
         text.close()
-        if raw is not None:
-            raw.close()
-    os.replace(tmp, path)
+        raw.close()
+        os.replace(tmp, path)
+    except BaseException:
+        raw.close()
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class _TextWriter:

@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "sinks/alerts/alert_engine.h"
 #include "sinks/alerts/hook_runner.h"
 #include "sources/agent/agent_protocol.h"
+#include "sources/trace/input_stream.h"
 
 namespace fragscope::cli {
 namespace {
@@ -235,13 +234,16 @@ Result<SampleSet> ReadSampleSet(const std::string& arg) {
   std::string name = "--sample";
   std::size_t first = arg.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || (arg[first] != '{' && arg[first] != '[')) {
-    std::ifstream in(arg, std::ios::binary);
-    if (!in) return Status::NotFound(fmt::format("{}: cannot open the sample file", arg));
-    std::ostringstream content;
-    content << in.rdbuf();
-    text = content.str();
+    // Read once, as every input (a FIFO or <(...) works; /dev/zero stops at the limit).
+    Result<std::string> content = sources::ReadWholeInput(arg, 16u << 20, "a sample file");
+    if (!content.ok()) {
+      if (content.status().code() == StatusCode::kNotFound) {
+        return Status::NotFound(fmt::format("{}: cannot open the sample file", arg));
+      }
+      return content.status();
+    }
+    text = std::move(*content);
     name = arg;
-    if (text.size() > (16u << 20)) return Status::LimitExceeded(name + ": larger than 16 MiB");
   }
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Status::InvalidArgument(name + ": not valid JSON");
@@ -387,11 +389,13 @@ Command AddAlertsCommand(CLI::App& app) {
 
   CLI::App* check = alerts->add_subcommand("check", "Validate a rules file and print its rules");
   check->add_option("CONFIG", flags->config, "The alert rules file (TOML)")->required();
+  AddMaxInputBytesOption(*check);
   check->footer("Example:\n  fragscope alerts check deploy/fragscope.toml.example");
 
   CLI::App* test = alerts->add_subcommand(
       "test", "Evaluate the rules on a sample and run (or dry-run) the hooks of what fires");
   test->add_option("CONFIG", flags->config, "The alert rules file (TOML)")->required();
+  AddMaxInputBytesOption(*test);
   test->add_option("--sample", flags->samples, "A sample: a JSON file or inline JSON (repeatable)")
       ->required();
   test->add_option("--interval", flags->interval,

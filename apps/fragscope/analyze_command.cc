@@ -166,6 +166,7 @@ Command AddAnalyzeCommand(CLI::App& app) {
   auto flags = std::make_shared<AnalyzeFlags>();
   CLI::App* sub = app.add_subcommand("analyze", std::string(kAnalyzeDescription));
   sub->footer(std::string(kAnalyzeFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("FILE", flags->path,
                   "A fragscope trace (JSON Lines) or a PyTorch memory snapshot (pickle or JSON); "
                   "plain, .gz or .zst")

@@ -211,6 +211,7 @@ Command AddCheckCommand(CLI::App& app) {
   auto flags = std::make_shared<CheckFlags>();
   CLI::App* sub = app.add_subcommand("check", std::string(kCheckDescription));
   sub->footer(std::string(kCheckFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("INPUT", flags->path,
                   "A request or allocator trace, or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

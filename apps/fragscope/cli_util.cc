@@ -8,6 +8,7 @@
 #include "command.h"
 #include "common/did_you_mean.h"
 #include "sources/budget.h"
+#include "sources/trace/input_stream.h"
 
 namespace fragscope::cli {
 
@@ -35,6 +36,22 @@ CLI::Validator ByteSize(std::uint64_t min) {
         return "";
       },
       "");
+}
+
+void AddMaxInputBytesOption(CLI::App& sub) {
+  sub.add_option_function<std::string>(
+         "--max-input-bytes",
+         [](const std::string& text) {
+           // The validator has parsed it already.
+           if (Result<std::uint64_t> bytes = ParseSize(text); bytes.ok()) {
+             sources::SetStreamInputLimit(*bytes);
+           }
+         },
+         fmt::format("Read at most this much of a pipe, FIFO or standard input before refusing "
+                     "it as endless (default {}; regular files have no such limit)",
+                     FormatBytes(sources::kDefaultStreamInputBytes)))
+      ->type_name("SIZE")
+      ->check(ByteSize(1));
 }
 
 CLI::Validator CapacitySize() {
@@ -200,6 +217,11 @@ void PrintSafe(std::FILE* stream, std::string_view text) {
   const std::string safe = TerminalSafeLines(text);
   std::fwrite(safe.data(), 1, safe.size(), stream);
   std::fflush(stream);
+}
+
+int OutputFailure(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? BadInput(status.message())
+                                                       : Failure(status.message());
 }
 
 bool UseColor(const std::string& mode) {

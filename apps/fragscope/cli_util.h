@@ -72,6 +72,10 @@ Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
 void AddTorchVersionOption(CLI::App& sub, std::string* value);
 model::ConfigVersion TorchVersion(const std::string& value);
 
+/// --max-input-bytes SIZE: how much of a stream input (a pipe, FIFO, "-", /dev/stdin,
+/// <(...), a device) is read before it is refused as endless (sources::SetStreamInputLimit;
+/// default 256 MiB). For every command that reads an input.
+void AddMaxInputBytesOption(CLI::App& sub);
 /// --addresses recorded|simulated: where a snapshot's segments go (replay, tune).
 void AddAddressesOption(CLI::App& sub, std::string* value);
 /// --addresses as given: "recorded" true, "simulated" false, unset (empty) nullopt.
@@ -87,6 +91,10 @@ std::string UsageHint(CLI::App& app, int argc, const char* const* argv);
 int BadInput(std::string_view message);
 /// Prints "fragscope: <message>" to stderr and returns kExitFailure (output could not be made).
 int Failure(std::string_view message);
+/// For an output that could not be made: a refused output path (a symbolic link, not a regular
+/// file: kInvalidArgument, common/safe_file.h) is bad usage, kExitBadInput; anything else (a
+/// full disk, no permission) is kExitFailure. Prints "fragscope: <message>".
+int OutputFailure(const Status& status);
 /// --color=auto|always|never: auto colors only a terminal, and honours NO_COLOR and TERM=dumb.
 bool UseColor(const std::string& mode);
 

@@ -45,8 +45,11 @@ constexpr std::string_view kConvertFooter =
   json       a snapshot as plain JSON (OUT.json), the same keys as the pickle, for scripts.
 
 INPUT is a fragscope trace or a PyTorch memory snapshot (pickle or JSON; plain, .gz or .zst).
-A snapshot is read safely: no code in it runs. The output is written to OUT.tmp and renamed
-to OUT when complete; .gz and .zst names are compressed.
+A snapshot is read safely: no code in it runs. The output is written to a new temporary file
+next to OUT (.OUT.<random>.tmp) and renamed to OUT when complete, so an interrupted convert
+(error, Ctrl-C, SIGTERM) leaves OUT as it was and no temporary; .gz and .zst names are
+compressed. If OUT is a symbolic link to an existing file, that file is replaced (you named
+it); a link to nothing is refused. INPUT may be - (standard input), a FIFO or <(...).
 
 Examples:
   fragscope convert snapshot.pickle -o trace.jsonl.zst
@@ -71,41 +74,28 @@ std::string FormatFor(const std::string& out) {
   return "";
 }
 
-// A compressed (by OUT's name) file written to OUT.tmp and renamed by Commit().
+// A compressed (by OUT's name) file, written through a SafeFile: a new temporary next to OUT,
+// renamed onto OUT by Commit() (OUT may be a link the user named, common/safe_file.h).
 class AtomicOutput {
  public:
   static Result<std::unique_ptr<AtomicOutput>> Create(const std::string& path) {
-    auto out = std::unique_ptr<AtomicOutput>(new AtomicOutput(path));
-    Result<std::unique_ptr<sources::ByteSink>> sink = sources::CreateFileSink(out->tmp_);
+    Result<std::unique_ptr<sources::ByteSink>> sink =
+        sources::CreateFileSink(path, OutputOrigin::kNamedByUser);
     if (!sink.ok()) return sink.status();
     Result<std::unique_ptr<sources::OutputStream>> stream =
         sources::OutputStream::Create(CompressionForPath(path), std::move(*sink));
     if (!stream.ok()) return stream.status();
+    auto out = std::unique_ptr<AtomicOutput>(new AtomicOutput());
     out->stream_ = std::move(*stream);
     return out;
   }
-  ~AtomicOutput() {
-    if (!committed_) {
-      stream_.reset();
-      std::remove(tmp_.c_str());
-    }
-  }
   Status Write(std::string_view data) { return stream_->Write(data); }
-  Status Commit() {
-    FRAGSCOPE_RETURN_IF_ERROR(stream_->Finish());
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      return Status::IoError(fmt::format("{}: cannot rename {} to it", path_, tmp_));
-    }
-    committed_ = true;
-    return Status::Ok();
-  }
+  // Finishing the stream closes the sink, which renames the temporary onto OUT.
+  Status Commit() { return stream_->Finish(); }
 
  private:
-  explicit AtomicOutput(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
-  std::string path_;
-  std::string tmp_;
+  AtomicOutput() = default;
   std::unique_ptr<sources::OutputStream> stream_;
-  bool committed_ = false;
 };
 
 // Reads every event of the input (tolerant for snapshots: skipped events become notes).
@@ -129,7 +119,7 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
   if (requests) header.kind = TraceKind::kRequest;
   if (header.producer.empty()) header.producer = "fragscope convert";
   Result<std::unique_ptr<TraceWriter>> writer = TraceWriter::Create(flags.output, header);
-  if (!writer.ok()) return Failure(writer.status().message());
+  if (!writer.ok()) return OutputFailure(writer.status());
   // Frames are defined before the first event that names them.
   std::vector<bool> defined(in.reader->frames().size(), false);
   auto define = [&](std::int32_t frame) -> Status {
@@ -189,7 +179,7 @@ int ToPerfetto(const ConvertFlags& flags, OpenedInput& in) {
                     flags.input));
   }
   Result<std::unique_ptr<AtomicOutput>> out = AtomicOutput::Create(flags.output);
-  if (!out.ok()) return Failure(out.status().message());
+  if (!out.ok()) return OutputFailure(out.status());
   sinks::PerfettoWriter writer([&](std::string_view s) { return (*out)->Write(s); }, flags.input);
   Status write_error;
   analysis::CounterTrack track(
@@ -224,7 +214,7 @@ int ToJson(const ConvertFlags& flags) {
   progress.Clear();
   if (!doc.ok()) return BadInput(doc.status().message());
   Result<std::unique_ptr<AtomicOutput>> out = AtomicOutput::Create(flags.output);
-  if (!out.ok()) return Failure(out.status().message());
+  if (!out.ok()) return OutputFailure(out.status());
   Status st =
       sources::WriteDocumentJson(*doc, [&](std::string_view s) { return (*out)->Write(s); });
   if (st.code() == StatusCode::kLimitExceeded) return BadInput(flags.input + ": " + st.message());
@@ -264,6 +254,7 @@ Command AddConvertCommand(CLI::App& app) {
   auto flags = std::make_shared<ConvertFlags>();
   CLI::App* sub = app.add_subcommand("convert", std::string(kConvertDescription));
   sub->footer(std::string(kConvertFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("INPUT", flags->input, "A PyTorch memory snapshot or a fragscope trace")
       ->type_name("PATH")
       ->required();

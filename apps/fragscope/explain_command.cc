@@ -125,10 +125,9 @@ int RunExplain(const ExplainFlags& flags) {
   if (!scan.ok()) return BadInput(scan.status().message());
   const std::string input = flags.path == "-" ? std::string("standard input") : flags.path;
   if (scan->messages.empty()) {
-    if (flags.path != "-") {
-      if (const std::string other = NotErrorText(flags.path); !other.empty())
-        return BadInput(other);
-    }
+    // Standard input and FIFOs too: their first bytes are read again from the buffer every
+    // stream keeps (sources::OpenFileSource), not from the stream.
+    if (const std::string other = NotErrorText(flags.path); !other.empty()) return BadInput(other);
     return BadInput(fmt::format(
         "{}: no out-of-memory message in {} lines (looked for \"CUDA out of memory\", \"HIP out "
         "of memory\", \"XPU out of memory\" and \"CUDA error: out of memory\")",
@@ -263,6 +262,7 @@ Command AddExplainCommand(CLI::App& app) {
   auto flags = std::make_shared<ExplainFlags>();
   CLI::App* sub = app.add_subcommand("explain", std::string(kExplainDescription));
   sub->footer(std::string(kExplainFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("FILE", flags->path, "Log or error text; - (the default) reads standard input")
       ->type_name("PATH");
   sub->add_option("--trace", flags->trace,

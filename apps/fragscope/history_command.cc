@@ -50,7 +50,8 @@ with, e.g. "fragmenting 2.3× faster than the last 5 runs of gpt-1.3b".
 
 Where: --history PATH, else $XDG_STATE_HOME/fragscope/history.sqlite, else
 ~/.local/state/fragscope/history.sqlite (the directory is created with mode 0700). A file that
-is not a fragscope history, or is damaged, is refused and left untouched.
+is not a fragscope history, or is damaged, is refused and left untouched, and so is a symbolic
+link at PATH (or at PATH-wal, -shm, -journal): the history is opened only as a regular file.
 
 Examples:
   fragscope history record run1.jsonl.gz --run gpt-1.3b-2026-11-20 --arch gpt-1.3b
@@ -411,6 +412,7 @@ void AddHistoryOption(CLI::App& sub, HistoryFlags* flags) {
 }
 
 void AddInputOptions(CLI::App& sub, HistoryFlags* flags) {
+  AddMaxInputBytesOption(sub);
   sub.add_option("INPUT", flags->input,
                  "An allocator trace or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

@@ -119,6 +119,7 @@ Command AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
   CLI::App* sub = app.add_subcommand("replay", std::string(kReplayDescription));
   sub->footer(std::string(kReplayFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("TRACE", flags->path,
                   "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")
@@ -138,7 +139,8 @@ Command AddReplayCommand(CLI::App& app) {
   sub->add_flag("--continue-after-oom", flags->continue_after_oom,
                 "Go on after an OOM as if the program caught it");
   sub->add_option("--emit", flags->emit,
-                  "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst)")
+                  "Also write the simulated allocator trace (.jsonl, .jsonl.gz, .jsonl.zst), "
+                  "through a new temporary file renamed to OUT; a link to nothing is refused")
       ->type_name("OUT");
   AddAddressesOption(*sub, &flags->addresses);
   sub->add_option("--threads", flags->threads,

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
@@ -24,6 +23,7 @@
 #include "analysis/tune.h"
 #include "analyze_command.h"
 #include "cli_util.h"
+#include "common/safe_file.h"
 #include "common/units.h"
 #include "model/alloc_conf.h"
 #include "replay_command.h"
@@ -36,6 +36,7 @@ namespace {
 struct ReportCommandFlags {
   std::string path;
   std::string output = "report.html";
+  bool output_named = false;  // -o was given (else `output` is the default name)
   std::int32_t device = -1;
   std::uint64_t every_events = 0;
   std::string stranded_threshold;
@@ -82,6 +83,10 @@ on --capacity bytes (or the header's capacity) under --alloc-conf (or the header
 A snapshot with --capacity or --alloc-conf is replayed too: its requests under those
 settings, on that device.
 
+The page is written to a new temporary file next to OUT and renamed to OUT when complete. A
+symbolic link at the default report.html is refused; a link named with -o is followed to its
+existing file; a link to nothing is refused (docs/user-guide.md, "Files and links").
+
 Examples:
   fragscope report snapshot.pickle -o report.html
   fragscope report requests.jsonl.gz --capacity 16GiB -o oom.html
@@ -90,8 +95,8 @@ Examples:
   fragscope report huge.pickle --max-frames 16 --every 10000
 
 Exit status: 0 when the report was written; 2 for bad input or usage, or when the report would
-exceed --max-size (nothing is written; the message names the options that make it smaller);
-1 when the output file cannot be written.)";
+exceed --max-size (nothing is written; the message names the options that make it smaller),
+or for a refused output link; 1 when the output file cannot be written.)";
 
 // Inputs without step markers shorter than this are sampled every total/200 events.
 constexpr std::uint64_t kShortInputEvents = 200'000;
@@ -264,6 +269,7 @@ int RunReport(const ReportCommandFlags& flags) {
     request.version = TorchVersion(flags.torch_version);
     request.options = options;
     request.emit = TempNear(flags.output, "simulated.jsonl");
+    request.emit_named_by_user = false;
     Result<ReplayRun> replayed = ReplayInput(request);
     if (!replayed.ok()) {
       std::filesystem::remove(request.emit);
@@ -364,22 +370,13 @@ int RunReport(const ReportCommandFlags& flags) {
         flags.path, FormatBytes(html.size()), FormatBytes(*max_size), flags.max_frames,
         flags.max_map_blocks));
   }
-  // Written whole to a temporary file, then renamed: never a half-written report.
-  const std::string temp = TempNear(flags.output, "part");
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(html.data(), static_cast<std::streamsize>(html.size()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(temp);
-      return Failure(fmt::format("cannot write {}", flags.output));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(temp, flags.output, ec);
-  if (ec) {
-    std::filesystem::remove(temp);
-    return Failure(fmt::format("cannot write {}: {}", flags.output, ec.message()));
+  // Written whole to a new temporary file, then renamed: never a half-written report, and never
+  // through a link at the default name (common/safe_file.h).
+  if (Status written = WriteFileSafely(
+          flags.output, html,
+          flags.output_named ? OutputOrigin::kNamedByUser : OutputOrigin::kChosenByTool);
+      !written.ok()) {
+    return OutputFailure(written);
   }
   PrintSafe(stderr, fmt::format("fragscope: wrote {} ({}): {}\n", flags.output,
                                 FormatBytes(html.size()), sinks::ReportVerdict(*result)));
@@ -392,6 +389,7 @@ Command AddReportCommand(CLI::App& app) {
   auto flags = std::make_shared<ReportCommandFlags>();
   CLI::App* sub = app.add_subcommand("report", std::string(kReportDescription));
   sub->footer(std::string(kReportFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("FILE", flags->path,
                   "An allocator or request trace (JSON Lines) or a PyTorch memory snapshot "
                   "(pickle or JSON); plain, .gz or .zst")
@@ -448,7 +446,11 @@ Command AddReportCommand(CLI::App& app) {
       ->type_name("SIZE")
       ->check(ByteSize(1))
       ->capture_default_str();
-  return Command{sub, [flags] { return RunReport(*flags); }};
+  CLI::Option* output_option = sub->get_option("--output");
+  return Command{sub, [flags, output_option] {
+                   flags->output_named = output_option->count() > 0;
+                   return RunReport(*flags);
+                 }};
 }
 
 }  // namespace fragscope::cli

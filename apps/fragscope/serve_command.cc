@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "cli_util.h"
+#include "common/safe_file.h"
 #include "common/units.h"
 #include "history_command.h"
 #include "serve_services.h"
@@ -71,7 +72,8 @@ constexpr std::string_view kServeFooter =
 sample per process and device and serves them, with the node's GPU facts and its own
 counters, at http://ADDRESS/metrics in Prometheus text format (docs/exporter.md lists every
 metric), /healthz for liveness. With --textfile-dir it also writes DIR/fragscope.prom for
-node_exporter's textfile collector every --interval (atomic replace).
+node_exporter's textfile collector every --interval (atomic replace through a new temporary
+file; a symbolic link at DIR/fragscope.prom is refused, never written through).
 
 A malformed, oversized or too-fast message closes that agent's connection and is counted
 (fragscope_agent_samples_rejected_total{reason}); other agents are not disturbed. A process
@@ -326,6 +328,14 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
       return BadInput(
           fmt::format("--textfile-dir {}: not an existing directory", flags.textfile_dir));
     }
+    // The file name inside DIR is the daemon's choice: a link there is never written through
+    // (common/safe_file.h); say so now rather than once per interval.
+    if (Status s = RefuseLinkOrSpecial(
+            fmt::format("{}/{}", flags.textfile_dir, prom::kTextfileName), "--textfile-dir:");
+        !s.ok()) {
+      return BadInput(s.message() +
+                      "; refusing it: the daemon never writes through a link there (remove it)");
+    }
   }
   mode_t mode = 0;
   {
@@ -535,8 +545,11 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   }
   // A textfile left behind would keep telling node_exporter the daemon is up; remove it
   // (node_exporter then stops publishing the series, as Prometheus does for a dead target).
+  // Only a file of ours: a link planted there meanwhile is left alone.
   if (!flags.textfile_dir.empty()) {
-    std::remove(fmt::format("{}/{}", flags.textfile_dir, prom::kTextfileName).c_str());
+    const std::string textfile = fmt::format("{}/{}", flags.textfile_dir, prom::kTextfileName);
+    struct stat st {};
+    if (lstat(textfile.c_str(), &st) == 0 && S_ISREG(st.st_mode)) std::remove(textfile.c_str());
   }
   const agent::AgentCounters c = daemon.registry().Counters();
   std::uint64_t rejected = 0;

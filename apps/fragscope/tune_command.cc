@@ -303,6 +303,7 @@ Command AddTuneCommand(CLI::App& app) {
   auto flags = std::make_shared<TuneFlags>();
   CLI::App* sub = app.add_subcommand("tune", std::string(kTuneDescription));
   sub->footer(std::string(kTuneFooter));
+  AddMaxInputBytesOption(*sub);
   sub->add_option("TRACE", flags->path,
                   "A request trace (JSON Lines) or a PyTorch memory snapshot; plain, .gz or .zst")
       ->type_name("PATH")

@@ -109,13 +109,18 @@ enum class Compression : std::uint8_t { kNone, kGzip, kZstd };
 /// .gz -> gzip, .zst -> zstd, anything else -> none.
 Compression CompressionForPath(const std::string& path);
 
-/// Writes a trace. Output goes to "path.tmp" and is renamed to `path` by Close(), so a reader
-/// never sees a half-written file under the final name.
+/// Writes a trace. Output goes to a new temporary file next to `path` (created exclusively, under
+/// a random name) and is renamed to `path` by Close(), so a reader never sees a half-written file
+/// under the final name, and nothing is written through a planted link.
 class TraceWriter {
  public:
   virtual ~TraceWriter() = default;
+  /// `path_named_by_user`: the user named `path` as the output, so a symbolic link there to an
+  /// existing file is followed (that file is replaced); otherwise (a name the program chose) a
+  /// link there is refused. A link to nothing is always refused (kInvalidArgument).
   static Result<std::unique_ptr<TraceWriter>> Create(const std::string& path,
-                                                     const TraceHeader& header);
+                                                     const TraceHeader& header,
+                                                     bool path_named_by_user = true);
   /// Writes into a string (tests): the bytes appear in *out after Close().
   static std::unique_ptr<TraceWriter> ToString(std::string* out, const TraceHeader& header,
                                                Compression compression = Compression::kNone);

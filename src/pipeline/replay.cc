@@ -138,7 +138,8 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
 
   std::unique_ptr<TraceWriter> writer;
   if (!request.emit.empty()) {
-    Result<std::unique_ptr<TraceWriter>> w = TraceWriter::Create(request.emit, out_header);
+    Result<std::unique_ptr<TraceWriter>> w =
+        TraceWriter::Create(request.emit, out_header, request.emit_named_by_user);
     if (!w.ok()) return Status::InvalidArgument("--emit: " + w.status().message());
     writer = std::move(*w);
   }

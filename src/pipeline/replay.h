@@ -41,6 +41,9 @@ struct ReplayRequest {
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   bool continue_after_oom = false;
   std::string emit;  // also write the simulated allocator trace here (empty: don't)
+  // The user named `emit` (--emit), so a link there to an existing file is followed; false for
+  // a name the program chose (a temporary): a link there is refused (common/safe_file.h).
+  bool emit_named_by_user = true;
   /// Whether a snapshot's segments are placed at the addresses the real driver gave them
   /// (model/recorded_addresses.h) instead of the simulator's own. Unset: yes for a snapshot (a
   /// request trace has none); true with a request trace is an error.

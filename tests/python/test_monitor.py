@@ -111,6 +111,21 @@ def test_warning_checkpoints_writes_the_recommendation_and_exits_75(tmp_path):
     assert rec["how"].startswith("fallback")  # no virtual GPU: no trace to tune
 
 
+def test_the_recommendation_is_never_written_through_a_planted_link(tmp_path):
+    # Issue 24 item 4: its temporary was RECOMMENDATION_FILE.PID.tmp, opened with open(..., "w"):
+    # a link planted there had what it points to overwritten.
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"must stay as it is\n")
+    path = tmp_path / mon.RECOMMENDATION_FILE
+    os.symlink(victim, "{}.{}.tmp".format(path, os.getpid()))
+    f = Fake(tmp_path, {10: "warning"}, every=10, save_checkpoint=lambda step: None)
+    with pytest.raises(SystemExit):
+        f.m.step(10)
+    assert victim.read_bytes() == b"must stay as it is\n"
+    assert json.loads(path.read_text())["step"] == 10
+    assert not path.is_symlink()
+
+
 def test_watch_does_not_act_and_the_level_is_configurable(tmp_path):
     saved = []
     f = Fake(tmp_path, {0: "watch", 10: "warning"}, every=10, level="critical", action="stop",

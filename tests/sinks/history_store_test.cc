@@ -193,6 +193,33 @@ TEST(HistoryStoreTest, GarbageFileIsRefused) {
   ExpectRefused(path, "shorter than a SQLite header");
 }
 
+// Issue 24 item 4: a link at the history path, or at a file SQLite keeps beside it, is refused;
+// a link to nothing never gets its target created.
+TEST(HistoryStoreTest, Issue24LinksAreRefusedAndTheirTargetsNeverCreated) {
+  const std::string dir = testing::MakeTempDir();
+  std::filesystem::create_symlink(dir + "/target.sqlite", dir + "/dangling.sqlite");
+  Result<std::unique_ptr<HistoryStore>> dangling = HistoryStore::Open(dir + "/dangling.sqlite");
+  ASSERT_FALSE(dangling.ok());
+  EXPECT_EQ(dangling.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dangling.status().message().find("is a symbolic link"), std::string::npos)
+      << dangling.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/target.sqlite"));
+
+  { OpenOrDie(dir + "/real.sqlite"); }
+  const std::string before = Slurp(dir + "/real.sqlite");
+  std::filesystem::create_symlink(dir + "/real.sqlite", dir + "/link.sqlite");
+  EXPECT_FALSE(HistoryStore::Open(dir + "/link.sqlite").ok());
+  // A planted -wal link would be written through by SQLite's own open.
+  std::filesystem::create_symlink(dir + "/victim", dir + "/real.sqlite-wal");
+  Result<std::unique_ptr<HistoryStore>> wal = HistoryStore::Open(dir + "/real.sqlite");
+  ASSERT_FALSE(wal.ok());
+  EXPECT_NE(wal.status().message().find("real.sqlite-wal: is a symbolic link"), std::string::npos)
+      << wal.status().message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/victim"));
+  EXPECT_EQ(Slurp(dir + "/real.sqlite"), before);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(HistoryStoreTest, AnotherApplicationsDatabaseIsRefused) {
   const std::string path = testing::MakeTempDir() + "/other.sqlite";
   sqlite3* db = nullptr;

@@ -216,6 +216,21 @@ TEST(TextfileTest, ReplacesTheFileAtomicallyAndReportsErrors) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 24 item 4: fragscope.prom is a name the daemon chose, so a link planted there is
+// refused and what it points to is neither written nor created.
+TEST(TextfileTest, Issue24ALinkAtTheTextfileIsRefused) {
+  char tmpl[] = "/tmp/fragscope_textfile_test_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::filesystem::create_symlink(dir + "/victim", dir + "/fragscope.prom");
+  Status s = WriteTextfile(dir, "a 1\n");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("is a symbolic link"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/victim"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir + "/fragscope.prom"));
+  std::filesystem::remove_all(dir);
+}
+
 // The daemon's OOM risk: one series per horizon, labelled horizon_steps; none when unknown.
 TEST(ExpositionTest, OomRiskIsAGaugePerHorizon) {
   NodeState state = TestState();

@@ -1,9 +1,12 @@
 #include "sources/trace/input_stream.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -274,6 +277,115 @@ TEST(FileSourceTest, ReadsFileAndKnowsItsSize) {
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(std::string(buf, *got), "hello\nworld\n");
   std::filesystem::remove_all(dir);
+}
+
+// ---- Streams (issue 24 item 5) --------------------------------------------------------------
+
+// A pipe whose read end is opened by path, as process substitution's /dev/fd/N is; a thread
+// writes `bytes` into it and closes it.
+class PipeInput {
+ public:
+  explicit PipeInput(std::string bytes) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    read_fd_ = fds[0];
+    writer_ = std::thread([fd = fds[1], bytes = std::move(bytes)] {
+      std::size_t done = 0;
+      while (done < bytes.size()) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n <= 0) break;  // the reader went away
+        done += static_cast<std::size_t>(n);
+      }
+      ::close(fd);
+    });
+    path_ = "/dev/fd/" + std::to_string(read_fd_);
+  }
+  ~PipeInput() {
+    ResetStreamsForTesting();  // closes the stream's own descriptor
+    ::close(read_fd_);         // then the writer sees EPIPE if it still writes
+    writer_.join();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  int read_fd_ = -1;
+  std::thread writer_;
+  std::string path_;
+};
+
+std::string ReadAllOf(ByteSource& source, Status* error = nullptr) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    Result<std::size_t> got = source.Read(buf, sizeof buf);
+    if (!got.ok()) {
+      if (error != nullptr) *error = got.status();
+      return out;
+    }
+    if (*got == 0) return out;
+    out.append(buf, *got);
+  }
+}
+
+TEST(StreamSourceTest, Issue24AStreamIsOpenedOnceAndItsBeginningReadAgain) {
+  PipeInput pipe("{\"format\": \"fragscope-trace\"}\nrest of it\n");
+  Result<std::unique_ptr<ByteSource>> sniff = OpenFileSource(pipe.path());
+  ASSERT_TRUE(sniff.ok()) << sniff.status().ToString();
+  EXPECT_EQ((*sniff)->size_bytes(), 0u);  // unknown
+  char head[9];
+  Result<std::size_t> got = (*sniff)->Read(head, sizeof head);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(std::string(head, *got), "{\"format\"");
+  // The second open is not a reopen: the same bytes again, from the start.
+  Result<std::unique_ptr<ByteSource>> whole = OpenFileSource(pipe.path());
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(ReadAllOf(**whole), "{\"format\": \"fragscope-trace\"}\nrest of it\n");
+  // And a third, after the end: still all of it, from the buffer.
+  Result<std::unique_ptr<ByteSource>> again = OpenFileSource(pipe.path());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(ReadAllOf(**again), "{\"format\": \"fragscope-trace\"}\nrest of it\n");
+}
+
+TEST(StreamSourceTest, Issue24AnEndlessStreamStopsAtTheLimit) {
+  SetStreamInputLimit(1000);
+  PipeInput pipe(std::string(5000, '\0'));
+  Result<std::unique_ptr<ByteSource>> source = OpenFileSource(pipe.path());
+  ASSERT_TRUE(source.ok());
+  Status error;
+  const std::string read = ReadAllOf(**source, &error);
+  char more[16];
+  const bool read_on = (*source)->Read(more, sizeof more).ok();
+  SetStreamInputLimit(kDefaultStreamInputBytes);
+  EXPECT_FALSE(read_on);  // and stays refused
+  EXPECT_LE(read.size(), 1000u);
+  EXPECT_EQ(error.code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(error.message().find("read more than 1000 B from a stream"), std::string::npos)
+      << error.message();
+  EXPECT_NE(error.message().find("--max-input-bytes"), std::string::npos);
+}
+
+TEST(StreamSourceTest, Issue24ReadingAgainPastTheBufferIsRefused) {
+  const std::string bytes(kStreamSpoolBytes + 100000, 'x');
+  PipeInput pipe(bytes);
+  Result<std::unique_ptr<ByteSource>> first = OpenFileSource(pipe.path());
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(ReadAllOf(**first).size(), bytes.size());
+  Result<std::unique_ptr<ByteSource>> second = OpenFileSource(pipe.path());
+  ASSERT_TRUE(second.ok());
+  Status error;
+  EXPECT_EQ(ReadAllOf(**second, &error).size(), kStreamSpoolBytes);
+  EXPECT_EQ(error.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(error.message().find("save it to a file first"), std::string::npos) << error.message();
+}
+
+TEST(StreamSourceTest, ReadWholeInputRefusesMoreThanItsLimit) {
+  PipeInput pipe(std::string(100, 'a'));
+  Result<std::string> small = ReadWholeInput(pipe.path(), 10, "a sample file");
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().message(), pipe.path() + ": larger than 10 B (a sample file)");
+  Result<std::string> big = ReadWholeInput(pipe.path(), 1000, "a sample file");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(*big, std::string(100, 'a'));
 }
 
 // ---- LineReader -----------------------------------------------------------------------------

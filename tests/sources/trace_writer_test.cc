@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -16,6 +18,22 @@ namespace {
 using testing::DescribeEvent;
 using testing::DescribeEvents;
 using testing::ReadAll;
+
+// The names in `dir` (a temporary file included), sorted.
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::size_t DotFilesIn(const std::string& dir) {
+  const std::vector<std::string> names = FilesIn(dir);
+  return static_cast<std::size_t>(
+      std::count_if(names.begin(), names.end(), [](const std::string& n) { return n[0] == '.'; }));
+}
 
 // The output of a writer fed `events` (no frames) with an empty header.
 std::string WriteEvents(const std::vector<Event>& events, Compression c = Compression::kNone) {
@@ -319,11 +337,11 @@ TEST(TraceWriterTest, FilesRoundTripAndCompressionFollowsTheName) {
     ASSERT_TRUE(writer.ok()) << writer.status().ToString();
     for (const Frame& f : kFrames) ASSERT_TRUE((*writer)->WriteFrame(f).ok());
     for (const Event& e : events) ASSERT_TRUE((*writer)->Write(e).ok());
-    // Until Close() the data lives under path.tmp only.
-    EXPECT_TRUE(std::filesystem::exists(path + ".tmp"));
+    // Until Close() the data lives in a temporary file next to it only (a dot name).
+    EXPECT_EQ(DotFilesIn(dir), 1u);
     EXPECT_FALSE(std::filesystem::exists(path));
     ASSERT_TRUE((*writer)->Close().ok());
-    EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+    EXPECT_EQ(DotFilesIn(dir), 0u);
     std::string bytes = fragscope::testing::ReadFileOrDie(path);
     EXPECT_EQ(bytes.rfind(c.magic, 0), 0u);
     ExpectRoundTrip(bytes, events, FullHeader(), kFrames);
@@ -382,10 +400,40 @@ TEST(TraceWriterTest, DestroyingWithoutCloseRemovesTheTemporaryFile) {
     Event e;
     e.action = Action::kEmptyCache;
     ASSERT_TRUE((*writer)->Write(e).ok());
-    EXPECT_TRUE(std::filesystem::exists(path + ".tmp"));
+    EXPECT_EQ(FilesIn(dir).size(), 1u);  // the temporary
   }
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
-  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(FilesIn(dir).empty());
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 24 item 4: a link at the output is followed only when the user named the path, and
+// never to create the link's target; a link at a name the program chose is refused.
+TEST(TraceWriterTest, Issue24LinksAtTheOutput) {
+  std::string dir = fragscope::testing::MakeTempDir();
+  const std::string victim = dir + "/victim";
+  const std::string link = dir + "/t.jsonl";
+  { std::ofstream(victim) << "untouched"; }
+  std::filesystem::create_symlink("victim", link);
+  Result<std::unique_ptr<TraceWriter>> chosen =
+      TraceWriter::Create(link, TraceHeader{}, /*path_named_by_user=*/false);
+  ASSERT_FALSE(chosen.ok());
+  EXPECT_EQ(chosen.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(chosen.status().message().find("is a symbolic link (to victim)"), std::string::npos)
+      << chosen.status().message();
+  EXPECT_EQ(fragscope::testing::ReadFileOrDie(victim), "untouched");
+
+  Result<std::unique_ptr<TraceWriter>> named = TraceWriter::Create(link, TraceHeader{});
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  ASSERT_TRUE((*named)->Close().ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));  // the link stays; its file is replaced
+  EXPECT_EQ(fragscope::testing::ReadFileOrDie(victim).rfind("{\"format\"", 0), 0u);
+
+  const std::string dangling = dir + "/d.jsonl";
+  std::filesystem::create_symlink("nowhere", dangling);
+  Result<std::unique_ptr<TraceWriter>> to_nothing = TraceWriter::Create(dangling, TraceHeader{});
+  ASSERT_FALSE(to_nothing.ok());
+  EXPECT_NE(to_nothing.status().message().find("which does not exist"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/nowhere"));
   std::filesystem::remove_all(dir);
 }
 
@@ -395,7 +443,7 @@ TEST(TraceWriterTest, CreateInMissingDirectoryFails) {
   ASSERT_FALSE(writer.ok());
   EXPECT_EQ(writer.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(writer.status().message(),
-            "/nonexistent/dir/t.jsonl.tmp: cannot create: no such directory");
+            "/nonexistent/dir/t.jsonl: cannot create: no such directory /nonexistent/dir");
 }
 
 TEST(TraceWriterTest, CompressionForPath) {

@@ -279,3 +279,21 @@ def test_profiler_clock_matches_time_ns():
     assert len(stamps) == len(readings)
     for i in range(len(readings) - 1):
         assert stamps[i] <= readings[i] <= stamps[i + 1]
+
+
+def test_write_trace_never_writes_through_a_planted_link(tmp_path, monkeypatch):
+    # Issue 24 item 4: the temporary was OUT.tmp, opened with open(..., "wb"): a link planted
+    # there had what it points to overwritten.
+    monkeypatch.syspath_prepend(str(TOOL.parent))
+    import capture_trace
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"must stay as it is\n")
+    out = tmp_path / "trace.jsonl.gz"
+    (tmp_path / "trace.jsonl.gz.tmp").symlink_to(victim)
+    capture_trace.write_trace(str(out), {"format": "fragscope-trace", "version": 1},
+                              [{"action": "step", "step": 0}])
+    assert victim.read_bytes() == b"must stay as it is\n"
+    with gzip.open(out, "rt") as f:
+        assert [json.loads(line) for line in f][1] == {"action": "step", "step": 0}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.jsonl.gz", "trace.jsonl.gz.tmp",
+                                                         "victim"]

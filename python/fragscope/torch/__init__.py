@@ -25,12 +25,14 @@ Importing this module with FRAGSCOPE_VIRTUAL_GPU set starts a virtual GPU for th
 import atexit
 import contextlib
 import gzip
+import io
 import json
 import os
 import pickle
 import sys
 
 from fragscope import _native
+from fragscope._safe_file import open_safely, write_file_safely
 
 _n = _native.load()
 import torch  # noqa: E402  (after the loader, which explains a missing torch)
@@ -280,11 +282,13 @@ class VirtualGpu:
         return {"segments": _n.vgpu_memory_snapshot(),
                 "device_traces": [_n.vgpu_allocator_trace()]}
 
-    def dump_snapshot(self, path):
-        """torch.cuda.memory._dump_snapshot(path): a pickle that `fragscope analyze` reads."""
+    def dump_snapshot(self, path, named_by_user=True):
+        """torch.cuda.memory._dump_snapshot(path): a pickle that `fragscope analyze` reads.
+        Written through a new temporary renamed onto `path` (fragscope._safe_file): a link at
+        `path` is followed to its existing file only when `named_by_user` (a path the caller
+        chose, not one derived by the program); a link to nothing is refused (OSError)."""
         data = self.snapshot()
-        with open(path, "wb") as f:
-            pickle.dump(data, f)
+        write_file_safely(path, pickle.dumps(data), named_by_user=named_by_user)
 
     def dump_trace(self, path):
         """The run's requests as a fragscope request trace (docs/formats.md; gzip if `path`
@@ -300,15 +304,21 @@ class VirtualGpu:
             "labels": {"torch_version": self.torch_version},
             "allocator_settings": _n.vgpu_alloc_conf(),
         }
-        opener = gzip.open if path.endswith(".gz") else open
         dumps = json.JSONEncoder(separators=(",", ":")).encode
-        with opener(path, "wt", encoding="utf-8") as f:
+        # Through a new temporary renamed onto `path` (fragscope._safe_file), as dump_snapshot.
+        with open_safely(path, named_by_user=True) as raw:
+            packed = gzip.GzipFile(fileobj=raw, mode="wb") if path.endswith(".gz") else None
+            f = io.TextIOWrapper(packed if packed is not None else raw, encoding="utf-8")
             f.write(dumps(head) + "\n")
             for action, ident, size in _n.vgpu_request_trace():
                 if action == "step":
                     f.write('{"action":"step","step":%d}\n' % size)
                 else:
                     f.write('{"action":"%s","addr":%d,"size":%d}\n' % (action, ident, size))
+            f.flush()
+            f.detach()  # leaves raw open for open_safely
+            if packed is not None:
+                packed.close()  # the gzip trailer; raw stays open
 
 
 def virtual_gpu(capacity="80GiB", alloc_conf=None, torch_version=None, **options):

@@ -30,6 +30,7 @@ import sys
 import time
 
 from fragscope import _native
+from fragscope._safe_file import write_file_safely
 
 EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — torchrun restarts any non-zero exit
 RECOMMENDATION_FILE = "fragscope-recommendation.json"
@@ -268,8 +269,9 @@ class Monitor:
         def observer(device, alloc, device_alloc, device_free):
             try:
                 import pickle
-                with open(path, "wb") as f:
-                    pickle.dump(torch.cuda.memory._snapshot(), f)
+                # A name the monitor chose: a link planted there is refused (OSError, logged).
+                write_file_safely(path, pickle.dumps(torch.cuda.memory._snapshot()),
+                                  named_by_user=False)
                 _log("out of memory on device {} ({} bytes requested, {} free): wrote {} "
                      "(fragscope explain --snapshot {})".format(device, alloc, device_free,
                                                               path, path))
@@ -288,7 +290,7 @@ class Monitor:
                 return
             try:
                 if gpu.ooms():
-                    gpu.dump_snapshot(path)
+                    gpu.dump_snapshot(path, named_by_user=False)
                     _log("the virtual GPU ran out of memory: wrote {} (fragscope explain "
                          "--snapshot {})".format(path, path))
             except Exception as e:
@@ -582,11 +584,11 @@ class Monitor:
 
     def _write(self, rec):
         path = os.path.join(self.run_dir, RECOMMENDATION_FILE)
-        tmp = "{}.{}.tmp".format(path, os.getpid())
         try:
             os.makedirs(self.run_dir, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(rec, f, indent=1)
-            os.replace(tmp, path)
+            # A new temporary renamed into place; a link planted at the name is refused
+            # (fragscope._safe_file), never written through.
+            write_file_safely(path, json.dumps(rec, indent=1).encode("utf-8"),
+                              named_by_user=False)
         except OSError as e:
             _log("cannot write {}: {}".format(path, e))

@@ -1,7 +1,6 @@
 #include "sinks/alerts/alert_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -25,6 +24,7 @@
 
 #include "common/units.h"
 #include "fragscope/risk.h"
+#include "sources/trace/input_stream.h"
 
 namespace fragscope::sinks {
 
@@ -592,15 +592,16 @@ Result<AlertConfig> ParseAlertConfig(std::string_view text, std::string_view pat
 }
 
 Result<AlertConfig> LoadAlertConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open the alert config", path));
-  std::ostringstream text;
-  text << in.rdbuf();
   constexpr std::size_t kMaxBytes = 4 << 20;  // a rules file is a few KiB; refuse a wrong file
-  if (text.str().size() > kMaxBytes) {
-    return Status::LimitExceeded(fmt::format("{}: larger than {} bytes", path, kMaxBytes));
+  // Read once, as every input (a FIFO or <(...) works; /dev/zero stops at the limit).
+  Result<std::string> text = sources::ReadWholeInput(path, kMaxBytes, "an alert config");
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(fmt::format("{}: cannot open the alert config", path));
+    }
+    return text.status();
   }
-  return ParseAlertConfig(text.str(), path);
+  return ParseAlertConfig(*text, path);
 }
 
 std::string DescribeRule(const AlertRule& rule) {

@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include "common/safe_file.h"
+
 namespace fragscope::sinks {
 namespace {
 
@@ -307,9 +309,14 @@ namespace {
 Status CheckHeader(const std::string& path, bool* exists, bool* empty) {
   *exists = false;
   *empty = false;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return Status::Ok();
+    if (errno == ELOOP) {
+      return Status::InvalidArgument(fmt::format(
+          "history {}: is a symbolic link; a history database is opened only as a regular file",
+          path));
+    }
     return Status::IoError(fmt::format("{}: cannot open: {}", path, strerror(errno)));
   }
   *exists = true;
@@ -393,6 +400,18 @@ Status HistoryStore::CheckOwnership(bool* fresh) {
 Result<std::unique_ptr<HistoryStore>> HistoryStore::Open(const std::string& path,
                                                          const HistoryOptions& options) {
   if (path.empty()) return Status::InvalidArgument("history path is empty");
+  // Never through a link (issue 24 item 4): not the database, nor the files SQLite keeps beside
+  // it (a link planted at history.sqlite-wal would be written through by SQLite's own open).
+  // SQLITE_OPEN_NOFOLLOW below covers the database against a link made after this check.
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    const std::string file = path + suffix;
+    if (Status s = RefuseLinkOrSpecial(file, "history"); !s.ok()) {
+      return Status::InvalidArgument(fmt::format(
+          "{}; refusing it: a history database is opened only as a regular file, never "
+          "through a link (move the link away, or pass the file itself with --history PATH)",
+          s.message()));
+    }
+  }
   bool exists = false, empty = false;
   FRAGSCOPE_RETURN_IF_ERROR(CheckHeader(path, &exists, &empty));
   if (!exists) {
@@ -406,7 +425,7 @@ Result<std::unique_ptr<HistoryStore>> HistoryStore::Open(const std::string& path
   }
 
   sqlite3* raw = nullptr;
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
+  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
   if (!exists) flags |= SQLITE_OPEN_CREATE;
   const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   // Owned from here on, even on failure (sqlite3_open_v2 may allocate a handle).

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "common/utf8.h"
+#include "sources/trace/input_stream.h"
 
 namespace fragscope::sources {
 namespace {
@@ -541,25 +542,20 @@ OomTextScan ScanOomText(std::string_view text, const OomTextLimits& limits) {
 }
 
 Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits) {
-  FILE* file = stdin;
-  std::unique_ptr<FILE, int (*)(FILE*)> owned(nullptr, &std::fclose);
-  if (path != "-") {
-    owned.reset(std::fopen(path.c_str(), "rb"));
-    if (!owned) {
-      const int err = errno;
-      return err == ENOENT ? Status::NotFound(fmt::format("{}: no such file", path))
-                           : Status::IoError(fmt::format("{}: {}", path, std::strerror(err)));
-    }
-    file = owned.get();
-  }
+  // "-", FIFOs and pipes as every input (OpenFileSource): read once, bounded by
+  // --max-input-bytes.
+  Result<std::unique_ptr<ByteSource>> source = OpenFileSource(path);
+  if (!source.ok()) return source.status();
+  const std::string name = path == "-" ? std::string("standard input") : path;
   OomTextScanner scanner(limits);
   std::string line;  // the current line, at most max_line_bytes + 1 kept
   bool cut = false;
   std::vector<char> buffer(64 * 1024);
   while (true) {
-    const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), file);
-    if (n == 0) break;
-    std::string_view chunk(buffer.data(), n);
+    Result<std::size_t> n = (*source)->Read(buffer.data(), buffer.size());
+    if (!n.ok()) return n.status().WithPrefix(name);
+    if (*n == 0) break;
+    std::string_view chunk(buffer.data(), *n);
     while (!chunk.empty()) {
       const std::size_t nl = chunk.find('\n');
       const std::string_view part = chunk.substr(0, nl);
@@ -575,10 +571,6 @@ Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& li
       cut = false;
       chunk.remove_prefix(nl + 1);
     }
-  }
-  if (std::ferror(file)) {
-    return Status::IoError(fmt::format("{}: read error: {}", path == "-" ? "standard input" : path,
-                                       std::strerror(errno)));
   }
   if (!line.empty()) scanner.AddLine(line);  // a last line without '\n'
   return scanner.Finish();

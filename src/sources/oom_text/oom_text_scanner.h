@@ -80,8 +80,9 @@ class OomTextScanner {
 /// Scans a whole text in memory (tests, the fuzzer).
 OomTextScan ScanOomText(std::string_view text, const OomTextLimits& limits = {});
 
-/// Scans a file, or standard input for "-", reading it in chunks. Errors: kNotFound /
-/// kIoError naming the path.
+/// Scans a file, or standard input for "-", reading it in chunks (OpenFileSource: a FIFO or a
+/// pipe is read once, and at most --max-input-bytes of it). Errors: kNotFound / kIoError
+/// naming the path (or "standard input"), kLimitExceeded for a stream beyond its limit.
 Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits = {});
 
 /// Parses one figure as PyTorch prints it ("20.00 MiB", "0 bytes", "1.5 GiB", "512 B"), at

@@ -6,11 +6,17 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
+#include <fmt/format.h>
 #include <sys/stat.h>
+
+#include "common/units.h"
 
 namespace fragscope::sources {
 
@@ -58,8 +64,105 @@ class StringSource final : public ByteSource {
 
 }  // namespace
 
+// ---- Streams: inputs read once --------------------------------------------------------------
+
+namespace {
+
+std::atomic<std::uint64_t> g_stream_limit{kDefaultStreamInputBytes};
+
+// One stream (a pipe, FIFO, device or standard input), shared by every source opened on its
+// path. `spool` holds the stream's first bytes while `spooling`; afterwards it stays the prefix
+// it was, and only the reader that is where the stream is can go on.
+struct Stream {
+  int fd = -1;
+  bool own_fd = true;    // false for standard input, which is never closed
+  bool regular = false;  // "-" redirected from a regular file: its size is known, no limit
+  std::uint64_t size = 0;
+  std::string spool;
+  bool spooling = true;
+  std::uint64_t consumed = 0;  // bytes read from fd so far
+  bool eof = false;            // a read returned 0: never read again (a terminal would wait)
+  ~Stream() {
+    if (own_fd && fd >= 0) ::close(fd);
+  }
+};
+
+std::mutex g_streams_mu;
+std::map<std::string, std::shared_ptr<Stream>>& Streams() {
+  static auto* streams = new std::map<std::string, std::shared_ptr<Stream>>();
+  return *streams;
+}
+
+class StreamSource final : public ByteSource {
+ public:
+  explicit StreamSource(std::shared_ptr<Stream> stream) : stream_(std::move(stream)) {}
+
+  Result<std::size_t> Read(char* buf, std::size_t n) override {
+    Stream& s = *stream_;
+    if (pos_ < s.spool.size()) {
+      const std::size_t take = std::min<std::size_t>(n, s.spool.size() - pos_);
+      std::memcpy(buf, s.spool.data() + pos_, take);
+      pos_ += take;
+      return take;
+    }
+    if (pos_ != s.consumed) {
+      return Status::Unimplemented(fmt::format(
+          "this input is a stream (a pipe, FIFO or standard input) and can be read only once, "
+          "but this command reads it again after its first {}: save it to a file first",
+          FormatBytes(s.spool.size())));
+    }
+    if (s.eof) return std::size_t{0};
+    const std::uint64_t limit = g_stream_limit.load();
+    ssize_t got;
+    do {
+      got = ::read(s.fd, buf, n);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) return Status::IoError(std::string("read failed: ") + std::strerror(errno));
+    const auto bytes = static_cast<std::size_t>(got);
+    if (bytes == 0 && n > 0) s.eof = true;
+    const bool over = !s.regular && s.consumed + bytes > limit;
+    if (s.spooling && !over && s.spool.size() + bytes <= kStreamSpoolBytes) {
+      s.spool.append(buf, bytes);
+    } else {
+      s.spooling = false;
+    }
+    // Counted even when refused: the bytes are gone from the stream, and every later read of
+    // it is refused too.
+    s.consumed += bytes;
+    pos_ += bytes;
+    if (over) {
+      return Status::LimitExceeded(fmt::format(
+          "read more than {} from a stream (a pipe, FIFO, device or standard input, whose end is "
+          "unknown) without reaching its end: the limit is --max-input-bytes (default {}); "
+          "raise it for a longer stream, or save the input to a file",
+          FormatBytes(limit), FormatBytes(kDefaultStreamInputBytes)));
+    }
+    return bytes;
+  }
+  std::uint64_t size_bytes() const override { return stream_->size; }
+
+ private:
+  std::shared_ptr<Stream> stream_;
+  std::uint64_t pos_ = 0;
+};
+
+}  // namespace
+
+void SetStreamInputLimit(std::uint64_t bytes) { g_stream_limit.store(bytes); }
+std::uint64_t StreamInputLimit() { return g_stream_limit.load(); }
+
+void ResetStreamsForTesting() {
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  Streams().clear();
+}
+
 Result<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  if (auto it = Streams().find(path); it != Streams().end()) {
+    return std::unique_ptr<ByteSource>(new StreamSource(it->second));
+  }
+  const bool standard_input = path == "-";
+  int fd = standard_input ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return Status::NotFound(path + ": no such file");
@@ -68,17 +171,44 @@ Result<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;
-    ::close(fd);
+    if (!standard_input) ::close(fd);
     return Status::IoError(path + ": cannot stat: " + std::strerror(err));
   }
   if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
+    if (!standard_input) ::close(fd);
     return Status::IoError(path + ": is a directory");
   }
-  std::uint64_t size = S_ISREG(st.st_mode) ? static_cast<std::uint64_t>(st.st_size) : 0;
+  if (standard_input || !S_ISREG(st.st_mode)) {
+    auto stream = std::make_shared<Stream>();
+    stream->fd = fd;
+    stream->own_fd = !standard_input;
+    stream->regular = S_ISREG(st.st_mode);
+    stream->size = stream->regular ? static_cast<std::uint64_t>(st.st_size) : 0;
+    Streams().emplace(path, stream);
+    return std::unique_ptr<ByteSource>(new StreamSource(std::move(stream)));
+  }
+  std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
   // A hint only: the kernel may read ahead more aggressively.
   (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return std::unique_ptr<ByteSource>(new FileSource(fd, size));
+}
+
+Result<std::string> ReadWholeInput(const std::string& path, std::size_t max_bytes,
+                                   std::string_view what) {
+  Result<std::unique_ptr<ByteSource>> source = OpenFileSource(path);
+  if (!source.ok()) return source.status();
+  std::string out;
+  char buf[64 * 1024];
+  for (;;) {
+    Result<std::size_t> got = (*source)->Read(buf, sizeof buf);
+    if (!got.ok()) return got.status().WithPrefix(path);
+    if (*got == 0) return out;
+    if (out.size() + *got > max_bytes) {
+      return Status::LimitExceeded(
+          fmt::format("{}: larger than {} ({})", path, FormatBytes(max_bytes), what));
+    }
+    out.append(buf, *got);
+  }
 }
 
 std::unique_ptr<ByteSource> MemorySource(std::string bytes) {

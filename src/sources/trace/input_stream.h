@@ -40,7 +40,37 @@ class ByteSource {
 
 /// Opens a file for reading. kNotFound when it does not exist, kIoError otherwise (a directory,
 /// no permission); messages start with the path.
+///
+/// Special inputs (issue 24 item 5): "-" is standard input, and an input that is not a regular
+/// file (a pipe, a FIFO, /dev/stdin, process substitution's /dev/fd/N, a device) is a *stream*:
+/// it is opened once per process, and every later OpenFileSource of the same path reads the
+/// same bytes again from a buffer (the first kStreamSpoolBytes of it) and then continues where
+/// the stream is, never by reopening or seeking it. So a command may look at an input's first
+/// bytes (DetectInputKind) and then read it whole. Reading a stream again past what the buffer
+/// kept is kUnimplemented ("... save it to a file first"). A stream is read up to
+/// StreamInputLimit() bytes; more is kLimitExceeded, naming the limit and --max-input-bytes, so
+/// an endless input (/dev/zero, `yes`) ends. Regular files are opened anew each time, have no
+/// such limit (their size is known) and may be read any number of times.
 Result<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path);
+
+/// How much of a stream's beginning is kept to be read again (the default of a stream's limit
+/// is far above it: a stream read once is never held in memory whole).
+inline constexpr std::size_t kStreamSpoolBytes = std::size_t{32} << 20;  // 32 MiB
+/// The default limit of the bytes read from one stream (--max-input-bytes).
+inline constexpr std::uint64_t kDefaultStreamInputBytes = std::uint64_t{256} << 20;  // 256 MiB
+/// The process-wide limit on the bytes read from one stream (CLI: --max-input-bytes). Set before
+/// the first OpenFileSource; REQUIRES: bytes > 0.
+void SetStreamInputLimit(std::uint64_t bytes);
+std::uint64_t StreamInputLimit();
+
+/// Reads the whole input at `path` (OpenFileSource's rules: "-", streams) as raw bytes, refusing
+/// more than `max_bytes` with kLimitExceeded "path: larger than N (what)". For small files read
+/// whole (configurations, samples). Errors start with the path.
+Result<std::string> ReadWholeInput(const std::string& path, std::size_t max_bytes,
+                                   std::string_view what);
+
+/// Forgets the streams opened so far (tests only: a stream stays open until the process ends).
+void ResetStreamsForTesting();
 /// A source over `bytes`, which it owns.
 std::unique_ptr<ByteSource> MemorySource(std::string bytes);
 

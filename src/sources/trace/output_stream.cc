@@ -1,7 +1,5 @@
 #include "sources/trace/output_stream.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -18,37 +16,16 @@ namespace fragscope::sources {
 
 namespace {
 
+// Commits the SafeFile on Close(): the sink is closed only at the end of a complete output.
 class FileSink final : public ByteSink {
  public:
-  FileSink(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  ~FileSink() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileSink(const FileSink&) = delete;
-  FileSink& operator=(const FileSink&) = delete;
+  explicit FileSink(std::unique_ptr<SafeFile> file) : file_(std::move(file)) {}
 
-  Status Write(std::string_view data) override {
-    while (!data.empty()) {
-      ssize_t put = ::write(fd_, data.data(), data.size());
-      if (put < 0) {
-        if (errno == EINTR) continue;
-        return Status::IoError(path_ + ": write failed: " + std::strerror(errno));
-      }
-      data.remove_prefix(static_cast<std::size_t>(put));
-    }
-    return Status::Ok();
-  }
-  Status Close() override {
-    int fd = fd_;
-    fd_ = -1;
-    // close() reports delayed write errors (NFS, quota), so its result matters.
-    if (::close(fd) != 0) return Status::IoError(path_ + ": close failed: " + std::strerror(errno));
-    return Status::Ok();
-  }
+  Status Write(std::string_view data) override { return file_->Write(data); }
+  Status Close() override { return file_->Commit(); }
 
  private:
-  int fd_;
-  std::string path_;
+  std::unique_ptr<SafeFile> file_;
 };
 
 class StringSinkImpl final : public ByteSink {
@@ -66,14 +43,10 @@ class StringSinkImpl final : public ByteSink {
 
 }  // namespace
 
-Result<std::unique_ptr<ByteSink>> CreateFileSink(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": cannot create: no such directory");
-    return Status::IoError(path + ": cannot create: " + std::strerror(err));
-  }
-  return std::unique_ptr<ByteSink>(new FileSink(fd, path));
+Result<std::unique_ptr<ByteSink>> CreateFileSink(const std::string& path, OutputOrigin origin) {
+  Result<std::unique_ptr<SafeFile>> file = SafeFile::Create(path, origin);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<ByteSink>(new FileSink(std::move(*file)));
 }
 
 std::unique_ptr<ByteSink> StringSink(std::string* out) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/safe_file.h"
 #include "fragscope/status.h"
 #include "fragscope/trace.h"
 
@@ -24,8 +25,10 @@ class ByteSink {
   virtual Status Close() = 0;
 };
 
-/// Creates (or truncates) `path`. Errors name the path.
-Result<std::unique_ptr<ByteSink>> CreateFileSink(const std::string& path);
+/// A file written through a SafeFile (common/safe_file.h): bytes go to a new temporary next to
+/// `path`, and Close() renames it onto `path`; a sink destroyed before Close() leaves nothing.
+/// Errors name the path; a refused target (a link, see SafeFile) is kInvalidArgument.
+Result<std::unique_ptr<ByteSink>> CreateFileSink(const std::string& path, OutputOrigin origin);
 /// Appends to *out. REQUIRES: out outlives the sink.
 std::unique_ptr<ByteSink> StringSink(std::string* out);
 

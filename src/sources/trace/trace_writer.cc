@@ -153,17 +153,13 @@ bool RequiresSize(Action a) {
 class TraceWriterImpl final : public TraceWriter {
  public:
   // File output: `tmp_path` is renamed to `path` by Close().
-  TraceWriterImpl(std::string path, std::string tmp_path)
-      : path_(std::move(path)), tmp_path_(std::move(tmp_path)) {}
+  explicit TraceWriterImpl(std::string path) : path_(std::move(path)) {}
   // String output: the bytes are moved to *string_out by Close().
   explicit TraceWriterImpl(std::string* string_out) : string_out_(string_out) {}
 
-  ~TraceWriterImpl() override {
-    if (!closed_ && !tmp_path_.empty()) {
-      out_.reset();  // closes the file
-      std::remove(tmp_path_.c_str());
-    }
-  }
+  // A file output not closed: destroying out_ destroys its SafeFile, which removes the
+  // temporary.
+  ~TraceWriterImpl() override = default;
   TraceWriterImpl(const TraceWriterImpl&) = delete;
   TraceWriterImpl& operator=(const TraceWriterImpl&) = delete;
 
@@ -287,15 +283,11 @@ class TraceWriterImpl final : public TraceWriter {
     Status status = failure_;
     if (status.ok()) status = Flush();
     if (status.ok()) status = out_->Finish();
-    if (!tmp_path_.empty()) {
-      if (status.ok() && std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-        status = Status::IoError(path_ + ": cannot rename " + tmp_path_ + " to it");
-      }
-      if (!status.ok()) {
-        out_.reset();
-        std::remove(tmp_path_.c_str());
-      }
-    } else if (status.ok()) {
+    // For a file, Finish() closed the SafeFile, which renamed it into place; on a failure the
+    // temporary goes with out_.
+    if (!status.ok()) {
+      out_.reset();
+    } else if (path_.empty()) {
       *string_out_ = std::move(collected_);
     }
     if (!status.ok()) failure_ = status;
@@ -365,8 +357,7 @@ class TraceWriterImpl final : public TraceWriter {
     return status;
   }
 
-  std::string path_;      // file output only
-  std::string tmp_path_;  // file output only
+  std::string path_;  // file output only
   std::string* string_out_ = nullptr;
   std::string collected_;  // string output, before Close(); outlives out_ (declared first)
   std::unique_ptr<sources::OutputStream> out_;
@@ -380,12 +371,13 @@ class TraceWriterImpl final : public TraceWriter {
 }  // namespace
 
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& path,
-                                                         const TraceHeader& header) {
-  std::string tmp_path = path + ".tmp";
-  Result<std::unique_ptr<sources::ByteSink>> sink = sources::CreateFileSink(tmp_path);
+                                                         const TraceHeader& header,
+                                                         bool path_named_by_user) {
+  Result<std::unique_ptr<sources::ByteSink>> sink = sources::CreateFileSink(
+      path, path_named_by_user ? OutputOrigin::kNamedByUser : OutputOrigin::kChosenByTool);
   if (!sink.ok()) return sink.status();
-  // From here on the writer owns the temporary file and removes it on failure.
-  auto writer = std::make_unique<TraceWriterImpl>(path, std::move(tmp_path));
+  // From here on the writer owns the temporary file (in its SafeFile) and removes it on failure.
+  auto writer = std::make_unique<TraceWriterImpl>(path);
   FRAGSCOPE_RETURN_IF_ERROR(writer->Start(
       sources::OutputStream::Create(CompressionForPath(path), std::move(*sink)), header));
   return std::unique_ptr<TraceWriter>(std::move(writer));
