@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "sources/trace/input_stream.h"
 
 namespace fragscope::sources {
 namespace {
@@ -41,8 +42,25 @@ std::uint64_t PhysicalMemoryBytes() {
   return Times(static_cast<std::uint64_t>(pages), static_cast<std::uint64_t>(page_size));
 }
 
+namespace {
+
+// An input whose size is not known before it is read (0: a pipe, FIFO or standard input) is
+// budgeted as the largest a stream may be (--max-input-bytes), so a long legitimate pipe is
+// bounded by that one limit rather than refused at the floors.
+std::uint64_t SizeOrStreamLimit(std::uint64_t input_bytes) {
+  return input_bytes != 0 ? input_bytes : StreamInputLimit();
+}
+
+}  // namespace
+
+std::uint64_t BudgetInputBytes(std::string_view head, const InputStream* rest) {
+  if (rest == nullptr) return head.size();
+  return rest->raw_bytes_total() == 0 ? 0 : head.size() + rest->raw_bytes_total();
+}
+
 std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes) {
   if (ProcessBudget().max_memory_bytes != 0) return ProcessBudget().max_memory_bytes;
+  input_bytes = SizeOrStreamLimit(input_bytes);
   std::uint64_t budget = std::max(kMinMemoryBytes, Times(input_bytes, kMemoryPerInputByte));
   if (const std::uint64_t machine = PhysicalMemoryBytes(); machine != 0) {
     budget = std::min(budget, machine / 2);
@@ -52,7 +70,7 @@ std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes) {
 
 std::uint64_t DecodedBudgetFor(std::uint64_t input_bytes) {
   if (ProcessBudget().max_decoded_bytes != 0) return ProcessBudget().max_decoded_bytes;
-  return std::max(kMinDecodedBytes, Times(input_bytes, kDecodedPerInputByte));
+  return std::max(kMinDecodedBytes, Times(SizeOrStreamLimit(input_bytes), kDecodedPerInputByte));
 }
 
 std::uint64_t EventBudgetFor(std::uint64_t decoded_bytes) {
@@ -62,7 +80,7 @@ std::uint64_t EventBudgetFor(std::uint64_t decoded_bytes) {
 
 std::uint64_t TraceEventBudgetFor(std::uint64_t input_bytes) {
   if (ProcessBudget().max_events != 0) return ProcessBudget().max_events;
-  return std::max(kMinEvents, Times(input_bytes, kTraceEventsPerInputByte));
+  return std::max(kMinEvents, Times(SizeOrStreamLimit(input_bytes), kTraceEventsPerInputByte));
 }
 
 std::uint64_t OutputBudgetFor(std::uint64_t decoded_bytes) {

@@ -35,9 +35,19 @@ struct InputBudget {
 /// their own options leave a limit at 0.
 InputBudget& ProcessBudget();
 
+class InputStream;
+
+/// The size the budgets take for an input whose first bytes are `head` and whose rest, if any,
+/// comes from `rest`: 0 when `rest` is a stream of unknown size (see below).
+std::uint64_t BudgetInputBytes(std::string_view head, const InputStream* rest);
+
 /// Physical memory of this machine in bytes; 0 when unknown.
 std::uint64_t PhysicalMemoryBytes();
 
+/// The budgets below take the input's size; 0 means not known before reading (a stream: a pipe,
+/// FIFO or standard input), budgeted as the largest a stream may be (StreamInputLimit(),
+/// --max-input-bytes).
+///
 /// The memory budget for decoding an input of `input_bytes` (its size on disk or in memory).
 std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes);
 /// How many bytes a snapshot of `input_bytes` (as stored) may decompress to: even a reader that

@@ -33,8 +33,7 @@ class JsonInput {
   JsonInput(std::string_view head, InputStream* rest, const PickleLimits& limits,
             const ProgressFn& progress)
       : rest_(rest), limits_(limits), progress_(progress) {
-    const std::uint64_t decoded_budget =
-        DecodedBudgetFor(rest != nullptr ? head.size() + rest->raw_bytes_total() : head.size());
+    const std::uint64_t decoded_budget = DecodedBudgetFor(BudgetInputBytes(head, rest));
     decoded_budget_binds_ = decoded_budget < limits_.max_input_bytes;
     max_input_ = std::min(decoded_budget, limits_.max_input_bytes);
     Show(head.data(), head.size());
@@ -340,8 +339,7 @@ namespace internal {
 Result<Document> ReadJsonFrom(std::string_view head, InputStream* rest, const PickleLimits& limits,
                               const ProgressFn& progress) {
   JsonInput input(head, rest, limits, progress);
-  DocumentBuilder builder(&input, limits,
-                          rest != nullptr ? head.size() + rest->raw_bytes_total() : head.size());
+  DocumentBuilder builder(&input, limits, BudgetInputBytes(head, rest));
   bool parsed = Json::sax_parse(JsonInputIterator(&input), JsonInputIterator(), &builder,
                                 nlohmann::detail::input_format_t::json, /*strict=*/true);
   return builder.Finish(parsed);

@@ -458,8 +458,7 @@ class Unpickler {
   Unpickler(std::string_view head, InputStream* rest, const PickleLimits& limits,
             const ProgressFn& progress)
       : rest_(rest), limits_(limits), progress_(progress) {
-    const std::uint64_t input_size =
-        rest_ != nullptr ? head.size() + rest_->raw_bytes_total() : head.size();
+    const std::uint64_t input_size = BudgetInputBytes(head, rest_);
     memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
     memory_budget_ =
         limits_.max_memory_bytes != 0 ? limits_.max_memory_bytes : MemoryBudgetFor(input_size);
