@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/keyed_hash.h"
 #include "sources/budget.h"
 #include "sources/document/read_from.h"
 
@@ -328,7 +329,7 @@ class DocumentBuilder {
   Document doc_;
   std::vector<Value> stack_;
   std::vector<std::size_t> starts_;
-  std::unordered_map<std::string, Value> interned_;
+  KeyedStringMap<Value> interned_;
   Status status_;
 };
 

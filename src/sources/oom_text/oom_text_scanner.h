@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/keyed_hash.h"
 #include "fragscope/oom_message.h"
 #include "fragscope/status.h"
 
@@ -74,7 +75,7 @@ class OomTextScanner {
   OomTextLimits limits_;
   OomTextScan scan_;
   std::optional<Open> open_;
-  std::unordered_map<std::string, std::size_t> seen_;  // rank + text -> index in messages
+  KeyedStringMap<std::size_t> seen_;  // rank + text -> index in messages
 };
 
 /// Scans a whole text in memory (tests, the fuzzer).

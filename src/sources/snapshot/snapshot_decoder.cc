@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/keyed_hash.h"
 #include "common/prefaulter.h"
 #include "sources/budget.h"
 #include "sources/snapshot/snapshot.h"
@@ -681,7 +682,7 @@ class Decoder {
   std::vector<std::int32_t> frame_of_object_;  // by ObjectId; kUnseen until decoded
   std::vector<std::int32_t> stack_of_object_;
   RunTable stack_by_run_;
-  std::unordered_map<std::string, std::int32_t> frame_by_content_;
+  KeyedStringMap<std::int32_t> frame_by_content_;
 };
 
 bool IsPythonFile(std::string_view filename) {

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/keyed_hash.h"
 #include "fragscope/trace.h"
 #include "sources/budget.h"
 #include "sources/trace/input_stream.h"
@@ -108,7 +109,7 @@ class HeaderBuilder {
  private:
   struct Level {
     Json* value;
-    std::unordered_map<std::string, std::size_t> keys;  // objects: key -> index
+    KeyedStringMap<std::size_t> keys;  // objects: key -> index
   };
   // Where the next value goes: the root, behind the open array, or at the key just read.
   Json* Slot() {
@@ -199,7 +200,7 @@ Status ParseSettingsString(std::string_view conf, TraceHeader* header) {
     while (!s.empty() && JsonScanner::IsJsonSpace(s.back())) s.remove_suffix(1);
     return s;
   };
-  std::unordered_map<std::string, std::size_t> index;  // key -> its pair in allocator_settings
+  KeyedStringMap<std::size_t> index;  // key -> its pair in allocator_settings
   for (std::size_t i = 0; i < header->allocator_settings.size(); ++i) {
     index.try_emplace(header->allocator_settings[i].first, i);
   }
