@@ -44,8 +44,14 @@ bench: deps
 	cmake --build --preset bench
 	tools/run_benchmarks.sh
 
+# The libFuzzer targets, FUZZ_SECONDS each, then the long adversarial run (random hostile
+# inputs through analyze and convert, each bounded in exit code, memory, time and bytes
+# written; tools/adversarial_inputs.py) for FUZZ_SECONDS.
 fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) tools/run_fuzzers.sh
+	cmake --preset dev
+	cmake --build --preset dev --target fragscope
+	/usr/bin/python3 tools/adversarial_inputs.py --bin build/dev/apps/fragscope/fragscope --seconds $(FUZZ_SECONDS)
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
