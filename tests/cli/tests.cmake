@@ -9,7 +9,7 @@ foreach(test_file IN LISTS FRAGSCOPE_CLI_TEST_FILES)
   add_test(NAME ${test_name}
     COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${test_file})
   set_tests_properties(${test_name} PROPERTIES
-    ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+    ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;FRAGSCOPE_SANITIZED=$<BOOL:${FRAGSCOPE_SANITIZE}>"
     LABELS cli
     TIMEOUT 600)
   # `fragscope gpus` (tests/cli/test_gpus.py) loads the stand-in libnvidia-ml built by the tests.
