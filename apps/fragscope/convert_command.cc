@@ -1,6 +1,7 @@
 #include "convert_command.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "model/allocator_rules.h"
 #include "model/request_extractor.h"
 #include "sinks/export/perfetto.h"
+#include "sources/budget.h"
 #include "sources/document/document_json.h"
 #include "sources/document/json_document.h"
 #include "sources/snapshot/snapshot_requests.h"
@@ -89,13 +91,31 @@ class AtomicOutput {
     out->stream_ = std::move(*stream);
     return out;
   }
-  Status Write(std::string_view data) { return stream_->Write(data); }
+  /// Caps the bytes Write takes (0: none): beyond it, kLimitExceeded naming the budget and
+  /// --max-output, and Commit never runs, so OUT is not created.
+  void SetBudget(std::uint64_t limit, bool user_set) {
+    budget_ = limit;
+    budget_user_set_ = user_set;
+  }
+  Status Write(std::string_view data) {
+    written_ += data.size();
+    if (budget_ != 0 && written_ > budget_) {
+      return Status::LimitExceeded(sources::BudgetMessage(
+          "the output outgrew its budget (an input that expands to far more events than its "
+          "size suggests?)",
+          "output", budget_, written_, budget_user_set_, "--max-output", /*bytes=*/true));
+    }
+    return stream_->Write(data);
+  }
   // Finishing the stream closes the sink, which renames the temporary onto OUT.
   Status Commit() { return stream_->Finish(); }
 
  private:
   AtomicOutput() = default;
   std::unique_ptr<sources::OutputStream> stream_;
+  std::uint64_t budget_ = 0;
+  bool budget_user_set_ = false;
+  std::uint64_t written_ = 0;
 };
 
 // Reads every event of the input (tolerant for snapshots: skipped events become notes).
@@ -180,6 +200,14 @@ int ToPerfetto(const ConvertFlags& flags, OpenedInput& in) {
   }
   Result<std::unique_ptr<AtomicOutput>> out = AtomicOutput::Create(flags.output);
   if (!out.ok()) return OutputFailure(out.status());
+  // The chart grows with the events, which a small compressed input can hold millions of: the
+  // same output budget as --to json, from the input's size as stored (0 for a stream).
+  std::error_code size_error;
+  const std::uintmax_t stored = std::filesystem::is_regular_file(flags.input, size_error)
+                                    ? std::filesystem::file_size(flags.input, size_error)
+                                    : 0;
+  (*out)->SetBudget(sources::OutputBudgetFor(size_error ? 0 : stored),
+                    sources::ProcessBudget().max_output_bytes != 0);
   sinks::PerfettoWriter writer([&](std::string_view s) { return (*out)->Write(s); }, flags.input);
   Status write_error;
   analysis::CounterTrack track(
@@ -197,6 +225,9 @@ int ToPerfetto(const ConvertFlags& flags, OpenedInput& in) {
       in, [&](const Event& e) { return track.Consume(e); }, &notes);
   if (!read.ok()) return BadInput(read.status().message());
   if (write_error.ok()) write_error = writer.Finish();
+  if (write_error.code() == StatusCode::kLimitExceeded) {
+    return BadInput(flags.input + ": " + write_error.message());
+  }
   if (write_error.ok()) write_error = (*out)->Commit();
   if (!write_error.ok()) return Failure(write_error.message());
   PrintNotes(in, notes);

@@ -11,7 +11,8 @@
 //           trace: 64 per byte of the file as stored, at least 1,000,000
 //   decoded bytes a snapshot file may decompress to: 1024 x its size, at least 4 GiB (and
 //           never more than PickleLimits::max_input_bytes, 64 GiB)
-//   output  bytes `convert --to json` may write: 1024 x the decoded input, at least 256 MiB
+//   output  bytes `convert --to json` (and --to perfetto) may write: 1024 x the decoded input
+//           (perfetto: the input as stored), at least 256 MiB
 //
 // Thread safety: ProcessBudget() is set once, before any reader runs; reading it is then safe.
 #ifndef FRAGSCOPE_SOURCES_BUDGET_H_

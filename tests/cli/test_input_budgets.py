@@ -338,3 +338,25 @@ def test_convert_to_json_default_output_budget(tmp_path):
     assert "more than the output budget of 268435456 bytes (256.0 MiB) (derived from" in err
     assert not os.path.exists(out) and not os.path.exists(out + ".tmp")
     assert took < bounds.seconds(40)
+
+
+def test_convert_to_perfetto_stops_at_the_output_budget_and_leaves_nothing(tmp_path):
+    """The chart's output budget (the same as --to json's): an allocator trace replayed from the
+    bundled sample charts to ~17 MB; at --max-output 64KiB it stops, exit 2, and leaves no
+    file and no temporary."""
+    source = os.environ.get("FRAGSCOPE_SOURCE_DIR",
+                            os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    sample = os.path.join(source, "tests", "data", "sample", "gpt_tiny_50steps.jsonl.gz")
+    trace = str(tmp_path / "alloc.jsonl.gz")
+    subprocess.run([BIN, "replay", sample, "--capacity", "80GiB", "--emit", trace],
+                   stdout=subprocess.DEVNULL, check=True, timeout=bounds.seconds(60))
+    out = tmp_path / "chart.perfetto.json"
+    code, err, _, _ = run_bounded(["convert", trace, "-o", str(out), "--max-output", "64KiB"],
+                                  timeout_s=60)
+    assert code == 2, err
+    assert "more than the output budget of 65536 bytes (64.0 KiB) (set by --max-output)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alloc.jsonl.gz"]
+    # Without the cap the same chart is written whole.
+    code, err, _, _ = run_bounded(["convert", trace, "-o", str(out)], timeout_s=60)
+    assert code == 0, err
+    assert out.stat().st_size > 1 << 20
