@@ -92,8 +92,8 @@ void AddBudgetOptions(CLI::App& sub) {
       ->group("Input budgets");
   sub.add_option_function<std::string>(
          "--max-output", size_into(&budget.max_output_bytes),
-         "Bytes `convert --to json` may write (default: 1024 x the decoded input, at least "
-         "256MiB)")
+         "Bytes `convert --to json` or `--to perfetto` may write (default: 1024 x the "
+         "decoded input, or the input as stored for perfetto; at least 256MiB)")
       ->type_name("SIZE")
       ->check(ByteSize(1))
       ->group("Input budgets");

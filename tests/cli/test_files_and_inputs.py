@@ -255,6 +255,18 @@ def bash(command, timeout=60):
     return subprocess.run(["bash", "-c", command], capture_output=True, timeout=timeout)
 
 
+def through_fifo(tmp_path, data, read):
+    """read(path) of a FIFO that a thread fills with `data`."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: open(fifo, "wb").write(data))
+    writer.start()
+    try:
+        return read(str(fifo))
+    finally:
+        writer.join(timeout=30)
+
+
 @pytest.mark.parametrize("path", [SAMPLE, SMALL], ids=["gzip-trace", "pickle-snapshot"])
 def test_analyze_reads_standard_input_fifos_and_process_substitution(tmp_path, path):
     expected = analyze_json(path)
@@ -273,14 +285,7 @@ def test_analyze_reads_standard_input_fifos_and_process_substitution(tmp_path, p
     assert r.returncode == 0, r.stderr.decode()
     assert normalized(r.stdout, None) == expected
     # A FIFO.
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: open(fifo, "wb").write(data))
-    writer.start()
-    try:
-        assert analyze_json(str(fifo)) == expected
-    finally:
-        writer.join(timeout=30)
+    assert through_fifo(tmp_path, data, analyze_json) == expected
 
 
 def test_replay_reads_standard_input_fifos_and_process_substitution(tmp_path):
@@ -297,14 +302,7 @@ def test_replay_reads_standard_input_fifos_and_process_substitution(tmp_path):
     r = bash(f"'{BIN}' replay <(cat '{SAMPLE}') --capacity 1GiB --json")
     assert r.returncode == 0, r.stderr.decode()
     assert normalized(r.stdout, None) == expected
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: open(fifo, "wb").write(data))
-    writer.start()
-    try:
-        assert replay(str(fifo)) == expected
-    finally:
-        writer.join(timeout=30)
+    assert through_fifo(tmp_path, data, replay) == expected
 
 
 def test_convert_and_explain_read_pipes(tmp_path):
