@@ -64,9 +64,11 @@ def test_monitor_samples_reach_the_daemon_with_the_monitors_level(tmp_path):
         last, proc = run_job(tmp_path, daemon.sock, 41)
         try:
             assert last["step"] == 40 and last["level"] >= 1
-            daemon.wait_metric("fragscope_process_forecast_level", last["level"], rank="3",
-                               job_name="itest")
-            assert value(daemon.metrics(), "fragscope_process_step", rank="3") == 40
+            # The monitor sends without waiting, so the last sample (step 40) may arrive after
+            # the job printed; wait for it, then its level is the monitor's own.
+            daemon.wait_metric("fragscope_process_step", 40, timeout=30, rank="3")
+            assert value(daemon.metrics(), "fragscope_process_forecast_level", rank="3",
+                         job_name="itest") == last["level"]
         finally:
             finish(proc)
     finally:
