@@ -786,6 +786,8 @@ int main(int argc, char** argv) {
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
     variants.push_back({"no-trend/1", 1, with([](auto& o) { o.risk_options.use_trend = false; })});
     variants.push_back({"no-cost/1", 1, with([](auto& o) { o.risk_options.use_cost = false; })});
+    variants.push_back(
+        {"no-crossing/1", 1, with([](auto& o) { o.risk_options.trend_crossing = false; })});
     variants.push_back({"signals/1", 1, with([](auto& o) { o.risk = false; })});
     variants.push_back({"signals/50", 50, with([](auto& o) { o.risk = false; })});
   }

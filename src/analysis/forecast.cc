@@ -314,12 +314,16 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
   // the demand trend of signal 1 when significant.
   std::optional<OomRisk> risk;
   if (risk_ && warm && demand > 0) {
-    double slope = 0;
+    DemandTrend trend;  // none unless signal 1's trend is significant
     if (steps_after_warmup_ >= o.trend_min_steps && demand_.count() >= 3 && demand_.slope() > 0 &&
         demand_.slope() > o.trend_sigmas * demand_.slope_stderr()) {
-      slope = demand_.slope();
+      trend.slope = demand_.slope();
+      trend.slope_stderr = demand_.slope_stderr();
+      // The fitted level at the last closed block, carried forward to this step (as signal 1).
+      trend.level = std::max(demand, demand_.level() + trend.slope *
+                                                          std::max(x - demand_.last_x(), 0.0));
     }
-    risk_->Add(step, steps, base_demand, cost, slope);
+    risk_->Add(step, steps, base_demand, cost, trend);
   }
   if (risk_ && warm) risk = risk_->Estimate();
   if (risk) {

@@ -149,7 +149,7 @@ OomRiskModel::OomRiskModel(const OomRiskOptions& options, double capacity_bytes)
 }
 
 void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, double cost,
-                       std::optional<double> demand_slope) {
+                       std::optional<DemandTrend> demand_trend) {
   const OomRiskOptions& o = options_;
   if (!o.use_cost) cost = 0;
   const double x = static_cast<double>(step);
@@ -171,12 +171,22 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
     return s > 0 && s > o.trend_sigmas * t.SlopeStderr() ? s : 0.0;
   };
   cost_slope_ = o.use_cost ? significant(cost_trend_) : 0.0;
-  if (demand_slope) {
+  crossing_ = DemandTrend{};
+  if (demand_trend) {
     // The caller's demand trend includes the cost's growth: the larger of the two.
-    slope_ = std::max(o.use_trend ? std::max(*demand_slope, 0.0) : 0.0, cost_slope_);
+    slope_ = std::max(o.use_trend ? std::max(demand_trend->slope, 0.0) : 0.0, cost_slope_);
+    if (o.use_trend && demand_trend->slope > 0) crossing_ = *demand_trend;
   } else {
-    slope_ = (o.use_trend ? significant(base_trend_) : 0.0) + cost_slope_;
+    const double base_slope = o.use_trend ? significant(base_trend_) : 0.0;
+    slope_ = base_slope + cost_slope_;
+    if (base_slope > 0) {
+      // The fitted base at this step (the regression is centred on its latest x) plus the cost.
+      const Trend& t = base_trend_;
+      const double level = t.sy / t.s0 - base_slope * t.sx / t.s0;
+      crossing_ = DemandTrend{slope_, t.SlopeStderr(), level + cost};
+    }
   }
+  if (!o.trend_crossing) crossing_ = DemandTrend{};
   // The kept demands, moved to what each would need now (the trend since it was seen).
   values_.clear();
   double steps_sum = 0;
@@ -249,13 +259,23 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   for (int j = 0; j < kLimitPoints; ++j) {
     limits[j] = low + (high - low) * (j + 0.5) / kLimitPoints;
   }
+  // P(the trend itself reaches `limit` within k steps), its slope being an estimate.
+  const auto crossing_at = [&](double limit, double k, double shift) {
+    if (!(crossing_.slope > 0) || !(k > 0)) return 0.0;
+    const double need = std::max(limit - shift - crossing_.level, 0.0) / k;
+    if (!(crossing_.slope_stderr > 0) || !std::isfinite(crossing_.slope_stderr)) {
+      return crossing_.slope >= need ? 1.0 : 0.0;
+    }
+    return 0.5 * std::erfc((need - crossing_.slope) / (crossing_.slope_stderr * std::sqrt(2.0)));
+  };
   // P(OOM within k steps), averaged over the limit; `shift` moves every demand (cost removed).
+  // Per limit, a step above it (the tail, demands moved by the trend) or the trend reaching it.
   const auto risk_at = [&](double k, double shift) {
     double total = 0;
     for (double limit : limits) {
-      double log_survive = 0;
+      double log_survive = std::log1p(-std::min(crossing_at(limit, k, shift), 1.0));
       const int chunks = slope_ > 0 ? kChunks : 1;
-      for (int c = 0; c < chunks; ++c) {
+      for (int c = 0; c < chunks && std::isfinite(log_survive); ++c) {
         const double mid = k * (c + 0.5) / chunks;
         const double p = StepExceedance(limit - slope_ * mid - shift);
         if (p >= 1) {
@@ -355,10 +375,15 @@ RiskLevel OomRiskModel::Level(const OomRisk& risk) const {
     }
     return 0.0;
   };
-  if (at(o.critical_horizon) >= o.critical_probability) return RiskLevel::kCritical;
-  if (at(o.warning_horizon) >= o.warning_probability) return RiskLevel::kWarning;
-  if (at(o.watch_horizon) >= o.watch_probability) return RiskLevel::kWatch;
-  return RiskLevel::kOk;
+  RiskLevel level = RiskLevel::kOk;
+  if (at(o.critical_horizon) >= o.critical_probability) {
+    level = RiskLevel::kCritical;
+  } else if (at(o.warning_horizon) >= o.warning_probability) {
+    level = RiskLevel::kWarning;
+  } else if (at(o.watch_horizon) >= o.watch_probability) {
+    level = RiskLevel::kWatch;
+  }
+  return level;
 }
 
 }  // namespace fragscope::analysis

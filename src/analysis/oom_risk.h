@@ -10,7 +10,8 @@
 // over that interval.
 //
 // Cost: O(window log window) per sample (a sort of at most `window` doubles) plus ~50
-// evaluations of the risk curve (5 limits x 8 pieces each), O(window) memory.
+// evaluations of the risk curve (5 limits x (8 pieces + one trend crossing) each), O(window)
+// memory.
 // Thread safety: none; one thread observes.
 #ifndef FRAGSCOPE_ANALYSIS_OOM_RISK_H_
 #define FRAGSCOPE_ANALYSIS_OOM_RISK_H_
@@ -60,6 +61,7 @@ struct OomRiskOptions {
   bool use_cost = true;        // off: demand is the base only, no cost trend
   bool use_trend = true;       // off: no base trend
   bool learn_survived = true;  // off: the limit's lower end stays capacity / allowance
+  bool trend_crossing = true;  // off: the trend only moves the demands (its slope taken as exact)
 };
 
 /// Checks ranges (probabilities in (0, 1], horizons >= 1, window >= min_samples >= 4, ...).
@@ -79,17 +81,27 @@ struct ParetoTail {
 std::optional<ParetoTail> FitParetoTail(std::vector<double> excess, double min_shape,
                                         double max_shape);
 
+/// A significant trend of the step demand: its slope per step, the slope's standard error and
+/// the fitted demand now. Besides moving every kept demand by slope x k, the model asks how
+/// likely the trend itself reaches the limit within k steps, given that its slope is an
+/// estimate: P(true slope >= (limit - level) / k) = Phi((slope - (limit - level) / k) / se).
+struct DemandTrend {
+  double slope = 0;
+  double slope_stderr = 0;
+  double level = 0;
+};
+
 class OomRiskModel {
  public:
   OomRiskModel(const OomRiskOptions& options, double capacity_bytes);
 
   /// One sample ending at step `step`, covering `steps` steps: `base` = peak allocated (or live
   /// requested) bytes inside it, `cost` = the cache's cost beyond allocated (stranded bytes).
-  /// `demand_slope`: the caller's significant trend of the demand per step (the Forecaster's
-  /// block-peak trend, 0 when not significant); nullopt: the model's own regression of the
-  /// base over samples.
+  /// `demand_trend`: the caller's significant trend of the demand (the Forecaster's block-peak
+  /// trend; slope 0 when not significant); nullopt: the model's own regression of the base over
+  /// samples.
   void Add(std::int64_t step, std::uint64_t steps, double base, double cost,
-           std::optional<double> demand_slope = std::nullopt);
+           std::optional<DemandTrend> demand_trend = std::nullopt);
 
   /// The risk now (after the latest Add); nullopt before min_samples samples covering
   /// min_steps steps, or without a capacity.
@@ -128,6 +140,7 @@ class OomRiskModel {
   std::optional<ParetoTail> tail_;
   double mean_steps_ = 1;
   double slope_ = 0;       // significant demand slope per step (base + cost)
+  DemandTrend crossing_;   // the trend whose crossing of the limit is asked (slope 0: none)
   double cost_slope_ = 0;  // its cost part
   double spread_ = 0;      // standard deviation of the detrended demands
   double cost_now_ = 0;    // latest cost

@@ -162,6 +162,35 @@ TEST(OomRiskTest, ATrendCarriesDemandToTheLimit) {
   EXPECT_NE(with->advice.find("stop the growth"), std::string::npos) << with->advice;
 }
 
+// The trend's own uncertainty: a demand rising 4 MiB/step (standard error 4 MiB/step) is
+// carried 400 MiB in 100 steps, short of the limit (at least 0.8 GiB away), so the moved
+// demands alone give no risk; but the slope may be larger than estimated, and one of 9-14
+// MiB/step reaches it: P(within 100) = mean over the limit of Phi((4 - need) / 4), a few
+// percent. Off: no such risk.
+TEST(OomRiskTest, TheTrendsUncertaintyCanCarryItToTheLimit) {
+  const double level = 5 * kG + 199 * 4 * kM;
+  const double cap = (level + 800 * kM) * 1.10;
+  const auto run = [&](bool crossing, double slope, double se) {
+    OomRiskOptions o;
+    o.trend_crossing = crossing;
+    OomRiskModel m(o, cap);
+    for (int i = 0; i < 200; ++i) {
+      m.Add(i, 1, 5 * kG + i * slope, 0, DemandTrend{slope, se, 5 * kG + i * slope});
+    }
+    return m.Estimate();
+  };
+  auto with = run(true, 4 * kM, 4 * kM), without = run(false, 4 * kM, 4 * kM);
+  ASSERT_TRUE(with && without);
+  EXPECT_LT(P(*without, 100), 0.001);
+  EXPECT_GT(P(*with, 100), 0.01);
+  EXPECT_LT(P(*with, 100), 0.2);
+  EXPECT_GT(P(*with, 500), P(*with, 100));
+  // A surer slope leaves less room for a steeper one.
+  auto sure = run(true, 4 * kM, 1 * kM);
+  ASSERT_TRUE(sure);
+  EXPECT_LT(P(*sure, 100), 0.5 * P(*with, 100));
+}
+
 // A job that survived a demand close to the capacity shows the device serves more than
 // capacity / allowance: the limit's low end rises and the risk falls.
 TEST(OomRiskTest, SurvivedDemandRaisesTheLimit) {
