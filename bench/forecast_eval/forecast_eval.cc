@@ -602,6 +602,7 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   };
   if (key == "min_steps") return count(&o->min_steps);
   if (key == "min_samples") return count(&o->min_samples);
+  if (key == "tail_warning_steps") return count(&o->tail_warning_steps);
   if (key == "window") return count(&o->window);
   if (key == "allowance") return (o->allowance = v), true;
   if (key == "tail_fraction") return (o->tail_fraction = v), true;
@@ -621,7 +622,7 @@ int Usage() {
       "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
       "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
-      "(min_steps, min_samples, window, allowance, tail_fraction, min_shape, max_shape,\n"
+      "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction, min_shape, max_shape,\n"
       "half_life_steps, trend_sigmas) for every risk forecaster of the run.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"

@@ -337,10 +337,16 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
       findings.push_back(
           {level,
            fmt::format(
-               "P(OOM within {}); step demand {} ± {}, the device serves {}–{}{}", horizons,
+               "P(OOM within {}); step demand {} ± {}, the device serves {}–{}{}{}", horizons,
                Bytes(risk->mean_demand_bytes), Bytes(risk->spread_bytes),
                Bytes(risk->limit_low_bytes), Bytes(risk->limit_high_bytes),
-               risk->tail_only ? " (above every step seen: the tail model's estimate)" : "")});
+               risk->tail_only ? " (above every step seen: the tail model's estimate)" : "",
+               risk_->YoungTail()
+                   ? fmt::format("; a young tail (under {} steps, every step below {}): watch "
+                                 "at most",
+                                 o.risk_options.tail_warning_steps,
+                                 Bytes(*capacity_ / o.risk_options.allowance))
+                   : "")});
     }
   }
   // 4. Release-and-retry: the allocator hit the device limit and freed its cache to go on.

@@ -46,7 +46,7 @@ Status ValidateOomRiskOptions(const OomRiskOptions& o) {
     }
   }
   if (o.min_samples < 4 || o.window < o.min_samples || o.window > 65536 ||
-      o.min_steps > 10'000'000) {
+      o.min_steps > 10'000'000 || o.tail_warning_steps > 10'000'000) {
     return Status::InvalidArgument("risk window must satisfy 4 <= min_samples <= window <= 65536");
   }
   if (!(o.tail_fraction > 0 && o.tail_fraction < 1)) {
@@ -367,6 +367,12 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   return r;
 }
 
+bool OomRiskModel::YoungTail() const {
+  // Early (few exceedances), a risk for a job whose steps all stayed below the limit's low end
+  // is the young tail's extrapolation.
+  return steps_ < options_.tail_warning_steps && survived_ < capacity_ / options_.allowance;
+}
+
 RiskLevel OomRiskModel::Level(const OomRisk& risk) const {
   const OomRiskOptions& o = options_;
   const auto at = [&](std::uint64_t h) {
@@ -383,6 +389,7 @@ RiskLevel OomRiskModel::Level(const OomRisk& risk) const {
   } else if (at(o.watch_horizon) >= o.watch_probability) {
     level = RiskLevel::kWatch;
   }
+  if (YoungTail()) level = std::min(level, RiskLevel::kWatch);
   return level;
 }
 

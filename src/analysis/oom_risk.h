@@ -40,10 +40,16 @@ struct OomRiskOptions {
   double watch_probability = 0.10;
   /// Samples kept for the demand distribution (the most recent).
   std::size_t window = 256;
-  /// Samples, and steps they cover, needed before a risk is given: a tail fit from fewer
-  /// than ~25 exceedances swings wildly (at every = 1, 100 steps = 25 exceedances).
+  /// Samples, and steps they cover, needed before a risk is given (at every = 1, 20 steps give
+  /// 5 exceedances: early enough to warn the OOMs of the first hundred steps).
   std::size_t min_samples = 6;
-  std::uint64_t min_steps = 100;
+  std::uint64_t min_steps = 20;
+  /// Before this many steps, the risk of a job whose steps all stayed below the limit's low
+  /// end (capacity / allowance) gives at most `watch`: a tail fitted to fewer than ~25
+  /// exceedances cannot tell a bounded demand (a batch or length cap) from an unbounded one,
+  /// and would extrapolate past the cap. A job that already came within the allowance of the
+  /// capacity gets its level from the risk at once.
+  std::uint64_t tail_warning_steps = 100;
   /// Fraction of the kept samples above the tail threshold (at least 4 exceedances).
   double tail_fraction = 0.25;
   /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
@@ -109,6 +115,8 @@ class OomRiskModel {
 
   /// The level the risk alone gives.
   RiskLevel Level(const OomRisk& risk) const;
+  /// True while the young-tail rule above holds the level at watch at most.
+  bool YoungTail() const;
 
  private:
   struct Point {

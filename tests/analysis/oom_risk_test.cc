@@ -237,6 +237,7 @@ TEST(OomRiskTest, RisksArePerStepWhateverTheSamplingPeriod) {
 
 TEST(OomRiskTest, LevelsFollowTheDocumentedThresholds) {
   OomRiskOptions o;
+  o.tail_warning_steps = 0;  // the young-tail rule has its own test
   OomRiskModel m(o, kG);
   OomRisk r;
   r.horizons = {{50, 0.0}, {100, 0.0}, {500, 0.0}};
@@ -247,6 +248,34 @@ TEST(OomRiskTest, LevelsFollowTheDocumentedThresholds) {
   EXPECT_EQ(m.Level(r), RiskLevel::kWarning);
   r.horizons[0].probability = 0.5;
   EXPECT_EQ(m.Level(r), RiskLevel::kCritical);
+}
+
+// The young-tail rule: 30 steps in, a risk of a job whose steps all stayed below capacity /
+// allowance gives watch at most (the tail of 8 exceedances may extrapolate past a cap); after
+// tail_warning_steps, or for a job that already came within the allowance, the risk's level.
+TEST(OomRiskTest, AYoungTailBelowTheLimitWatchesOnly) {
+  OomRisk warning;
+  warning.horizons = {{50, 0.0}, {100, 0.2}, {500, 0.5}};
+  const auto feed = [](OomRiskModel& m, int steps, double demand) {
+    for (int i = 0; i < steps; ++i) m.Add(i, 1, demand, 0);
+  };
+  OomRiskOptions o;
+  OomRiskModel young(o, 10 * kG);
+  feed(young, 30, 8 * kG);  // 8 GiB < 10 GiB / 1.10
+  EXPECT_TRUE(young.YoungTail());
+  EXPECT_EQ(young.Level(warning), RiskLevel::kWatch);
+  OomRiskModel grown(o, 10 * kG);
+  feed(grown, static_cast<int>(o.tail_warning_steps), 8 * kG);
+  EXPECT_FALSE(grown.YoungTail());
+  EXPECT_EQ(grown.Level(warning), RiskLevel::kWarning);
+  OomRiskModel near(o, 10 * kG);
+  feed(near, 30, 9.3 * kG);  // within the allowance: above 10 GiB / 1.10
+  EXPECT_FALSE(near.YoungTail());
+  EXPECT_EQ(near.Level(warning), RiskLevel::kWarning);
+  o.tail_warning_steps = 0;  // the rule off
+  OomRiskModel off(o, 10 * kG);
+  feed(off, 30, 8 * kG);
+  EXPECT_EQ(off.Level(warning), RiskLevel::kWarning);
 }
 
 TEST(OomRiskTest, ValidatesOptions) {
