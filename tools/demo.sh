@@ -29,7 +29,7 @@ banner "fragscope tune $sample --capacity $tight   (which allocator setting avoi
 "$bin" tune "$sample" --capacity "$tight" --rows 10
 rc=$?; [[ $rc -le 1 ]] || exit 1
 
-banner "fragscope replay $sample --capacity 600MiB --forecast --forecast-every 1   (the forecast; its OOM risk needs 120 steps, the note says so)"
+banner "fragscope replay $sample --capacity 600MiB --forecast --forecast-every 1   (the forecast: the OOM risk from step 40; a young tail, under 100 steps, raises watch at most)"
 "$bin" replay "$sample" --capacity 600MiB --forecast --forecast-every 1 --timeline-rows 0 --no-map
 rc=$?; [[ $rc -le 1 ]] || exit 1
 
