@@ -138,7 +138,7 @@ def test_predicted_oom_fails_the_check(tmp_path):
 
 
 def test_a_check_asked_for_without_its_input_fails_unless_allowed(tmp_path):
-    # Three steps give a forecast level but no OOM risk (it needs 120 steps): the default gate
+    # Three steps give a forecast level but no OOM risk (it needs 20 steps in 6 samples after the warm-up): the default gate
     # passes, but an explicit --max-oom-risk cannot be judged, and a gate that cannot judge must
     # not pass.
     r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--json")
