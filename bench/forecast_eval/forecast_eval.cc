@@ -622,8 +622,8 @@ int Usage() {
       "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
       "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
-      "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction, min_shape, max_shape,\n"
-      "half_life_steps, trend_sigmas) for every risk forecaster of the run.\n"
+      "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction,\n"
+      "min_shape, max_shape, half_life_steps, trend_sigmas) for every risk forecaster.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",

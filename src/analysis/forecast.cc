@@ -320,8 +320,8 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
       trend.slope = demand_.slope();
       trend.slope_stderr = demand_.slope_stderr();
       // The fitted level at the last closed block, carried forward to this step (as signal 1).
-      trend.level = std::max(demand, demand_.level() + trend.slope *
-                                                          std::max(x - demand_.last_x(), 0.0));
+      trend.level =
+          std::max(demand, demand_.level() + trend.slope * std::max(x - demand_.last_x(), 0.0));
     }
     risk_->Add(step, steps, base_demand, cost, trend);
   }
