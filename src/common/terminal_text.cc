@@ -39,6 +39,23 @@ std::size_t Utf8SequenceLength(std::string_view text, std::size_t i) {
   return length;
 }
 
+// The code point of the well-formed `length`-byte UTF-8 sequence at text[i].
+char32_t DecodeUtf8(std::string_view text, std::size_t i, std::size_t length) {
+  static constexpr unsigned char kLeadMask[] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+  char32_t cp = ByteAt(text, i) & kLeadMask[length];
+  for (std::size_t k = 1; k < length; ++k) cp = (cp << 6) | (ByteAt(text, i + k) & 0x3f);
+  return cp;
+}
+
+// The invisible bidirectional controls: they reorder how the text around them is shown (the
+// "Trojan Source" trick, CVE-2021-42574), so a label or path could display as another one.
+// U+061C ALM, U+200E LRM, U+200F RLM, U+202A-U+202E embeddings and overrides, U+2066-U+2069
+// isolates.
+bool IsBidiControl(char32_t cp) {
+  return cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+         (cp >= 0x2066 && cp <= 0x2069);
+}
+
 // Length of the SGR sequence ESC '[' (digits and ';')* 'm' at text[i], or 0.
 std::size_t SgrLength(std::string_view text, std::size_t i) {
   if (i + 2 >= text.size() || text[i + 1] != '[') return 0;
@@ -75,6 +92,9 @@ std::size_t KeptLength(std::string_view text, std::size_t i, TerminalEscape mode
   if (c < 0x80) return 0;  // other C0 controls and DEL
   const std::size_t length = Utf8SequenceLength(text, i);
   if (length == 2 && c == 0xc2 && ByteAt(text, i + 1) < 0xa0) return 0;  // C1: U+0080-U+009F
+  if (length > 0 && (c == 0xd8 || c == 0xe2) && IsBidiControl(DecodeUtf8(text, i, length))) {
+    return 0;
+  }
   return length;
 }
 
@@ -96,7 +116,19 @@ void AppendTerminalSafe(std::string_view text, TerminalEscape mode, std::string*
     }
     out->append(text.substr(kept_from, i - kept_from));
     const unsigned char c = ByteAt(text, i);
-    if (c == 0xc2 && Utf8SequenceLength(text, i) == 2) {
+    const std::size_t length = Utf8SequenceLength(text, i);
+    if (length > 0 && c != 0xc2) {
+      // A bidirectional control: every byte as \xNN, or in JSON the code point.
+      if (mode == TerminalEscape::kJson) {
+        const char32_t cp = DecodeUtf8(text, i, length);
+        out->append("\\u");
+        AppendHex2(static_cast<unsigned char>(cp >> 8), out);
+        AppendHex2(static_cast<unsigned char>(cp & 0xff), out);
+      } else {
+        for (std::size_t k = 0; k < length; ++k) AppendEscape(ByteAt(text, i + k), mode, out);
+      }
+      i += length;
+    } else if (c == 0xc2 && length == 2) {
       // A C1 control in UTF-8: both bytes as \xNN, or in JSON the code point.
       const unsigned char second = ByteAt(text, i + 1);
       if (mode == TerminalEscape::kJson) {

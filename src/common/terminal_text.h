@@ -6,15 +6,18 @@
 // are structure (kLines, kColoredLines); DEL (0x7f); C1 controls U+0080-U+009F, which arrive
 // as UTF-8 (C2 80 .. C2 9F); and every byte that is not part of well-formed UTF-8 (so the raw
 // bytes 0x80-0x9f that 8-bit terminals read as C1 controls, stray continuation bytes,
-// overlong forms, surrogates, truncated sequences). Each such byte is written as "\xNN" with
-// two lowercase hex digits: ESC is \x1b, BEL \x07, NUL \x00, U+009B is \xc2\x9b, a raw 0x9b
-// byte \x9b. Everything else, well-formed UTF-8 ("é", CJK, emoji) included, passes unchanged.
+// overlong forms, surrogates, truncated sequences); and the invisible bidirectional controls
+// (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069), which reorder how the text around
+// them is shown. Each such byte is written as "\xNN" with two lowercase hex digits: ESC is
+// \x1b, BEL \x07, NUL \x00, U+009B is \xc2\x9b, a raw 0x9b byte \x9b, U+202E is
+// \xe2\x80\xae. Everything else, well-formed UTF-8 ("é", CJK, emoji) included, passes
+// unchanged.
 // The backslash itself is not escaped: the form is for reading, not for parsing back.
 //
 // JSON output (kJson) keeps JSON valid and its strings' values unchanged: DEL and C1 controls
 // become \u007f and \u0080-\u009f, other C0 controls (nlohmann::json already escapes them
-// inside strings) \u00NN, a byte that is not UTF-8 \ufffd (what the JSON writers' "replace"
-// handler writes anyway). docs/user-guide.md, "Terminal safety", documents both forms.
+// inside strings) \u00NN, a bidirectional control \uNNNN (e.g. \u202e), a byte that is not
+// UTF-8 \ufffd (what the JSON writers' "replace" handler writes anyway). docs/user-guide.md, "Terminal safety", documents both forms.
 //
 // Thread safety: pure functions.
 #ifndef FRAGSCOPE_COMMON_TERMINAL_TEXT_H_

@@ -152,6 +152,25 @@ TEST(TerminalTextTest, Issue24AlsoEscapeQuotesTheDelimiter) {
       "it\\x27s a\\x5cb\\x1b");
 }
 
+// "Trojan Source": a right-to-left override makes "run\u202e1txt.exe" display reversed after
+// it; every bidirectional control is written byte by byte (text) or as its code point (JSON),
+// while right-to-left letters themselves (Hebrew, Arabic) pass.
+TEST(TerminalTextTest, Issue24EscapesBidirectionalControls) {
+  EXPECT_EQ(TerminalSafe("run\u202e1txt.exe"), "run\\xe2\\x80\\xae1txt.exe");
+  EXPECT_EQ(Lines("a\u2066b\u2069c\u200fd\u061ce"),
+            "a\\xe2\\x81\\xa6b\\xe2\\x81\\xa9c\\xe2\\x80\\x8fd\\xd8\\x9ce");
+  EXPECT_EQ(Json("\"x\u202ay\u2068\""), "\"x\\u202ay\\u2068\"");
+  for (std::string_view control : {"\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c",
+                                   "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"}) {
+    EXPECT_FALSE(IsTerminalSafe(control, TerminalEscape::kLines)) << TerminalSafe(control);
+  }
+  // Neighbours that are not controls, and right-to-left letters, pass.
+  for (std::string_view kept : {"\u2010", "\u2029", "\u2065", "\u206a", "\u061b",
+                                "\u05e9\u05dc\u05d5\u05dd", "\u0633\u0644\u0627\u0645"}) {
+    EXPECT_EQ(TerminalSafe(kept), kept);
+  }
+}
+
 TEST(TerminalTextTest, Issue24PlainTextIsUnchanged) {
   const std::string text = "fragscope analyze: run.jsonl\n  labels: model=gpt, dtype=bf16\n";
   EXPECT_EQ(Lines(text), text);
