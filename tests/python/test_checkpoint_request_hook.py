@@ -27,6 +27,7 @@ saved = []
 m = Monitor(every=1, run_dir=sys.argv[1], socket="/none", action="stop",
             save_checkpoint=saved.append)
 print("ready", flush=True)
+sys.stdin.readline()  # the test runs the hook first: the request waits for the next sample
 for step in range(600):
     if m.step(step):
         print(json.dumps({"stopped": step, "saved": saved}), flush=True)
@@ -50,10 +51,13 @@ def test_hook_makes_the_monitored_process_checkpoint(tmp_path, use_signal):
     script.write_text(LOOP)
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)],
                             env=conftest.subprocess_env(FRAGSCOPE_REQUEST_DIR=str(req)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(0.1)
+        # The process waits on its stdin, alive, with the monitor's handler installed, until
+        # the hook is done (it could otherwise take the request and exit before the hook looks
+        # for the handler).
         out = run_hook({"FRAGSCOPE_ALERT_STATE": "firing", "FRAGSCOPE_ALERT_PID": str(proc.pid),
                         "FRAGSCOPE_ALERT_NAME": "ForecastCritical",
                         "FRAGSCOPE_REQUEST_DIR": str(req)},
@@ -61,6 +65,8 @@ def test_hook_makes_the_monitored_process_checkpoint(tmp_path, use_signal):
         assert out.returncode == 0, out.stderr
         if use_signal:
             assert "sent SIGUSR1" in out.stdout
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         result = json.loads(proc.stdout.readline())
         proc.wait(timeout=30)
     finally:
