@@ -17,7 +17,8 @@
 // JSON output (kJson) keeps JSON valid and its strings' values unchanged: DEL and C1 controls
 // become \u007f and \u0080-\u009f, other C0 controls (nlohmann::json already escapes them
 // inside strings) \u00NN, a bidirectional control \uNNNN (e.g. \u202e), a byte that is not
-// UTF-8 \ufffd (what the JSON writers' "replace" handler writes anyway). docs/user-guide.md, "Terminal safety", documents both forms.
+// UTF-8 \ufffd (what the JSON writers' "replace" handler writes anyway). docs/user-guide.md,
+// "Terminal safety", documents both forms.
 //
 // Thread safety: pure functions.
 #ifndef FRAGSCOPE_COMMON_TERMINAL_TEXT_H_
