@@ -46,8 +46,12 @@ Status ValidateOomRiskOptions(const OomRiskOptions& o) {
     }
   }
   if (o.min_samples < 4 || o.window < o.min_samples || o.window > 65536 ||
-      o.min_steps > 10'000'000 || o.tail_warning_steps > 10'000'000) {
+      o.min_steps > 10'000'000) {
     return Status::InvalidArgument("risk window must satisfy 4 <= min_samples <= window <= 65536");
+  }
+  if (o.tail_warning_steps > 10'000'000) {
+    return Status::InvalidArgument(
+        fmt::format("risk tail_warning_steps {} is outside [0, 10000000]", o.tail_warning_steps));
   }
   if (!(o.tail_fraction > 0 && o.tail_fraction < 1)) {
     return Status::InvalidArgument("risk tail fraction must be in (0, 1)");

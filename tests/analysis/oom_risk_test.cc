@@ -289,6 +289,9 @@ TEST(OomRiskTest, ValidatesOptions) {
   o = OomRiskOptions{};
   o.horizons = {0};
   EXPECT_FALSE(ValidateOomRiskOptions(o).ok());
+  o = OomRiskOptions{};
+  o.tail_warning_steps = 20'000'000;
+  EXPECT_NE(ValidateOomRiskOptions(o).message().find("tail_warning_steps"), std::string::npos);
 }
 
 // Through the Forecaster: the risk reaches every verdict and its level joins the others.
