@@ -17,6 +17,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "fragscope/status.h"
 #include "fragscope/trace.h"
 #include "sources/document/json_document.h"
 #include "sources/pickle/pickle_reader.h"
@@ -26,27 +27,37 @@ namespace {
 
 constexpr const char* kHeaderStart = R"({"format":"fragscope-trace","version":1)";
 
-void OpenTrace(benchmark::State& state, const std::string& text, std::int64_t items) {
+// Runs `read(bytes)` (a Status: ok, or the reader's error, which skips the benchmark) once per
+// iteration and reports `items` for the complexity fit.
+template <typename Read>
+void Measure(benchmark::State& state, const std::string& bytes, std::int64_t items, Read read) {
   for (auto _ : state) {
-    auto reader = TraceReader::FromBytes(text, "bench");
-    if (!reader.ok()) {
-      state.SkipWithError(reader.status().ToString().c_str());
+    if (const Status st = read(bytes); !st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
       return;
     }
-    Event event;
-    while (true) {
-      Result<bool> got = (*reader)->Next(&event);
-      if (!got.ok()) {
-        state.SkipWithError(got.status().ToString().c_str());
-        return;
-      }
-      if (!*got) break;
-    }
-    benchmark::DoNotOptimize(reader);
   }
   state.SetComplexityN(items);
   state.SetItemsProcessed(state.iterations() * items);
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(text.size()));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes.size()));
+}
+
+// The whole trace read, header and every event.
+Status ReadTrace(const std::string& text) {
+  auto reader = TraceReader::FromBytes(text, "bench");
+  if (!reader.ok()) return reader.status();
+  Event event;
+  while (true) {
+    Result<bool> got = (*reader)->Next(&event);
+    if (!got.ok()) return got.status();
+    if (!*got) break;
+  }
+  benchmark::DoNotOptimize(reader);
+  return Status::Ok();
+}
+
+void OpenTrace(benchmark::State& state, const std::string& text, std::int64_t items) {
+  Measure(state, text, items, ReadTrace);
 }
 
 void HeaderLabels(benchmark::State& state) {
@@ -97,17 +108,11 @@ void JsonObjectKeys(benchmark::State& state) {
     text += (i > 0 ? ",\"key" : "\"key") + std::to_string(i) + "\":" + std::to_string(i);
   }
   text += "}";
-  for (auto _ : state) {
-    auto doc = sources::ReadJsonDocumentBytes(text);
-    if (!doc.ok()) {
-      state.SkipWithError(doc.status().ToString().c_str());
-      return;
-    }
+  Measure(state, text, n, [](const std::string& bytes) {
+    auto doc = sources::ReadJsonDocumentBytes(bytes);
     benchmark::DoNotOptimize(doc);
-  }
-  state.SetComplexityN(n);
-  state.SetItemsProcessed(state.iterations() * n);
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(text.size()));
+    return doc.ok() ? Status::Ok() : doc.status();
+  });
 }
 BENCHMARK(JsonObjectKeys)->RangeMultiplier(10)->Range(1000, 1'000'000)->Complexity(benchmark::oN);
 
@@ -123,17 +128,11 @@ void PutInt(std::string* out, std::uint32_t v) {
 }
 
 void ReadPickle(benchmark::State& state, const std::string& bytes, std::int64_t n) {
-  for (auto _ : state) {
-    auto doc = sources::ReadPickleBytes(bytes);
-    if (!doc.ok()) {
-      state.SkipWithError(doc.status().ToString().c_str());
-      return;
-    }
+  Measure(state, bytes, n, [](const std::string& data) {
+    auto doc = sources::ReadPickleBytes(data);
     benchmark::DoNotOptimize(doc);
-  }
-  state.SetComplexityN(n);
-  state.SetItemsProcessed(state.iterations() * n);
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(bytes.size()));
+    return doc.ok() ? Status::Ok() : doc.status();
+  });
 }
 
 void PickleDictKeys(benchmark::State& state) {

@@ -64,17 +64,20 @@ CLI::Validator CapacitySize() {
 }
 
 void AddBudgetOptions(CLI::App& sub) {
-  auto size_into = [](std::uint64_t* field) {
-    return [field](const std::string& text) { *field = *ParseSize(text); };  // checked below
+  // A SIZE option that sets one field of the process's budget.
+  const auto add_size = [&sub](const char* name, std::uint64_t* field, const char* help) {
+    sub.add_option_function<std::string>(
+           name,
+           [field](const std::string& text) { *field = *ParseSize(text); },  // ByteSize checked it
+           help)
+        ->type_name("SIZE")
+        ->check(ByteSize(1))
+        ->group("Input budgets");
   };
   sources::InputBudget& budget = sources::ProcessBudget();
-  sub.add_option_function<std::string>(
-         "--max-memory", size_into(&budget.max_memory_bytes),
-         "Memory budget for decoding an input (default: 64 x its size, at least 1GiB, at most "
-         "half of this machine's memory)")
-      ->type_name("SIZE")
-      ->check(ByteSize(1))
-      ->group("Input budgets");
+  add_size("--max-memory", &budget.max_memory_bytes,
+           "Memory budget for decoding an input (default: 64 x its size, at least 1GiB, at most "
+           "half of this machine's memory)");
   sub.add_option_function<std::uint64_t>(
          "--max-events", [&budget](std::uint64_t n) { budget.max_events = n; },
          "Segments, blocks and trace entries a snapshot may hold, counted each time one is "
@@ -83,20 +86,12 @@ void AddBudgetOptions(CLI::App& sub) {
       ->type_name("N")
       ->check(IntegerAtLeast(1))
       ->group("Input budgets");
-  sub.add_option_function<std::string>(
-         "--max-decoded", size_into(&budget.max_decoded_bytes),
-         "Bytes a snapshot may decompress to (default: 1024 x its size, at least 4GiB, at most "
-         "64GiB)")
-      ->type_name("SIZE")
-      ->check(ByteSize(1))
-      ->group("Input budgets");
-  sub.add_option_function<std::string>(
-         "--max-output", size_into(&budget.max_output_bytes),
-         "Bytes `convert --to json` or `--to perfetto` may write (default: 1024 x the "
-         "decoded input, or the input as stored for perfetto; at least 256MiB)")
-      ->type_name("SIZE")
-      ->check(ByteSize(1))
-      ->group("Input budgets");
+  add_size("--max-decoded", &budget.max_decoded_bytes,
+           "Bytes a snapshot may decompress to (default: 1024 x its size, at least 4GiB, at most "
+           "64GiB)");
+  add_size("--max-output", &budget.max_output_bytes,
+           "Bytes `convert --to json` or `--to perfetto` may write (default: 1024 x the "
+           "decoded input, or the input as stored for perfetto; at least 256MiB)");
 }
 
 void AddReportOptions(CLI::App& sub, ReportFlags* flags) {
