@@ -473,8 +473,10 @@ std::vector<RiskSample> RiskTrack(const std::vector<analysis::TimelineSample>& t
 
 struct RiskTotals {
   double brier = 0;
+  double brier_positive = 0;                // the part from samples followed by an OOM within H
   std::uint64_t scored = 0, positives = 0;  // samples with a known outcome, OOM within H
   std::uint64_t unscored = 0;               // samples without a risk yet (counted as p = 0)
+  std::uint64_t unscored_positives = 0;     // ... followed by an OOM within H
   std::array<std::uint64_t, kBucketCount> n{};
   std::array<double, kBucketCount> p_sum{}, o_sum{};
   std::uint64_t ooms = 0, warned_20 = 0, warned = 0;                  // OOMs at step >= 50
@@ -494,8 +496,12 @@ void ScoreRisk(const std::vector<RiskSample>& samples, std::optional<std::int64_
       continue;  // censored: the run ended (no OOM) within the horizon
     }
     const double p = r.p.value_or(0.0);
-    if (!r.p) ++t->unscored;
+    if (!r.p) {
+      ++t->unscored;
+      t->unscored_positives += static_cast<std::uint64_t>(outcome);
+    }
     t->brier += (p - outcome) * (p - outcome);
+    if (outcome == 1) t->brier_positive += (p - outcome) * (p - outcome);
     ++t->scored;
     t->positives += static_cast<std::uint64_t>(outcome);
     std::size_t b = 0;
@@ -794,6 +800,7 @@ int main(int argc, char** argv) {
   }
   std::map<std::pair<std::string, std::size_t>, RiskTotals> risk_totals;
   std::vector<std::string> risk_rows;
+  std::vector<std::string> brier_rows;  // the default forecaster's errors per run
   fmt::print("{:<28} {:>6} {:>10} {:>9} {:>13} {:>7} {:>7} {:>10} {:>6} {:>8}\n", "workload",
              "steps", "capacity", "x fit", "OOM step", "every", "kind", "first warn", "lead",
              "false/1k");
@@ -831,6 +838,24 @@ int main(int argc, char** argv) {
           for (const std::string set : {w.synthetic ? "synthetic" : "captured", "all"}) {
             ScoreRisk(samples, run->oom_step, end, factor >= 1.10 - 1e-9, &risk_totals[{set, v}],
                       &lead);
+          }
+          if (v == 0) {  // the default forecaster's squared errors, per run
+            RiskTotals one;
+            std::string ignored;
+            ScoreRisk(samples, run->oom_step, end, false, &one, &ignored);
+            // Allocation retries before the OOM (near misses), and the step of the last one.
+            std::uint64_t retries = 0;
+            std::optional<std::int64_t> last_retry;
+            for (const analysis::TimelineSample& row : run->timeline) {
+              if (run->oom_step && row.step_last >= *run->oom_step) break;
+              retries += row.alloc_retries;
+              if (row.alloc_retries > 0) last_retry = row.step_last;
+            }
+            brier_rows.push_back(fmt::format(
+                "{:<28} {:>9.4f} {:>9} {:>7} {:>7} {:>10.2f} {:>10.2f} {:>8} {:>10}", w.name,
+                factor, run->oom_step ? fmt::format("{}", *run->oom_step) : "none", one.scored,
+                one.positives, one.brier - one.brier_positive, one.brier_positive, retries,
+                last_retry ? fmt::format("{}", *last_retry) : "-"));
           }
           if (!lead.empty()) leads += fmt::format(" {}={}", variants[v].name, lead);
         }
@@ -945,18 +970,41 @@ int main(int argc, char** argv) {
     fmt::print(
         "\nOOM risk evaluation: OOM runs (lead = steps from the first warning to the OOM)\n");
     for (const std::string& row : risk_rows) fmt::print("{}\n", row);
-    fmt::print("\n{:<9} {:<11} {:>8} {:>6} {:>7} {:>8} {:>7} {:>15} {:>24}\n", "set", "forecaster",
-               "samples", "rate", "Brier", "skill", "no risk", "warned >= 20",
-               "false warn /1k (runs)");
+    fmt::print(
+        "\nSquared errors of {} per run (sums over samples with a known outcome; a run's share "
+        "of the Brier score is its sum over all samples; allocation retries before the OOM)\n"
+        "{:<28} {:>9} {:>9} {:>7} {:>7} {:>10} {:>10} {:>8} {:>10}\n",
+        variants.front().name, "workload", "x fit", "OOM step", "samples", "OOM<=H", "err (none)",
+        "err (OOM)", "retries", "last retry");
+    for (const std::string& row : brier_rows) fmt::print("{}\n", row);
+    fmt::print(
+        "\n\"no risk (OOM)\": samples before the model gives a risk (scored as p = 0), and how "
+        "many "
+        "of them an OOM followed within H; \"skill given\": the skill over the samples with a "
+        "risk, against their own rate\n");
+    fmt::print("{:<9} {:<11} {:>8} {:>6} {:>7} {:>8} {:>14} {:>11} {:>15} {:>24}\n", "set",
+               "forecaster", "samples", "rate", "Brier", "skill", "no risk (OOM)", "skill given",
+               "warned >= 20", "false warn /1k (runs)");
     for (const auto& [key, t] : risk_totals) {
       const double rate =
           t.scored ? static_cast<double>(t.positives) / static_cast<double>(t.scored) : 0;
       const double bs = t.scored ? t.brier / static_cast<double>(t.scored) : 0;
       const double ref = rate * (1 - rate);
+      // Samples without a risk scored p = 0: each contributes its outcome to the Brier sum.
+      const std::uint64_t given = t.scored - t.unscored;
+      const double given_rate = given ? static_cast<double>(t.positives - t.unscored_positives) /
+                                            static_cast<double>(given)
+                                      : 0;
+      const double given_ref = given_rate * (1 - given_rate);
+      const double given_bs =
+          given ? (t.brier - static_cast<double>(t.unscored_positives)) / static_cast<double>(given)
+                : 0;
       fmt::print(
-          "{:<9} {:<11} {:>8} {:>6.3f} {:>7.4f} {:>8} {:>7} {:>15} {:>24}\n", key.first,
+          "{:<9} {:<11} {:>8} {:>6.3f} {:>7.4f} {:>8} {:>14} {:>11} {:>15} {:>24}\n", key.first,
           variants[key.second].name, t.scored, rate, bs,
-          ref > 0 ? fmt::format("{:.3f}", 1 - bs / ref) : "n/a", t.unscored,
+          ref > 0 ? fmt::format("{:.3f}", 1 - bs / ref) : "n/a",
+          fmt::format("{} ({})", t.unscored, t.unscored_positives),
+          given_ref > 0 ? fmt::format("{:.3f}", 1 - given_bs / given_ref) : "n/a",
           fmt::format("{}/{} ({})", t.warned_20, t.ooms,
                       t.ooms ? fmt::format("{:.0f}%", 100.0 * static_cast<double>(t.warned_20) /
                                                           static_cast<double>(t.ooms))
