@@ -41,17 +41,18 @@ struct OomRiskOptions {
   /// Samples kept for the demand distribution (the most recent).
   std::size_t window = 256;
   /// Samples, and steps they cover, needed before a risk is given (at every = 1, 20 steps give
-  /// 5 exceedances: early enough to warn the OOMs of the first hundred steps).
+  /// the 4 exceedances a fit needs: early enough to warn the OOMs of the first hundred steps).
   std::size_t min_samples = 6;
   std::uint64_t min_steps = 20;
   /// Before this many steps, the risk of a job whose steps all stayed below the limit's low
-  /// end (capacity / allowance) gives at most `watch`: a tail fitted to fewer than ~25
-  /// exceedances cannot tell a bounded demand (a batch or length cap) from an unbounded one,
-  /// and would extrapolate past the cap. A job that already came within the allowance of the
-  /// capacity gets its level from the risk at once.
+  /// end (capacity / allowance) gives at most `watch`: a tail fitted to 10 exceedances or fewer
+  /// cannot tell a bounded demand (a batch or length cap) from an unbounded one, and would
+  /// extrapolate past the cap. A job that already came within the allowance of the capacity gets
+  /// its level from the risk at once.
   std::uint64_t tail_warning_steps = 100;
-  /// Fraction of the kept samples above the tail threshold (at least 4 exceedances).
-  double tail_fraction = 0.25;
+  /// Fraction of the kept samples above the tail threshold (at least 4 exceedances): the top
+  /// tenth, so that the threshold lies in the tail and not in the body of a multi-modal demand.
+  double tail_fraction = 0.10;
   /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
   /// as a length or batch cap gives); above 0.5 the variance is infinite.
   double min_shape = -1.0;

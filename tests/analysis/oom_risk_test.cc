@@ -96,14 +96,17 @@ TEST(OomRiskTest, FarFromTheLimitTheRiskIsNegligibleAndTheLevelOk) {
 }
 
 TEST(OomRiskTest, NearTheLimitTheLevelIsAWarningOrWorseWithAMedianStepsToOom) {
+  // 5 GiB + Exp(50 MiB) per step; the limit in [5.0, 5.5] GiB (not learned from the steps
+  // survived): its 5 points lie 1-9 tail scales above the base, so the true P(OOM within 100)
+  // is ~52% and the median steps to OOM ~90. (Warning or worse on 200 of 200 seeds.)
   OomRiskOptions o;
-  auto m = LightTail(o, 5.45 * kG);  // the limit lies in [5.29, 5.45] GiB: 6-9 tail scales
+  o.learn_survived = false;
+  auto m = LightTail(o, 5.5 * kG);
   auto r = m.Estimate();
   ASSERT_TRUE(r);
   EXPECT_GE(m.Level(*r), RiskLevel::kWarning);
   ASSERT_TRUE(r->steps_to_oom);
   EXPECT_LT(*r->steps_to_oom, 500u);
-  EXPECT_TRUE(r->tail_only);        // the largest step seen is the limit's low end
   ASSERT_TRUE(r->shape_cap_bytes);  // no cost: the advice is a shape cap
 }
 
@@ -212,27 +215,34 @@ TEST(OomRiskTest, SurvivedDemandRaisesTheLimit) {
 
 // Samples covering 50 steps are block maxima: the same per-step process sampled every 50 steps
 // gives a risk of the same order as sampled every step (per step, not per sample).
+// Averaged over 20 runs: one run's tail fit, from 26 (every 1) or 10 (every 50) exceedances,
+// may say the normal's tail ends before the limit (a risk of 0) or reaches well past it.
 TEST(OomRiskTest, RisksArePerStepWhateverTheSamplingPeriod) {
   OomRiskOptions o;
   o.learn_survived = false;  // the limit in [5.23, 5.75] GiB
-  OomRiskModel every1(o, 5.75 * kG), every50(o, 5.75 * kG);
-  std::mt19937_64 rng(6);
-  std::normal_distribution<double> d(5 * kG, 100 * kM);
-  double block = 0;
-  for (int i = 0; i < 5000; ++i) {
-    const double x = d(rng);
-    every1.Add(i, 1, x, 0);
-    block = std::max(block, x);
-    if (i % 50 == 49) {
-      every50.Add(i, 50, block, 0);
-      block = 0;
+  double a = 0, b = 0;
+  for (int seed = 1; seed <= 20; ++seed) {
+    OomRiskModel every1(o, 5.75 * kG), every50(o, 5.75 * kG);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> d(5 * kG, 100 * kM);
+    double block = 0;
+    for (int i = 0; i < 5000; ++i) {
+      const double x = d(rng);
+      every1.Add(i, 1, x, 0);
+      block = std::max(block, x);
+      if (i % 50 == 49) {
+        every50.Add(i, 50, block, 0);
+        block = 0;
+      }
     }
+    auto ra = every1.Estimate(), rb = every50.Estimate();
+    ASSERT_TRUE(ra && rb);
+    a += P(*ra, 100) / 20;
+    b += P(*rb, 100) / 20;
   }
-  auto a = every1.Estimate(), b = every50.Estimate();
-  ASSERT_TRUE(a && b);
-  EXPECT_GT(P(*a, 100), 0.01);
-  EXPECT_LT(std::fabs(std::log(P(*a, 100) / P(*b, 100))), std::log(3.0))
-      << P(*a, 100) << " vs " << P(*b, 100);
+  // The truth with this limit prior: ~4% (P(X > L) per step, L at the 5 points).
+  EXPECT_GT(a, 0.01);
+  EXPECT_LT(std::fabs(std::log(a / b)), std::log(3.0)) << a << " vs " << b;
 }
 
 TEST(OomRiskTest, LevelsFollowTheDocumentedThresholds) {
