@@ -612,6 +612,7 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   if (key == "window") return count(&o->window);
   if (key == "allowance") return (o->allowance = v), true;
   if (key == "tail_fraction") return (o->tail_fraction = v), true;
+  if (key == "tail_weight") return (o->tail_weight = v), true;
   if (key == "min_shape") return (o->min_shape = v), true;
   if (key == "max_shape") return (o->max_shape = v), true;
   if (key == "half_life_steps") return (o->half_life_steps = v), true;
@@ -791,6 +792,7 @@ int main(int argc, char** argv) {
     variants.push_back({"risk/1", 1, d});
     variants.push_back({"risk/50", 50, d});
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
+    variants.push_back({"tail-only/1", 1, with([](auto& o) { o.risk_options.tail_weight = 1; })});
     variants.push_back({"no-trend/1", 1, with([](auto& o) { o.risk_options.use_trend = false; })});
     variants.push_back({"no-cost/1", 1, with([](auto& o) { o.risk_options.use_cost = false; })});
     variants.push_back(

@@ -56,6 +56,10 @@ Status ValidateOomRiskOptions(const OomRiskOptions& o) {
   if (!(o.tail_fraction > 0 && o.tail_fraction < 1)) {
     return Status::InvalidArgument("risk tail fraction must be in (0, 1)");
   }
+  if (!(o.tail_weight >= 0 && o.tail_weight <= 1)) {
+    return Status::InvalidArgument(
+        fmt::format("risk tail weight {} is outside [0, 1]", o.tail_weight));
+  }
   if (!(o.min_shape <= o.max_shape && o.min_shape >= -1 && o.max_shape < 1)) {
     return Status::InvalidArgument("risk tail shape bounds must satisfy -1 <= min <= max < 1");
   }
@@ -237,13 +241,14 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
 double OomRiskModel::StepExceedance(double need) const {
   const std::size_t n = values_.size();
   if (n == 0) return 0;
-  double p_sample;
+  // Empirical: the fraction of kept samples whose demand exceeds `need`.
+  const auto above = values_.end() - std::upper_bound(values_.begin(), values_.end(), need);
+  double p_sample = static_cast<double>(above) / static_cast<double>(n);
   if (tail_ && need >= tail_->threshold) {
-    p_sample = tail_->Exceedance(need);
-  } else {
-    // Empirical: the fraction of kept samples whose demand exceeds `need`.
-    const auto above = values_.end() - std::upper_bound(values_.begin(), values_.end(), need);
-    p_sample = static_cast<double>(above) / static_cast<double>(n);
+    // Above the threshold, two laws: the fitted tail, and the empirical one (a demand that
+    // repeats what the window shows and never exceeds it), weighted tail_weight : 1 - that.
+    const double w = options_.tail_weight;
+    p_sample = w * tail_->Exceedance(need) + (1 - w) * p_sample;
   }
   if (p_sample <= 0) return 0;
   if (p_sample >= 1) return 1;

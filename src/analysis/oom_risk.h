@@ -53,6 +53,11 @@ struct OomRiskOptions {
   /// Fraction of the kept samples above the tail threshold (at least 4 exceedances): the top
   /// tenth, so that the threshold lies in the tail and not in the body of a multi-modal demand.
   double tail_fraction = 0.10;
+  /// Above the threshold the risk averages two laws of the demand: the fitted tail (steps
+  /// larger than any seen may come) with this weight, and the empirical law (the demand
+  /// repeats what the window shows: a fixed set of shapes, a cap) with the rest. Neither can
+  /// be told from the other before a larger step comes; equal weights.
+  double tail_weight = 0.5;
   /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
   /// as a length or batch cap gives); above 0.5 the variance is infinite.
   double min_shape = -1.0;

@@ -82,6 +82,25 @@ TEST(OomRiskTest, TheTailGivesARiskAboveEveryStepSeen) {
   EXPECT_EQ(P(*without, 500), 0.0);
 }
 
+// Above every step seen, the empirical law says "never" and the tail "maybe": the risk there
+// is the tail's, scaled by its weight (per sample; per step and over a horizon it stays
+// between the two laws' risks). Within the range seen both laws agree closely.
+TEST(OomRiskTest, AboveEveryStepSeenTheTailCountsWithItsWeight) {
+  const double cap = 5.95 * kG;  // the limit lies above the largest of 300 steps
+  const auto p500 = [&](double weight) {
+    OomRiskOptions o;
+    o.tail_weight = weight;
+    auto r = LightTail(o, cap).Estimate();
+    EXPECT_TRUE(r && r->tail_only);
+    return r ? P(*r, 500) : -1.0;
+  };
+  const double full = p500(1), half = p500(0.5), none = p500(0);
+  EXPECT_EQ(none, 0.0);
+  EXPECT_GT(half, 0.0);
+  EXPECT_LT(half, full);
+  EXPECT_GE(half, 0.5 * full - 1e-12);  // 1 - (1 - p/2)^k >= (1 - (1 - p)^k) / 2
+}
+
 TEST(OomRiskTest, FarFromTheLimitTheRiskIsNegligibleAndTheLevelOk) {
   OomRiskOptions o;
   auto m = Stationary(o, 8 * kG);
@@ -302,6 +321,11 @@ TEST(OomRiskTest, ValidatesOptions) {
   o = OomRiskOptions{};
   o.tail_warning_steps = 20'000'000;
   EXPECT_NE(ValidateOomRiskOptions(o).message().find("tail_warning_steps"), std::string::npos);
+  for (double w : {-0.1, 1.5, std::nan("")}) {
+    o = OomRiskOptions{};
+    o.tail_weight = w;
+    EXPECT_NE(ValidateOomRiskOptions(o).message().find("tail weight"), std::string::npos) << w;
+  }
 }
 
 // Through the Forecaster: the risk reaches every verdict and its level joins the others.
