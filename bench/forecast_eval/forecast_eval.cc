@@ -793,6 +793,8 @@ int main(int argc, char** argv) {
     variants.push_back({"risk/50", 50, d});
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
     variants.push_back({"tail-only/1", 1, with([](auto& o) { o.risk_options.tail_weight = 1; })});
+    variants.push_back(
+        {"no-records/1", 1, with([](auto& o) { o.risk_options.use_records = false; })});
     variants.push_back({"no-trend/1", 1, with([](auto& o) { o.risk_options.use_trend = false; })});
     variants.push_back({"no-cost/1", 1, with([](auto& o) { o.risk_options.use_cost = false; })});
     variants.push_back(

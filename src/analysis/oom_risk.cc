@@ -168,8 +168,20 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
     ring_[next_] = p;
     next_ = (next_ + 1) % o.window;
   }
-  survived_ = std::max(survived_, base + cost);
   steps_ += p.steps;
+  if (base + cost > survived_) {
+    survived_ = base + cost;
+    record_steps_ = steps_;
+  }
+  // The tail's weight, moved by the evidence for a cap: for an exchangeable demand without
+  // one, the largest of N steps lies in the first N - m (m: steps since it was set) with
+  // probability (N - m) / N; a capped demand stops setting records. Posterior odds of the
+  // tail = prior odds x that likelihood ratio.
+  const double odds = o.tail_weight / (1 - o.tail_weight);
+  const double ratio = o.use_records ? static_cast<double>(record_steps_) /
+                                           static_cast<double>(std::max<std::uint64_t>(steps_, 1))
+                                     : 1.0;
+  tail_weight_now_ = o.tail_weight >= 1 ? 1.0 : odds * ratio / (1 + odds * ratio);
   cost_now_ = cost;
   base_trend_.Add(x, base);
   cost_trend_.Add(x, cost);
@@ -246,8 +258,8 @@ double OomRiskModel::StepExceedance(double need) const {
   double p_sample = static_cast<double>(above) / static_cast<double>(n);
   if (tail_ && need >= tail_->threshold) {
     // Above the threshold, two laws: the fitted tail, and the empirical one (a demand that
-    // repeats what the window shows and never exceeds it), weighted tail_weight : 1 - that.
-    const double w = options_.tail_weight;
+    // repeats what the window shows and never exceeds it), weighted by the tail's posterior.
+    const double w = tail_weight_now_;
     p_sample = w * tail_->Exceedance(need) + (1 - w) * p_sample;
   }
   if (p_sample <= 0) return 0;

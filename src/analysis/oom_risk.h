@@ -3,8 +3,10 @@
 // from the device at its peak: the bytes allocated at the peak (the base) plus the cache's cost
 // of serving them (bytes stranded in gaps of partly used segments, which no release can give
 // back). The model keeps the last `window` samples, fits a generalized Pareto tail to the
-// demands above a high quantile (peaks over threshold, probability-weighted moments), moves the
-// distribution by the significant trends of the base and of the cost, and compares it with
+// demands above a high quantile (peaks over threshold, probability-weighted moments) and
+// averages it there with the empirical law, weighted by how recent the largest demand is (a
+// capped demand stops setting records), moves the distribution by the significant trends of
+// the base and of the cost, and compares it with
 // the demand the device can serve — known only to lie between a lower bound (capacity /
 // allowance, or the largest demand already survived) and the capacity, so the risk is averaged
 // over that interval.
@@ -54,9 +56,9 @@ struct OomRiskOptions {
   /// tenth, so that the threshold lies in the tail and not in the body of a multi-modal demand.
   double tail_fraction = 0.10;
   /// Above the threshold the risk averages two laws of the demand: the fitted tail (steps
-  /// larger than any seen may come) with this weight, and the empirical law (the demand
-  /// repeats what the window shows: a fixed set of shapes, a cap) with the rest. Neither can
-  /// be told from the other before a larger step comes; equal weights.
+  /// larger than any seen may come), and the empirical law (the demand repeats what the
+  /// window shows: a fixed set of shapes, a cap). This is the tail's prior weight (equal
+  /// odds); with `use_records` the time since the last record step moves it (docs/forecast.md).
   double tail_weight = 0.5;
   /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
   /// as a length or batch cap gives); above 0.5 the variance is infinite.
@@ -74,6 +76,7 @@ struct OomRiskOptions {
   bool use_trend = true;       // off: no base trend
   bool learn_survived = true;  // off: the limit's lower end stays capacity / allowance
   bool trend_crossing = true;  // off: the trend only moves the demands (its slope taken as exact)
+  bool use_records = true;     // off: the tail keeps its prior weight, however old the record
 };
 
 /// Checks ranges (probabilities in (0, 1], horizons >= 1, window >= min_samples >= 4, ...).
@@ -139,6 +142,8 @@ class OomRiskModel {
   std::size_t next_ = 0;
   std::uint64_t steps_ = 0;  // steps covered by every sample added
   double survived_ = 0;
+  std::uint64_t record_steps_ = 0;  // steps_ when the largest demand was set
+  double tail_weight_now_ = 0.5;    // the tail's weight given the records (refreshed by Add)
   // Trends (exponentially weighted least squares over steps).
   struct Trend {
     double decay_log2;

@@ -1,7 +1,9 @@
 #include "analysis/oom_risk.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -90,6 +92,7 @@ TEST(OomRiskTest, AboveEveryStepSeenTheTailCountsWithItsWeight) {
   const auto p500 = [&](double weight) {
     OomRiskOptions o;
     o.tail_weight = weight;
+    o.use_records = false;  // the prior weight itself (the records have their own test)
     auto r = LightTail(o, cap).Estimate();
     EXPECT_TRUE(r && r->tail_only);
     return r ? P(*r, 500) : -1.0;
@@ -99,6 +102,36 @@ TEST(OomRiskTest, AboveEveryStepSeenTheTailCountsWithItsWeight) {
   EXPECT_GT(half, 0.0);
   EXPECT_LT(half, full);
   EXPECT_GE(half, 0.5 * full - 1e-12);  // 1 - (1 - p/2)^k >= (1 - (1 - p)^k) / 2
+}
+
+// A job that set its largest step long ago is evidence for a cap: the tail's weight falls
+// with the share of steps since that record. A job whose latest step is its record keeps the
+// prior weight.
+TEST(OomRiskTest, AnOldRecordLowersTheTailsWeight) {
+  const double cap = 5.95 * kG;  // the limit lies above every step
+  std::mt19937_64 rng(9);
+  std::exponential_distribution<double> d(1 / (50 * kM));
+  std::vector<double> steps;
+  for (int i = 0; i < 999; ++i) steps.push_back(5 * kG + d(rng));
+  const double record = *std::max_element(steps.begin(), steps.end()) + kM;
+  const auto p500 = [&](bool records, bool record_first) {
+    OomRiskOptions o;
+    o.use_records = records;
+    OomRiskModel m(o, cap);
+    int i = 0;
+    if (record_first) m.Add(i++, 1, record, 0);
+    for (double x : steps) m.Add(i++, 1, x, 0);
+    if (!record_first) m.Add(i++, 1, record, 0);
+    auto r = m.Estimate();
+    EXPECT_TRUE(r && r->tail_only);
+    return r ? P(*r, 500) : -1.0;
+  };
+  // The record at step 0 of 1000: likelihood ratio 1/1000, the tail's weight ~0.001.
+  const double old_on = p500(true, true), old_off = p500(false, true);
+  EXPECT_GT(old_off, 0.0);
+  EXPECT_LT(old_on, 0.01 * old_off);
+  // The record at the latest step: ratio 1, the prior weight.
+  EXPECT_DOUBLE_EQ(p500(true, false), p500(false, false));
 }
 
 TEST(OomRiskTest, FarFromTheLimitTheRiskIsNegligibleAndTheLevelOk) {
