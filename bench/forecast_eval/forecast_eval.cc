@@ -590,8 +590,8 @@ std::vector<std::uint64_t> ParseList(const std::string& text) {
   return out;
 }
 
-// --risk-opt KEY=VALUE: one knob of the risk model (analysis::OomRiskOptions) for the
-// evaluation's forecasters, to measure a setting without rebuilding. False on an unknown key or
+// --risk-opt KEY=VALUE: one knob of the risk model (analysis::OomRiskOptions) for every
+// forecaster of the evaluation, to measure a setting without rebuilding. False on an unknown key or
 // a malformed value.
 bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   const std::size_t eq = kv.find('=');
@@ -613,6 +613,7 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   if (key == "allowance") return (o->allowance = v), true;
   if (key == "tail_fraction") return (o->tail_fraction = v), true;
   if (key == "tail_weight") return (o->tail_weight = v), true;
+  if (key == "use_records") return (o->use_records = v != 0), true;
   if (key == "min_shape") return (o->min_shape = v), true;
   if (key == "max_shape") return (o->max_shape = v), true;
   if (key == "half_life_steps") return (o->half_life_steps = v), true;
@@ -630,7 +631,8 @@ int Usage() {
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
       "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
       "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction,\n"
-      "min_shape, max_shape, half_life_steps, trend_sigmas) for every risk forecaster.\n"
+      "tail_weight, use_records (0 or 1), min_shape, max_shape, half_life_steps,\n"
+      "trend_sigmas) for every forecaster: the analyzer's, the agents' and the risk's.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",
@@ -771,26 +773,28 @@ int main(int argc, char** argv) {
     analysis::ForecastOptions options;
   };
   std::vector<Variant> variants;
+  // The forecaster's options with the --risk-opt overrides: every mode uses them (the
+  // analyzer's, the agents' and the risk evaluation's).
+  analysis::ForecastOptions tuned;
+  if (risk_allowance) tuned.risk_options.allowance = *risk_allowance;
+  for (const std::string& kv : risk_opts) {
+    if (!SetRiskOption(kv, &tuned.risk_options)) {
+      std::fprintf(stderr, "forecast_eval: bad --risk-opt %s\n", kv.c_str());
+      return Usage();
+    }
+  }
+  if (const Status st = analysis::ValidateOomRiskOptions(tuned.risk_options); !st.ok()) {
+    std::fprintf(stderr, "forecast_eval: --risk-opt: %s\n", st.message().c_str());
+    return 2;
+  }
   if (risk) {
-    analysis::ForecastOptions d;
-    if (risk_allowance) d.risk_options.allowance = *risk_allowance;
-    for (const std::string& kv : risk_opts) {
-      if (!SetRiskOption(kv, &d.risk_options)) {
-        std::fprintf(stderr, "forecast_eval: bad --risk-opt %s\n", kv.c_str());
-        return Usage();
-      }
-    }
-    if (const Status st = analysis::ValidateOomRiskOptions(d.risk_options); !st.ok()) {
-      std::fprintf(stderr, "forecast_eval: --risk-opt: %s\n", st.message().c_str());
-      return 2;
-    }
     auto with = [&](auto change) {
-      analysis::ForecastOptions o = d;
+      analysis::ForecastOptions o = tuned;
       change(o);
       return o;
     };
-    variants.push_back({"risk/1", 1, d});
-    variants.push_back({"risk/50", 50, d});
+    variants.push_back({"risk/1", 1, tuned});
+    variants.push_back({"risk/50", 50, tuned});
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
     variants.push_back({"tail-only/1", 1, with([](auto& o) { o.risk_options.tail_weight = 1; })});
     variants.push_back(
@@ -825,7 +829,7 @@ int main(int argc, char** argv) {
           factor < 0 ? fails
                      : static_cast<std::uint64_t>(std::llround(static_cast<double>(*fit) * factor));
       if (factor < 0) factor = static_cast<double>(fails) / static_cast<double>(*fit);
-      auto run = ReplayAt(w, capacity, modes, defaults, risk);
+      auto run = ReplayAt(w, capacity, modes, tuned, risk);
       if (!run.ok()) {
         std::fprintf(stderr, "forecast_eval: %s at %s: %s\n", w.name.c_str(),
                      FormatBytes(capacity).c_str(), run.status().message().c_str());
