@@ -117,8 +117,9 @@ void AppendTerminalSafe(std::string_view text, TerminalEscape mode, std::string*
     out->append(text.substr(kept_from, i - kept_from));
     const unsigned char c = ByteAt(text, i);
     const std::size_t length = Utf8SequenceLength(text, i);
-    if (length > 0 && c != 0xc2) {
-      // A bidirectional control: every byte as \xNN, or in JSON the code point.
+    if (length > 0) {
+      // A well-formed C1 or bidirectional control (the only sequences KeptLength escapes):
+      // every byte as \xNN, or in JSON the code point.
       if (mode == TerminalEscape::kJson) {
         const char32_t cp = DecodeUtf8(text, i, length);
         out->append("\\u");
@@ -128,16 +129,6 @@ void AppendTerminalSafe(std::string_view text, TerminalEscape mode, std::string*
         for (std::size_t k = 0; k < length; ++k) AppendEscape(ByteAt(text, i + k), mode, out);
       }
       i += length;
-    } else if (c == 0xc2 && length == 2) {
-      // A C1 control in UTF-8: both bytes as \xNN, or in JSON the code point.
-      const unsigned char second = ByteAt(text, i + 1);
-      if (mode == TerminalEscape::kJson) {
-        AppendEscape(second, mode, out);
-      } else {
-        AppendEscape(c, mode, out);
-        AppendEscape(second, mode, out);
-      }
-      i += 2;
     } else if (c >= 0x80 && mode == TerminalEscape::kJson) {
       out->append("\\ufffd");  // not UTF-8: JSON can only say "replaced"
       ++i;
