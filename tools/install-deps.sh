@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git clang-format
+  build-essential cmake ninja-build pkg-config git clang-format ccache
   clang libclang-rt-dev            # libFuzzer for make fuzz
   libfmt-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libzstd-dev
   libsqlite3-dev                   # the history database (docs/history.md)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test suite and ends with one line of totals ("TOTAL: N passed, M failed").
-# Suites: ctest on the dev build (unit + CLI tests), ctest on the asan-ubsan build (the same
-# tests under AddressSanitizer + UndefinedBehaviorSanitizer), pytest on tools/tests.
+# Suites: ctest on the dev build (unit + CLI tests, the Python package on Debian's torch),
+# ctest on the asan-ubsan build (the same tests under AddressSanitizer + UndefinedBehaviorSanitizer),
+# pytest on tools/tests, and pytest on tests/user_env in the user's own environment (a venv of
+# PyPI's torch 2.13 and the frameworks, tools/setup_user_env.sh): `pip install .` and the
+# Python package from there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log_dir=build/test-logs
@@ -18,6 +21,14 @@ count_ctest() {  # "100% tests passed, 0 tests failed out of 57"
   f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
   t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
   passed=$((passed + t - f))
+  failed=$((failed + f))
+}
+
+count_pytest() {  # "12 passed, 1 failed in 3.2s"
+  local p f
+  p=$(grep -oE '[0-9]+ passed' "$1" | tail -1 | grep -oE '[0-9]+' || echo 0)
+  f=$(grep -oE '[0-9]+ (failed|error)' "$1" | tail -1 | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + p))
   failed=$((failed + f))
 }
 
@@ -54,10 +65,21 @@ echo "=== pytest tools/tests"
 /usr/bin/python3 -m pytest -q tools/tests 2>&1 | tee "$log_dir/pytest.log" | tail -n 5
 rc=${PIPESTATUS[0]}
 if [[ $rc -ne 0 && $rc -ne 5 ]]; then status=1; fi
-p=$(grep -oE '[0-9]+ passed' "$log_dir/pytest.log" | tail -1 | grep -oE '[0-9]+' || echo 0)
-f=$(grep -oE '[0-9]+ (failed|error)' "$log_dir/pytest.log" | tail -1 | grep -oE '[0-9]+' || echo 0)
-passed=$((passed + p))
-failed=$((failed + f))
+count_pytest "$log_dir/pytest.log"
+
+echo "=== user env: pip install . and the Python package on PyPI's torch 2.13"
+if user_env=$(tools/setup_user_env.sh 2>"$log_dir/user-env-setup.log" | tail -n 1) &&
+   [[ -x "$user_env/bin/python" ]]; then
+  FRAGSCOPE_SOURCE_DIR=$PWD "$user_env/bin/python" -m pytest -q -p no:cacheprovider \
+    tests/user_env 2>&1 | tee "$log_dir/user-env.log" | tail -n 5
+  rc=${PIPESTATUS[0]}
+  if [[ $rc -ne 0 ]]; then status=1; fi
+  count_pytest "$log_dir/user-env.log"
+else
+  cat "$log_dir/user-env-setup.log"
+  echo "user env: setup FAILED"
+  failed=$((failed + 1)); status=1
+fi
 
 echo
 echo "TOTAL: ${passed} passed, ${failed} failed"

@@ -14,8 +14,8 @@
 
 Run with the release build's module (the dev build checks the model's invariants after every
 event):
-    cmake --preset release && cmake --build --preset release --target _fragscope_native
-    FRAGSCOPE_NATIVE_DIR=build/release/python PYTHONPATH=python:tools \\
+    cmake --preset release && cmake --build --preset release --target fragscope_core fragscope_torch_hook
+    PYTHONPATH=python:tools \\
         /usr/bin/python3 bench/python/virtual_gpu_bench.py
 """
 import argparse
@@ -137,7 +137,7 @@ def gpt_steps(rounds, steps_per_round, seq_len, keep_cpu_only=False):
                         w.step(i, opt_step)
                         hooked.append((time.perf_counter() - w0, time.process_time() - c0))
                         counters = gpu.counters()
-                        scopes = sys.modules["_fragscope_native"].scopes_entered_on_this_thread()
+                        scopes = fst.hook().scopes_entered_on_this_thread()
                         # The step's tensors (loss, logits) die in the next step: outside.
                 else:
                     w0, c0 = time.perf_counter(), time.process_time()
@@ -201,8 +201,8 @@ def main():
     parser.add_argument("--keep-cpu-only", action="store_true",
                         help="GPT steps without the CPU-only rules (no RecordFunction callback)")
     args = parser.parse_args()
-    print("torch {}, native module {}".format(torch.__version__,
-                                                sys.modules["_fragscope_native"].__file__))
+    print("torch {}, native core {}, hook {}".format(
+        torch.__version__, sys.modules["fragscope._core"].__file__, fst.hook().path))
     if args.pairs:
         per_allocation(args.pairs, args.repeats)
         per_op(args.pairs, args.repeats)

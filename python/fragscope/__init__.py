@@ -1,10 +1,15 @@
-"""fragscope's Python package.
+"""fragscope's Python package (docs/python.md).
 
-* ``fragscope.torch``: a virtual GPU for real PyTorch on the CPU -- the process's own
-  allocations go, live, through fragscope's model of PyTorch's CUDA caching allocator
-  (docs/virtual-gpu.md).  Needs torch and the native module (``make demo`` builds it).
-* ``fragscope.agent``: the agent that sends a training process's allocator figures to
-  ``fragscope serve`` (the same module as ``python/fragscope_agent.py``).
+* ``fragscope.torch``: the Monitor (OOM risk inside a PyTorch training loop, checkpoint and
+  restart with the fix: docs/live-monitoring.md), its Lightning and Hugging Face callbacks
+  (``fragscope.torch.monitor_adapters``), and a virtual GPU for real PyTorch on the CPU
+  (docs/virtual-gpu.md). Imports torch.
+* ``fragscope.alloc_conf``: PyTorch's allocator-settings variable as each torch version reads it.
+* ``fragscope.agent``: the agent that sends a process's allocator figures to ``fragscope serve``.
+* ``fragscope._core``: the native core (settings grammar, simulator, forecaster), loaded through
+  ``fragscope._native.load()``; it links no framework.
 
-Importing ``fragscope`` itself imports nothing else.
+The ``fragscope`` command comes with the package (``pip install .``). Importing ``fragscope``
+itself imports nothing else.
 """
+__version__ = "0.1.0"

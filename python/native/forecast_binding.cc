@@ -15,6 +15,7 @@
 #include "analysis/tune.h"
 #include "fragscope/event.h"
 #include "fragscope/risk.h"
+#include "native_common.h"
 
 namespace py = pybind11;
 
@@ -82,13 +83,6 @@ py::dict VerdictDict(const analysis::LiveVerdict& v) {
   return out;
 }
 
-model::ConfigVersion TuneVersion(const std::string& version) {
-  if (version == "1.13") return model::ConfigVersion::kV1_13;
-  if (version == "2") return model::ConfigVersion::kV2;
-  if (version == "newest") return model::ConfigVersion::kNewest;
-  throw py::value_error("torch_version: '" + version + "' is not one of 1.13, 2, newest");
-}
-
 }  // namespace
 
 void BindForecast(py::module_& m) {
@@ -141,7 +135,7 @@ void BindForecast(py::module_& m) {
         analysis::TuneOptions options;
         options.capacity_bytes = capacity;
         options.used_by_others_bytes = used_by_others;
-        options.version = TuneVersion(version);
+        options.version = VersionOf(version);
         options.settings = std::move(settings);
         options.threads = threads;
         options.find_min_capacity = find_min_capacity;

@@ -1,6 +1,8 @@
-// _fragscope_native: the Python extension of the fragscope package (python/fragscope). One
-// module, one Bind* function per area, so that later bindings (e.g. the forecaster) add a file
-// and a call below without touching the others.
+// fragscope._core: the native core of the Python package (python/fragscope), built from the same
+// C++ libraries as the `fragscope` command and linking no framework: the allocator-settings
+// grammar, sizes, the simulator, the virtual GPU's session (whose c10 hook is compiled apart,
+// against the user's torch: fragscope/torch/csrc) and the forecaster. One Bind* function per
+// area, so that a new binding adds a file and a call below without touching the others.
 #include <string>
 
 #include <pybind11/pybind11.h>
@@ -9,54 +11,14 @@
 #include "common/units.h"
 #include "forecast_binding.h"
 #include "model/alloc_conf.h"
-#include "virtual_gpu.h"
+#include "native_common.h"
+#include "simulator_binding.h"
+#include "vgpu_session.h"
 
 namespace py = pybind11;
 
 namespace fragscope::python {
 namespace {
-
-[[noreturn]] void Raise(const Status& status) {
-  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kLimitExceeded)
-    throw py::value_error(status.message());
-  throw std::runtime_error(status.message());
-}
-
-void Check(const Status& status) {
-  if (!status.ok()) Raise(status);
-}
-
-model::ConfigVersion VersionOf(const std::string& version) {
-  if (version == "1.13") return model::ConfigVersion::kV1_13;
-  if (version == "2") return model::ConfigVersion::kV2;
-  if (version == "newest") return model::ConfigVersion::kNewest;
-  throw py::value_error("torch_version: '" + version + "' is not one of 1.13, 2, newest");
-}
-
-py::dict SegmentDict(const model::SnapshotSegment& seg) {
-  py::dict d;
-  d["device"] = seg.device;
-  d["address"] = seg.address;
-  d["total_size"] = seg.total_size;
-  d["allocated_size"] = seg.allocated_size;
-  d["active_size"] = seg.active_size;
-  d["requested_size"] = seg.requested_size;
-  d["stream"] = seg.stream;
-  d["segment_type"] = seg.segment_type;
-  d["is_expandable"] = seg.is_expandable;
-  py::list blocks;
-  for (const auto& b : seg.blocks) {
-    py::dict bd;
-    bd["address"] = b.address;
-    bd["size"] = b.size;
-    bd["requested_size"] = b.requested_size;
-    bd["state"] = b.state;
-    bd["frames"] = py::list();
-    blocks.append(bd);
-  }
-  d["blocks"] = blocks;
-  return d;
-}
 
 py::dict OomDict(const vgpu::OomRecord& oom) {
   py::dict d;
@@ -90,13 +52,49 @@ void BindVirtualGpu(py::module_& m) {
       },
       "Bytes of a size string ('80GiB', '512MiB'); ValueError naming the text.");
   m.def(
+      "parse_capacity",
+      [](const std::string& text) {
+        auto r = ParseCapacity(text);
+        if (!r.ok()) Raise(r.status());
+        return py::make_tuple(r.value().bytes, r.value().note);
+      },
+      "(bytes, note) of a device capacity as the CLI's --capacity reads it: a bare number below "
+      "1 MiB is refused; note says what a decimal unit ('80GB') means, else ''.");
+  m.def(
       "canonical_alloc_conf",
       [](const std::string& conf, const std::string& version) {
-        auto r = model::ParseAllocatorConfig(conf, VersionOf(version));
+        auto r = model::ParseUserAllocatorConf(conf, VersionOf(version));
         if (!r.ok()) Raise(r.status());
         return model::ToConfString(r.value());
       },
-      "Validates a PYTORCH_CUDA_ALLOC_CONF string as PyTorch would; returns its canonical form.");
+      "Validates a PYTORCH_CUDA_ALLOC_CONF string as PyTorch would (a pasted `VAR=value` is "
+      "accepted, as by the CLI); returns its canonical form.");
+  // The allocator_settings dict of a 2.4+ snapshot (shared/spec/memory-snapshot-format.md §5)
+  // for `conf` as `version` parses it.
+  m.def(
+      "snapshot_allocator_settings",
+      [](const std::string& conf, const std::string& version) {
+        auto r = model::ParseUserAllocatorConf(conf, VersionOf(version));
+        if (!r.ok()) Raise(r.status());
+        const model::AllocatorConfig& c = r.value();
+        py::dict d;
+        d["PYTORCH_CUDA_ALLOC_CONF"] = conf;
+        d["max_split_size"] = c.max_split_size == model::kUnlimited
+                                  ? std::int64_t{-1}
+                                  : static_cast<std::int64_t>(c.max_split_size);
+        d["garbage_collection_threshold"] = c.garbage_collection_threshold;
+        d["expandable_segments"] = c.expandable_segments;
+        d["pinned_num_register_threads"] = c.pinned_num_register_threads;
+        d["release_lock_on_cudamalloc"] = c.release_lock_on_cudamalloc;
+        d["pinned_use_cuda_host_register"] = c.pinned_use_cuda_host_register;
+        py::dict divisions;
+        for (std::size_t i = 0; i < c.roundup_power2_divisions.size(); ++i) {
+          divisions[py::str(std::to_string(std::uint64_t{1} << i))] = c.roundup_power2_divisions[i];
+        }
+        d["roundup_power2_divisions"] = divisions;
+        return d;
+      },
+      py::arg("conf"), py::arg("torch_version"));
   m.def(
       "vgpu_start",
       [](std::uint64_t capacity, std::uint64_t used_by_others, const std::string& conf,
@@ -118,13 +116,10 @@ void BindVirtualGpu(py::module_& m) {
       py::arg("torch_version"), py::arg("raise_on_oom"), py::arg("keep_cpu_only"),
       py::arg("record_trace"));
   m.def("vgpu_stop", &vgpu::Stop);
-  m.def("scopes_entered_on_this_thread", &vgpu::ScopesEnteredOnThisThread,
-        "RecordFunction scopes the CPU-only tracking saw start on this thread (benchmarks)");
-  py::class_<vgpu::UserScope>(m, "UserScope",
-                              "A record_function range that allocates nothing (cpu_only.h)")
-      .def(py::init<std::string>())
-      .def("enter", &vgpu::UserScope::Enter)
-      .def("exit", &vgpu::UserScope::Exit);
+  m.def(
+      "vgpu_api_address", [] { return reinterpret_cast<std::uintptr_t>(vgpu::Api()); },
+      "The address of the C table the c10 hook calls (fragscope/torch/csrc/vgpu_api.h).");
+  m.attr("VGPU_API_VERSION") = FRAGSCOPE_VGPU_API_VERSION;
   m.def("vgpu_active", &vgpu::Active);
   m.def("vgpu_has_session", [] { return vgpu::HasSession().ok(); });
   m.def("vgpu_step", [](std::int64_t step) {
@@ -182,8 +177,7 @@ void BindVirtualGpu(py::module_& m) {
     d["threads"] = c.threads;
     py::dict cpu_only;
     for (int k = 1; k < vgpu::kNumCpuOnlyKinds; ++k) {
-      cpu_only[py::str(std::string(vgpu::CpuOnlyKindName(static_cast<vgpu::CpuOnlyKind>(k))))] =
-          c.cpu_only[k];
+      cpu_only[py::str(vgpu::CpuOnlyKindName(k))] = c.cpu_only[k];
     }
     d["cpu_only"] = cpu_only;
     return d;
@@ -211,6 +205,7 @@ void BindVirtualGpu(py::module_& m) {
       } else {
         d["addr"] = e.addr;
         d["size"] = e.size;
+        d["time_us"] = e.time_us;
         d["stream"] = 0;  // one stream
         d["frames"] = py::list();
         if (e.has_device_free) d["device_free"] = e.device_free;
@@ -224,9 +219,10 @@ void BindVirtualGpu(py::module_& m) {
 }  // namespace
 }  // namespace fragscope::python
 
-PYBIND11_MODULE(_fragscope_native, m) {
-  m.doc() = "fragscope's native parts: the virtual GPU hook (docs/virtual-gpu.md)";
-  m.attr("TORCH_BUILD_VERSION") = FRAGSCOPE_TORCH_VERSION;
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "fragscope's native core: settings, simulator, virtual GPU session, forecaster";
+  m.attr("__version__") = FRAGSCOPE_VERSION;
   fragscope::python::BindVirtualGpu(m);
+  fragscope::python::BindSimulator(m);
   fragscope::python::BindForecast(m);
 }

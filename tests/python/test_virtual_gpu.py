@@ -255,17 +255,22 @@ def test_bad_environment_value_names_the_variable_and_token():
     assert "Segmentation" not in proc.stderr
 
 
-def test_missing_or_mismatched_native_module_is_a_clear_import_error(fst, monkeypatch,
-                                                                      tmp_path):
+def test_missing_native_core_or_mismatched_hook_is_a_clear_import_error(fst, monkeypatch,
+                                                                          tmp_path):
     from fragscope import _native
-    module = sys.modules.pop("_fragscope_native")
+    from fragscope.torch import _hook
+    module = sys.modules.pop("fragscope._core")
     try:
         monkeypatch.setattr(_native, "search_dirs", lambda: [str(tmp_path)])
-        with pytest.raises(ImportError, match="is not built.*make demo"):
-            _native.load()
-        monkeypatch.undo()
-        monkeypatch.setattr(torch, "__version__", "2.4.0")
-        with pytest.raises(ImportError, match="built against libtorch 1.13.*runs torch 2.4.0"):
+        monkeypatch.setattr(_native.os.path, "isfile",
+                            lambda p: False if "_core" in p else os.path.isfile(p))
+        with pytest.raises(ImportError, match="is not built.*pip install"):
             _native.load()
     finally:
-        sys.modules["_fragscope_native"] = module
+        sys.modules["fragscope._core"] = module
+        monkeypatch.undo()
+    # A hook built for another torch is refused with what to do, never loaded into this one.
+    monkeypatch.setattr(torch, "__version__", "2.4.0")
+    monkeypatch.setenv("FRAGSCOPE_TORCH_HOOK", fst.hook().path)
+    with pytest.raises(ImportError, match="built against torch 1.13.*runs torch 2.4.0"):
+        _hook.load(torch)

@@ -1,12 +1,14 @@
-# The Python package's tests with real PyTorch (tests/python): the virtual GPU's hook, its API,
-# threads and fork, and its agreement with capture_trace.py + `fragscope replay`. Registered
-# only where the native module is built (never under the sanitizers); run by hand without it,
-# they skip.
-if(TARGET _fragscope_native)
+# The Python package's tests with real PyTorch, Debian's route (tests/python): /usr/bin/python3
+# with python3-torch, fragscope._core from this build and the c10 hook built here against
+# libtorch-dev: the virtual GPU's hook, its API, threads and fork, its agreement with
+# capture_trace.py + `fragscope replay`, the Monitor and the live loop. The same package on PyPI's
+# torch 2.x, installed with pip, is tests/user_env (tools/run_tests.sh). Registered only where
+# both native parts are built (never under the sanitizers); run by hand without them, they skip.
+if(TARGET fragscope_core AND TARGET fragscope_torch_hook)
   add_test(NAME python_virtual_gpu
     COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/python)
   set_tests_properties(python_virtual_gpu PROPERTIES
-    ENVIRONMENT "FRAGSCOPE_NATIVE_DIR=$<TARGET_FILE_DIR:_fragscope_native>;FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+    ENVIRONMENT "FRAGSCOPE_NATIVE_DIR=$<TARGET_FILE_DIR:fragscope_core>;FRAGSCOPE_TORCH_HOOK=$<TARGET_FILE:fragscope_torch_hook>;FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
     LABELS python
     TIMEOUT 900)
 endif()

@@ -30,12 +30,19 @@ import json
 import os
 import pickle
 import sys
+import time
 
 from fragscope import _native
+from fragscope import alloc_conf as _conf
 from fragscope._safe_file import open_safely, write_file_safely
 
 _n = _native.load()
-import torch  # noqa: E402  (after the loader, which explains a missing torch)
+try:
+    import torch
+except ImportError as _e:
+    raise ImportError("fragscope.torch needs PyTorch, which this interpreter ({}) cannot import: "
+                      "{}".format(sys.executable, _e)) from None
+from fragscope.torch import _hook as _hook_module  # noqa: E402
 
 __all__ = [
     "VirtualGpu", "virtual_gpu", "current", "from_environment", "memory_stats",
@@ -56,34 +63,38 @@ _ENV = "FRAGSCOPE_VIRTUAL_GPU"
 
 def default_torch_version(version=None):
     """The allocator behaviour of the running torch: "1.13", "2" (2.0-2.8) or "newest"."""
-    version = version or torch.__version__
-    parts = version.split("+")[0].split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        return "newest"
-    if major < 2:
-        return "1.13"
-    if major == 2 and minor < 9:
-        return "2"
-    return "newest"
+    return _conf.modelled_version(version or torch.__version__)
 
 
-def _parse_size(what, value):
-    if isinstance(value, bool):
+_hook = None
+
+
+def hook():
+    """The c10 hook for this torch (fragscope/torch/_hook.py: built once per torch version)."""
+    global _hook
+    if _hook is None:
+        _hook = _hook_module.load(torch)
+    return _hook
+
+
+def _parse_size(what, value, capacity=False):
+    """A size argument: a string as the CLI reads it ("80GiB"; fragscope._core's grammar), or an
+    int of bytes. For a capacity, a number below 1 MiB is refused (no GPU is that small: 80 was
+    meant as 80GiB) and a decimal unit ("80GB") gets the CLI's note on stderr."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError("{}: expected a size such as '80GiB' or a number of bytes, got {!r}"
                         .format(what, value))
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError("{}: {} is negative".format(what, value))
-        return value
-    if not isinstance(value, str):
-        raise TypeError("{}: expected a size such as '80GiB' or a number of bytes, got {!r}"
-                        .format(what, value))
+    if isinstance(value, int) and value < 0:
+        raise ValueError("{}: {} is negative".format(what, value))
     try:
-        return _n.parse_size(value)
+        if not capacity:
+            return value if isinstance(value, int) else _n.parse_size(value)
+        size, note = _n.parse_capacity(str(value))
     except ValueError as e:
         raise ValueError("{}: {}".format(what, e)) from None
+    if note:
+        print("fragscope.torch: {}: {}".format(what, note), file=sys.stderr, flush=True)
+    return size
 
 
 _current = None
@@ -98,7 +109,7 @@ class _RecordFunction(contextlib.ContextDecorator):
     def __init__(self, name, args=None):
         self.name = name
         self.args = args
-        self._scope = _n.UserScope(name)
+        self._scope = _hook_module.UserScope(hook(), name)
 
     def __enter__(self):
         self._scope.enter()
@@ -120,11 +131,131 @@ def _restore_record_function(saved):
     torch.autograd.profiler.record_function, torch.profiler.record_function = saved
 
 
+def _restore(saved):
+    for owner, name, value in reversed(saved or []):
+        setattr(owner, name, value)
+
+
+def _device_arg(device):
+    """torch.cuda's `device` argument on a virtual GPU: only device 0 (or None) exists."""
+    if device is None:
+        return
+    index = getattr(device, "index", device)
+    if isinstance(index, str):
+        index = index.split(":")[-1] if ":" in index else 0
+    if index not in (None, 0, "0"):
+        raise ValueError("virtual GPU: only device 0 exists, got {!r}".format(device))
+
+
+_NO_CUDA = ("fragscope virtual GPU: this torch ({}) is a CPU build, so .cuda(), device='cuda' "
+            "and torch.cuda's kernels cannot run here. Keep the tensors on the CPU: the virtual "
+            "GPU already sees every allocation they make (docs/virtual-gpu.md, 'What the CPU "
+            "build cannot pretend')")
+
+
+def _patch_torch_cuda(gpu):
+    """While `gpu` is active, torch.cuda's memory functions answer from it, as 2.x code calls
+    them (memory_stats(), memory_snapshot(), mem_get_info(), memory._snapshot(),
+    memory._dump_snapshot(), ...), and CUDA initialization fails with a message that says why.
+    Returns what to restore."""
+    cuda = torch.cuda
+    memory = getattr(cuda, "memory", None)
+
+    def on(fn):
+        def call(device=None, *args, **kwargs):
+            _device_arg(device)
+            return fn(*args, **kwargs)
+        call.__name__ = getattr(fn, "__name__", "call")
+        call.__doc__ = "fragscope virtual GPU: " + (fn.__doc__ or "").strip().split("\n")[0]
+        return call
+
+    def lazy_init(*_args, **_kwargs):
+        raise RuntimeError(_NO_CUDA.format(torch.__version__))
+
+    replacements = {
+        "memory_stats": on(gpu.memory_stats),
+        "memory_allocated": on(gpu.memory_allocated),
+        "max_memory_allocated": on(gpu.max_memory_allocated),
+        "memory_reserved": on(gpu.memory_reserved),
+        "max_memory_reserved": on(gpu.max_memory_reserved),
+        "memory_snapshot": lambda *a, **k: gpu.memory_snapshot(),
+        "mem_get_info": on(gpu.mem_get_info),
+        "reset_peak_memory_stats": on(gpu.reset_peak_memory_stats),
+        "reset_accumulated_memory_stats": on(gpu.reset_accumulated_memory_stats),
+        "empty_cache": lambda: gpu.empty_cache(),
+        "set_per_process_memory_fraction": (
+            lambda fraction, device=None: (_device_arg(device),
+                                           gpu.set_per_process_memory_fraction(fraction))[1]),
+        "_lazy_init": lazy_init,
+    }
+    saved = []
+    for name, value in replacements.items():
+        for owner in (cuda, memory):
+            if owner is not None and hasattr(owner, name):
+                saved.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, value)
+    if memory is not None:
+        for name, value in (("_snapshot", lambda *a, **k: gpu.snapshot()),
+                            ("_dump_snapshot", lambda filename="dump_snapshot.pickle":
+                             gpu.dump_snapshot(filename))):
+            if hasattr(memory, name):
+                saved.append((memory, name, getattr(memory, name)))
+                setattr(memory, name, value)
+    return saved
+
+
+def snapshot_for_version(segments, trace, version, alloc_conf=""):
+    """torch.cuda.memory._snapshot()'s dict as torch `version` writes it, from the virtual GPU's
+    segments and allocator events (shared/spec/memory-snapshot-format.md §7, "Version history"):
+    1.13-2.0 without block addresses and pool ids, 2.1 with them, time_us from 2.2,
+    allocator_settings from 2.4, external_annotations and compile_context from 2.5/2.6,
+    user_metadata from 2.8."""
+    major, minor = _conf.release(version)
+    v = (major, minor)
+    out_segments = []
+    for seg in segments:
+        seg = dict(seg)
+        blocks = []
+        for b in seg.pop("blocks"):
+            b = dict(b)
+            if v < (2, 1):
+                b.pop("address", None)
+                b.pop("frames", None)
+            blocks.append(b)
+        if v >= (2, 1):
+            seg["segment_pool_id"] = (0, 0)
+            seg["frames"] = []
+        else:
+            seg.pop("is_expandable", None)
+        seg["blocks"] = blocks
+        out_segments.append(seg)
+    entries = []
+    for e in trace:
+        e = dict(e)  # "step" entries are fragscope's own markers (fragscope analyze reads them)
+        if e["action"] == "oom":
+            e.pop("addr", None)
+        if v < (2, 2):
+            e.pop("time_us", None)
+        if v >= (2, 6):
+            e["compile_context"] = "N/A"
+        if v >= (2, 8):
+            e["user_metadata"] = ""
+        entries.append(e)
+    snap = {"segments": out_segments, "device_traces": [entries]}
+    if v >= (2, 4):
+        snap["allocator_settings"] = _n.snapshot_allocator_settings(
+            alloc_conf, _conf.modelled_version(version))
+    if v >= (2, 5):
+        snap["external_annotations"] = []
+    return snap
+
+
 class VirtualGpu:
     """One virtual GPU.  Use as a context manager, or call start() and stop().
 
     capacity        total device memory: "80GiB", "40GB", or bytes
-    alloc_conf      PYTORCH_CUDA_ALLOC_CONF string (default: $PYTORCH_CUDA_ALLOC_CONF, or
+    alloc_conf      allocator settings string (default: what the running torch reads from
+                    $PYTORCH_ALLOC_CONF / $PYTORCH_CUDA_ALLOC_CONF, fragscope.alloc_conf; or
                     PyTorch's defaults), validated as that torch version validates it
     torch_version   whose allocator to model: "1.13", "2", "newest" (default: the running
                     torch's)
@@ -142,7 +273,7 @@ class VirtualGpu:
 
     def __init__(self, capacity="80GiB", alloc_conf=None, torch_version=None,
                  used_by_others=0, on_oom="raise", keep_cpu_only=False, record_trace=True):
-        self.capacity = _parse_size("capacity", capacity)
+        self.capacity = _parse_size("capacity", capacity, capacity=True)
         if self.capacity == 0:
             raise ValueError("capacity: must be more than 0 bytes")
         self.used_by_others = _parse_size("used_by_others", used_by_others)
@@ -152,17 +283,18 @@ class VirtualGpu:
         if torch_version is None:
             torch_version = default_torch_version()
         torch_version = str(torch_version)
-        if torch_version not in ("1.13", "2", "newest"):
+        if torch_version not in _conf.MODELLED:
             raise ValueError("torch_version: {!r} is not one of '1.13', '2', 'newest'"
                              .format(torch_version))
         self.torch_version = torch_version
         if alloc_conf is None:
-            alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+            # As the running torch reads its environment (fragscope.alloc_conf).
+            alloc_conf, _name = _conf.read(torch.__version__, torch=torch)
         if not isinstance(alloc_conf, str):
             raise TypeError("alloc_conf: expected a PYTORCH_CUDA_ALLOC_CONF string, got {!r}"
                             .format(alloc_conf))
         # Validated now, so that a bad string fails here and not at start().
-        self.alloc_conf = _n.canonical_alloc_conf(alloc_conf, torch_version)
+        self.alloc_conf = _conf.canonical(alloc_conf, torch_version, running=torch.__version__)
         if on_oom not in ("raise", "record"):
             raise ValueError("on_oom: {!r} is not one of 'raise', 'record'".format(on_oom))
         self.on_oom = on_oom
@@ -177,21 +309,30 @@ class VirtualGpu:
         global _current
         if self._started:
             raise RuntimeError("this virtual GPU was already started; make a new one")
+        h = hook()  # built before the session starts: a failed build leaves nothing running
         _n.vgpu_start(self.capacity, self.used_by_others, self.alloc_conf, self.torch_version,
                       self.on_oom == "raise", self.keep_cpu_only, self.record_trace)
+        try:
+            h.start(_n.vgpu_api_address(), not self.keep_cpu_only)
+        except BaseException:
+            _n.vgpu_stop()
+            raise
         self._started = True
         _current = self
         self._saved_record_function = (None if self.keep_cpu_only
                                        else _patch_record_function())
+        self._saved_cuda = _patch_torch_cuda(self)
         return self
 
     def stop(self):
         """Stops simulating; the figures stay readable until the next virtual GPU starts."""
         if self._started and not self._stopped:
+            hook().stop()
             _n.vgpu_stop()
             self._stopped = True
             if self._saved_record_function is not None:
                 _restore_record_function(self._saved_record_function)
+            _restore(self._saved_cuda)
 
     @property
     def active(self):
@@ -276,14 +417,16 @@ class VirtualGpu:
 
     # -- files ------------------------------------------------------------------------------
     def snapshot(self):
-        """torch.cuda.memory._snapshot()'s shape: {"segments": [...], "device_traces": [[...]]}
-        (the trace only with record_trace)."""
+        """torch.cuda.memory._snapshot() as the running torch returns it: the keys and fields of
+        that version's format (docs/virtual-gpu.md, "Snapshots"); the trace only with
+        record_trace."""
         self._check()
-        return {"segments": _n.vgpu_memory_snapshot(),
-                "device_traces": [_n.vgpu_allocator_trace()]}
+        return snapshot_for_version(_n.vgpu_memory_snapshot(), _n.vgpu_allocator_trace(),
+                                    torch.__version__, self.alloc_conf)
 
     def dump_snapshot(self, path, named_by_user=True):
-        """torch.cuda.memory._dump_snapshot(path): a pickle that `fragscope analyze` reads.
+        """torch.cuda.memory._dump_snapshot(path): the pickle the running torch would write
+        (Python's default protocol), which `fragscope analyze` and PyTorch's _memory_viz.py read.
         Written through a new temporary renamed onto `path` (fragscope._safe_file): a link at
         `path` is followed to its existing file only when `named_by_user` (a path the caller
         chose, not one derived by the program); a link to nothing is refused (OSError)."""
@@ -411,7 +554,8 @@ def from_environment(environ=None):
     unset or empty:
 
     FRAGSCOPE_VIRTUAL_GPU                  capacity ("80GiB")
-    FRAGSCOPE_VIRTUAL_GPU_ALLOC_CONF       settings (default: $PYTORCH_CUDA_ALLOC_CONF)
+    FRAGSCOPE_VIRTUAL_GPU_ALLOC_CONF       settings (default: what the running torch reads
+                                           from $PYTORCH_ALLOC_CONF / $PYTORCH_CUDA_ALLOC_CONF)
     FRAGSCOPE_VIRTUAL_GPU_TORCH_VERSION    "1.13", "2", "newest" (default: the running torch's)
     FRAGSCOPE_VIRTUAL_GPU_USED_BY_OTHERS   e.g. "600MiB"
     FRAGSCOPE_VIRTUAL_GPU_ON_OOM           "raise" (default) or "record"

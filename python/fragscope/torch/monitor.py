@@ -9,7 +9,7 @@
 Every `every` steps (default 50) the monitor reads the allocator's state (memory_stats(),
 mem_get_info() and the block-level memory_snapshot()) from torch.cuda, or from the active
 virtual GPU (fragscope.torch.virtual_gpu) when one runs; updates the OOM risk with fragscope's
-own forecaster (the daemon's analysis::LiveForecasts, bound in _fragscope_native); sends the
+own forecaster (the daemon's analysis::LiveForecasts, bound in fragscope._core); sends the
 sample to `fragscope serve` when its socket exists; and, under torch.distributed, agrees with
 the other ranks on the worst level with one all_reduce(MAX). At `level` (default "warning") on
 any rank, every rank at the same step: calls save_checkpoint(step), writes
@@ -30,6 +30,7 @@ import sys
 import time
 
 from fragscope import _native
+from fragscope import alloc_conf as _conf
 from fragscope._safe_file import write_file_safely
 
 EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — torchrun restarts any non-zero exit
@@ -58,9 +59,9 @@ def _level_index(name, what="level"):
 
 
 def _torch_version():
+    """The allocator fragscope models for the running torch: "1.13", "2" or "newest"."""
     import torch
-    major = int(torch.__version__.split(".")[0])
-    return "1.13" if major < 2 else "2"
+    return _conf.modelled_version(torch.__version__)
 
 
 def _vgpu():
@@ -99,27 +100,30 @@ def read_recommendation(run_dir):
     return rec
 
 
-def apply_recommendation(run_dir, environ=None):
-    """Sets PYTORCH_CUDA_ALLOC_CONF from run_dir's recommendation; returns the setting applied
-    or None. Call it before the first CUDA allocation (PyTorch reads the variable once); a
-    virtual GPU reads it when made."""
+def apply_recommendation(run_dir, environ=None, torch_version=None):
+    """Sets the allocator settings from run_dir's recommendation under the name the running
+    torch reads (PYTORCH_CUDA_ALLOC_CONF before 2.9, PYTORCH_ALLOC_CONF from 2.9 on:
+    fragscope.alloc_conf); returns the setting applied or None. Call it before the first CUDA
+    allocation (PyTorch reads the variable once); a virtual GPU reads it when made."""
     env = os.environ if environ is None else environ
     rec = read_recommendation(run_dir)
     if rec is None:
         return None
     conf = rec["alloc_conf"]
+    if torch_version is None:
+        import torch
+        torch_version = torch.__version__
     if "torch" in sys.modules:
         cuda = sys.modules["torch"].cuda
         if cuda.is_available() and cuda.is_initialized():
-            _log("CUDA is already initialized: PYTORCH_CUDA_ALLOC_CONF={} from {} comes too "
-                 "late for this process; make the Monitor before the first allocation"
+            _log("CUDA is already initialized: the allocator settings {} from {} come too late "
+                 "for this process; make the Monitor before the first allocation"
                  .format(conf, run_dir))
             return None
-    before = env.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    env["PYTORCH_CUDA_ALLOC_CONF"] = conf
-    _log("applied the recommendation of step {} (rank {}: {}): PYTORCH_CUDA_ALLOC_CONF={} "
-         "(was {!r})".format(rec.get("step"), rec.get("worst_rank"), rec.get("worst_level"),
-                             conf, before))
+    before, _ = _conf.read(torch_version, environ=env)
+    name = _conf.apply(conf, torch_version, environ=env)
+    _log("applied the recommendation of step {} (rank {}: {}): {}={} (was {!r})".format(
+        rec.get("step"), rec.get("worst_rank"), rec.get("worst_level"), name, conf, before))
     return conf
 
 
@@ -201,6 +205,9 @@ class Monitor:
             raise ValueError("action: {!r} is not one of 'exit', 'stop'".format(action))
         self.action = action
         self.exit_code = int(exit_code)
+        if save_checkpoint is not None and not callable(save_checkpoint):
+            raise TypeError("save_checkpoint: expected a callable(step) or None, got {!r}"
+                            .format(save_checkpoint))
         self.save_checkpoint = save_checkpoint
         self.run_dir = run_dir or os.environ.get(ENV_RUN_DIR) or os.getcwd()
         self.empty_cache_first = empty_cache_first
@@ -227,6 +234,10 @@ class Monitor:
         self.disabled = False  # set when the checkpoint callback failed
         self.last = None  # the last sample's {step, level, worst, levels, reason, ...}
         self.history = []  # (step, own level, agreed level), one per sample
+        self._logged_level = None  # the agreed level last logged
+        # An adapter's own agreement across ranks (the Lightning callback's, through its
+        # strategy): callable(own level, requested) -> [(level, requested)] per rank.
+        self.agree_with = None
         self.applied = None
         if apply_recommendation is None:
             apply_recommendation = os.environ.get(ENV_APPLY, "") == "1"
@@ -364,12 +375,15 @@ class Monitor:
                          risk=verdict.get("risk"))
         self.history.append((step, LEVELS[own], LEVELS[worst]))
         self._send(step, own, verdict, sample)
+        if worst != self._logged_level:  # a level is logged when it changes, not per sample
+            if self._logged_level is not None or worst > LEVELS.index("ok"):
+                _log("step {}: {} (was {}); worst rank {} {}; this rank: {}".format(
+                    step, LEVELS[worst], LEVELS[self._logged_level or 0],
+                    max(range(len(levels)), key=lambda r: levels[r][0]),
+                    "agreed over {} ranks".format(len(levels)), verdict["reason"]))
+            self._logged_level = worst
         if worst < self.level and not any_request:
             return False
-        if worst >= self.level:
-            _log("step {}: rank {} is at {} ({}); this rank: {}".format(
-                step, max(range(len(levels)), key=lambda r: levels[r][0]), LEVELS[worst],
-                "agreed over {} ranks".format(len(levels)), verdict["reason"]))
         if self.acted_before and not any_request:
             if not self._said_acted:
                 self._said_acted = True
@@ -429,7 +443,9 @@ class Monitor:
 
     def _agree(self, own, requested):
         """[(level, requested)] per rank: one all_reduce(MAX) of a 2 x world_size tensor in
-        which each rank fills its own column."""
+        which each rank fills its own column (or the adapter's agree_with)."""
+        if self.agree_with is not None:
+            return self.agree_with(own, requested)
         dist = None
         if self.distributed is not False:
             try:

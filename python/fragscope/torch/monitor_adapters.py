@@ -32,9 +32,29 @@ def _base(candidates, what):
     raise ImportError("{} is not installed ({})".format(what, "; ".join(errors)))
 
 
+def _lightning_agreement(monitor, trainer):
+    """The ranks agree through Lightning's strategy: every rank's (level, requested) by
+    strategy.all_gather, and the decision to act by strategy.reduce_boolean_decision (any rank
+    at the monitor's level, or a node's request). One device: no collective at all."""
+    def agree(own, requested):
+        import torch
+        strategy = trainer.strategy
+        if getattr(trainer, "world_size", 1) <= 1:
+            return [(own, requested)]
+        mine = torch.tensor([own, int(requested)], dtype=torch.int32)
+        rows = strategy.all_gather(mine).reshape(-1, 2).tolist()
+        levels = [(int(level), bool(req)) for level, req in rows]
+        act = strategy.reduce_boolean_decision(own >= monitor.level or bool(requested), all=False)
+        if act != any(level >= monitor.level or req for level, req in levels):
+            raise RuntimeError("fragscope: the ranks' levels and Lightning's decision disagree")
+        return levels
+    return agree
+
+
 def lightning_callback(monitor):
     """A Lightning Callback that runs monitor.step(trainer.global_step) after every training
-    batch; at the agreed level it saves with trainer.save_checkpoint and sets
+    batch, the ranks agreeing through the strategy (all_gather, reduce_boolean_decision); at the
+    agreed level it saves with trainer.save_checkpoint on every rank and sets
     trainer.should_stop (the Trainer then ends fit() cleanly: call monitor.exit_if_stopped())."""
     Callback = _base((("lightning.pytorch", "Callback"), ("pytorch_lightning", "Callback")),
                      "PyTorch Lightning")
@@ -50,6 +70,7 @@ def lightning_callback(monitor):
                 path = os.path.join(monitor.run_dir, "fragscope-step{}.ckpt".format(step))
                 trainer.save_checkpoint(path)
             monitor.save_checkpoint = save
+            monitor.agree_with = _lightning_agreement(monitor, trainer)
             if monitor.step(int(trainer.global_step)):
                 trainer.should_stop = True
 

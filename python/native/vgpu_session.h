@@ -1,25 +1,21 @@
-// VirtualGpu: the live hook of `fragscope.torch.virtual_gpu` (docs/virtual-gpu.md). It replaces
-// c10's CPU allocator with a wrapper: every storage allocation and free of the process, in the
-// order they happen, also goes to a CachingAllocatorSim of the chosen capacity and settings,
-// which decides what PyTorch's CUDA caching allocator would have done. The memory itself still
-// comes from the wrapped CPU allocator.
+// VirtualGpu session: the torch-free half of `fragscope.torch.virtual_gpu` (docs/virtual-gpu.md).
+// It owns the simulation: a CachingAllocatorSim of the chosen capacity and settings that
+// receives, through the C table of vgpu_api.h, every storage allocation and free the c10 hook
+// (fragscope/torch/csrc, compiled against the torch the user runs) sees, in the order they
+// happen, and decides what PyTorch's CUDA caching allocator would have done.
 //
-//   * Allocations a GPU run would make on the CPU too (wrapped scalars, optimizer step counters,
-//     record_function handles: cpu_only.h) pass through without reaching the simulator, unless
-//     VirtualGpuOptions::keep_cpu_only. Zero-byte allocations never reach it either (PyTorch's
-//     CUDA allocator hands out a null pointer for them).
-//   * Storages allocated before Start (or by a previous session) are freed by the deleter they
-//     were made with; the simulator never sees them.
-//   * At the request that would fail: with kRaise, allocate() throws c10::OutOfMemoryError with
-//     the simulator's text (PyTorch's message), which Python sees as torch.cuda.OutOfMemoryError;
-//     with kRecord the OOM is counted and the tensor lives on the CPU, outside the simulation.
-//   * Threads: one mutex serializes the simulator, so every thread's calls enter it in one
-//     order. Fork: a child process (a DataLoader worker) stops simulating; its allocations and
-//     frees go straight to the CPU allocator (pthread_atfork keeps the mutex usable there).
+//   * CPU-only allocations (classified by the hook) and zero-byte ones are counted, never
+//     simulated, unless VirtualGpuOptions::keep_cpu_only.
+//   * At the request that would fail: with kRaise the hook throws c10::OutOfMemoryError with
+//     the simulator's text (PyTorch's message); with kRecord the OOM is counted and the tensor
+//     lives on the CPU, outside the simulation.
+//   * A block of an earlier session freed later is ignored.
 //
-// Thread safety: every function may be called from any thread.
-#ifndef FRAGSCOPE_PYTHON_NATIVE_VIRTUAL_GPU_H_
-#define FRAGSCOPE_PYTHON_NATIVE_VIRTUAL_GPU_H_
+// Thread safety: every function may be called from any thread; one mutex serializes the
+// simulator, so every thread's calls enter it in one order. After fork() the child's copy of
+// the mutex is usable (pthread_atfork); the hook stops sending there.
+#ifndef FRAGSCOPE_PYTHON_NATIVE_VGPU_SESSION_H_
+#define FRAGSCOPE_PYTHON_NATIVE_VGPU_SESSION_H_
 
 #include <cstdint>
 #include <map>
@@ -27,12 +23,17 @@
 #include <string>
 #include <vector>
 
-#include "cpu_only.h"
 #include "fragscope/event.h"
 #include "fragscope/status.h"
 #include "model/caching_allocator_sim.h"
+#include "vgpu_api.h"
 
 namespace fragscope::vgpu {
+
+inline constexpr int kNumCpuOnlyKinds = FRAGSCOPE_CPU_ONLY_KINDS;
+/// "python_scalar", "op_scalar", "scalar_promotion", "adam_step_counter", "record_function"
+/// for kinds 1..5 (the hook's cpu_only.h), "none" for 0.
+const char* CpuOnlyKindName(int kind);
 
 enum class OnOom : std::uint8_t { kRaise, kRecord };
 
@@ -59,6 +60,7 @@ struct AllocatorEvent {
   std::uint64_t size = 0;
   std::uint64_t device_free = 0;  // oom
   std::int64_t step = 0;          // step markers
+  std::int64_t time_us = 0;       // wall clock, microseconds since the Unix epoch
 };
 
 struct OomRecord {
@@ -82,12 +84,14 @@ struct HookCounters {
   std::uint64_t threads = 0;  // distinct threads that allocated through the hook
 };
 
-/// Starts a session: installs the wrapper (once per process) and a new simulator. Fails with
-/// kFailedPrecondition if a session is running, or in a forked child.
+/// Starts a session with a new simulator; the hook is started separately with Api(). Fails
+/// with kInvalidArgument if a session is running, or in a forked child.
 Status Start(const VirtualGpuOptions& options);
 /// Ends the session: the simulator stops receiving calls but keeps its state for inspection
 /// until the next Start. Live storages of the session are later freed without it.
 void Stop();
+/// The table the hook calls (vgpu_api.h); valid for the life of the process.
+const FragscopeVgpuApi* Api();
 bool Active();
 
 /// A step marker: the events that follow belong to step `step` (-1: the next one).
@@ -113,4 +117,4 @@ Status HasSession();
 
 }  // namespace fragscope::vgpu
 
-#endif  // FRAGSCOPE_PYTHON_NATIVE_VIRTUAL_GPU_H_
+#endif  // FRAGSCOPE_PYTHON_NATIVE_VGPU_SESSION_H_

@@ -1,0 +1,105 @@
+"""The pip route in the user's own environment (issue 28, docs/python.md).
+
+Run with the Python of tools/setup_user_env.sh's venv (PyPI's torch 2.13.0 CPU, Lightning,
+transformers): tools/run_tests.sh does. The session builds a wheel from a clean copy of this tree
+(`pip wheel`, scikit-build-core driving the CMake build), installs it into a throwaway venv that
+sees the user env's packages through a .pth file (torch is not installed twice), and the tests run
+the `fragscope` command, `import fragscope` and the Monitor from there. The virtual GPU's c10 hook
+is compiled at its first use into a cache made for this session, so that path runs every time.
+"""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+SOURCE_DIR = os.environ.get("FRAGSCOPE_SOURCE_DIR") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLE = os.path.join(SOURCE_DIR, "tests", "data", "sample", "gpt_tiny_50steps.jsonl.gz")
+
+
+def _tracked_files():
+    out = subprocess.run(["git", "-C", SOURCE_DIR, "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard"], capture_output=True, check=True).stdout
+    return [f for f in out.decode().split("\0") if f and not f.startswith("build/")]
+
+
+class Installed:
+    """A throwaway venv with the wheel installed."""
+
+    def __init__(self, root):
+        self.root = root
+        self.venv = os.path.join(root, "venv")
+        self.python = os.path.join(self.venv, "bin", "python")
+        self.bin = os.path.join(self.venv, "bin")
+        self.cache = os.path.join(root, "cache")
+
+    def env(self, **extra):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("FRAGSCOPE_", "PYTORCH_")) and k != "PYTHONPATH"}
+        env["PATH"] = self.bin + os.pathsep + env.get("PATH", "")
+        env["FRAGSCOPE_CACHE_DIR"] = self.cache
+        env["OMP_NUM_THREADS"] = "1"
+        env.update(extra)
+        return env
+
+    def run(self, args, timeout=600, **extra):
+        return subprocess.run(args, env=self.env(**extra), capture_output=True, text=True,
+                              timeout=timeout)
+
+
+def _venv(path, see_user_env):
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", path], check=True)
+    if see_user_env:
+        site = subprocess.run([os.path.join(path, "bin", "python"), "-c",
+                               "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(site, "fragscope_test_user_env.pth"), "w") as f:
+            f.write(sysconfig.get_paths()["purelib"] + "\n")
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("wheel"))
+    copy = os.path.join(root, "src")
+    for rel in _tracked_files():
+        src = os.path.join(SOURCE_DIR, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(os.path.join(copy, rel)), exist_ok=True)
+            shutil.copy2(src, os.path.join(copy, rel))
+    dist = os.path.join(root, "dist")
+    env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                           "--disable-pip-version-check", "-w", dist, copy],
+                          capture_output=True, text=True, env=env, timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    wheels = glob.glob(os.path.join(dist, "fragscope-*.whl"))
+    assert len(wheels) == 1, os.listdir(dist)
+    return wheels[0]
+
+
+@pytest.fixture(scope="session")
+def installed(wheel, tmp_path_factory):
+    inst = Installed(str(tmp_path_factory.mktemp("installed")))
+    _venv(inst.venv, see_user_env=True)
+    proc = subprocess.run([inst.python, "-m", "pip", "install", "--no-deps", "--no-index",
+                           "--disable-pip-version-check", wheel],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return inst
+
+
+@pytest.fixture(scope="session")
+def bare(wheel, tmp_path_factory):
+    """The wheel in a venv with no torch at all."""
+    inst = Installed(str(tmp_path_factory.mktemp("bare")))
+    _venv(inst.venv, see_user_env=False)
+    proc = subprocess.run([inst.python, "-m", "pip", "install", "--no-deps", "--no-index",
+                           "--disable-pip-version-check", wheel],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return inst
