@@ -272,5 +272,5 @@ def test_missing_native_core_or_mismatched_hook_is_a_clear_import_error(fst, mon
     # A hook built for another torch is refused with what to do, never loaded into this one.
     monkeypatch.setattr(torch, "__version__", "2.4.0")
     monkeypatch.setenv("FRAGSCOPE_TORCH_HOOK", fst.hook().path)
-    with pytest.raises(ImportError, match="built against torch 1.13.*runs torch 2.4.0"):
+    with pytest.raises(ImportError, match="built against torch 1.13.*process runs torch 2.4.0"):
         _hook.load(torch)

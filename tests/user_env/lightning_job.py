@@ -14,7 +14,7 @@ class Growing(torch.utils.data.IterableDataset):  # noqa: E302
     def __iter__(self):
         while True:
             step = trainer.global_step
-            yield torch.randn(random.Random(step).randint(64, 64 + 8 * step if rank else 64), 128)
+            yield torch.randn(random.Random(step).randint(64, 64 + 16 * min(step, 170) if rank else 64), 128)
 
 class Net(L.LightningModule):  # noqa: E302
     def __init__(self):
@@ -26,8 +26,11 @@ class Net(L.LightningModule):  # noqa: E302
 trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=steps, logger=False, enable_progress_bar=False,
                     enable_model_summary=False, callbacks=[lightning_callback(monitor)] if monitor else [])
 saved = sorted((f for f in os.listdir(run_dir) if f.endswith(".ckpt")), key=lambda f: int(f[14:-5]))
-trainer.fit(Net(), torch.utils.data.DataLoader(Growing(), batch_size=None),
-            ckpt_path=os.path.join(run_dir, saved[-1]) if saved else None)
+try:
+    trainer.fit(Net(), torch.utils.data.DataLoader(Growing(), batch_size=None),
+                ckpt_path=os.path.join(run_dir, saved[-1]) if saved else None)
+except torch.cuda.OutOfMemoryError:
+    sys.exit("fragscope-test: rank {} out of memory at step {}".format(rank, trainer.global_step))
 print("fragscope-test: rank {} finished at step {} with {!r}".format(rank, trainer.global_step, gpu.alloc_conf))
 if monitor:
     monitor.exit_if_stopped()

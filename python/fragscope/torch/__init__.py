@@ -66,15 +66,15 @@ def default_torch_version(version=None):
     return _conf.modelled_version(version or torch.__version__)
 
 
-_hook = None
+_loaded_hook = None
 
 
 def hook():
     """The c10 hook for this torch (fragscope/torch/_hook.py: built once per torch version)."""
-    global _hook
-    if _hook is None:
-        _hook = _hook_module.load(torch)
-    return _hook
+    global _loaded_hook
+    if _loaded_hook is None:
+        _loaded_hook = _hook_module.load(torch)
+    return _loaded_hook
 
 
 def _parse_size(what, value, capacity=False):

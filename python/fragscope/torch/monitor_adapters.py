@@ -37,10 +37,10 @@ def _lightning_agreement(monitor, trainer):
     strategy.all_gather, and the decision to act by strategy.reduce_boolean_decision (any rank
     at the monitor's level, or a node's request). One device: no collective at all."""
     def agree(own, requested):
-        import torch
-        strategy = trainer.strategy
         if getattr(trainer, "world_size", 1) <= 1:
             return [(own, requested)]
+        import torch
+        strategy = trainer.strategy
         mine = torch.tensor([own, int(requested)], dtype=torch.int32)
         rows = strategy.all_gather(mine).reshape(-1, 2).tolist()
         levels = [(int(level), bool(req)) for level, req in rows]
