@@ -270,7 +270,8 @@ def test_missing_native_core_or_mismatched_hook_is_a_clear_import_error(fst, mon
         sys.modules["fragscope._core"] = module
         monkeypatch.undo()
     # A hook built for another torch is refused with what to do, never loaded into this one.
+    path = fst.hook().path
     monkeypatch.setattr(torch, "__version__", "2.4.0")
-    monkeypatch.setenv("FRAGSCOPE_TORCH_HOOK", fst.hook().path)
+    monkeypatch.setenv("FRAGSCOPE_TORCH_HOOK", path)
     with pytest.raises(ImportError, match="built against torch 1.13.*process runs torch 2.4.0"):
         _hook.load(torch)
