@@ -323,15 +323,22 @@ Result<analysis::AnalysisResult> AnalyzeRecordedRun(sources::SnapshotReader& sna
                                                     std::vector<std::string>* notes) {
   analysis::AnalysisOptions options;
   options.keep_layout = false;
+  TraceHeader header = snapshot.header();
+  std::vector<std::string> capacity_notes;
+  if (Status learnt = LearnCapacitiesFromOoms(snapshot, &header, &capacity_notes); !learnt.ok()) {
+    return Status::InvalidArgument(fmt::format("{}: {}", path, learnt.message()));
+  }
   Result<std::unique_ptr<analysis::TraceAnalyzer>> analyzer =
-      analysis::TraceAnalyzer::Create(snapshot.header(), options);
+      analysis::TraceAnalyzer::Create(header, options);
   if (!analyzer.ok()) {
     return Status::InvalidArgument(fmt::format("{}: {}", path, analyzer.status().message()));
   }
   Result<std::uint64_t> read = AnalyzeSnapshotEvents(snapshot, **analyzer, notes);
   if (!read.ok()) return Status::InvalidArgument(read.status().message());
   snapshot.Rewind();
-  return (*analyzer)->Finish(path);
+  analysis::AnalysisResult result = (*analyzer)->Finish(path);
+  result.notes.insert(result.notes.end(), capacity_notes.begin(), capacity_notes.end());
+  return result;
 }
 
 RecordedCapacities CapacitiesFromRecordedOoms(const analysis::AnalysisResult& real,

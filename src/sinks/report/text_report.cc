@@ -246,7 +246,7 @@ void RenderExtremes(const AnalysisResult& r, const DeviceReport& d, const Styler
   Table t({style.Heading("Peaks and worst moments"), "value", "when"}, "<><");
   auto add = [&](std::string_view name, const Extreme& e, std::string value) {
     if (!e.seen) {
-      t.AddRow({std::string(name), "-", "never (no sample with reserved memory)"});
+      t.AddRow({std::string(name), "-", "never (no event with reserved memory)"});
     } else {
       t.AddRow({std::string(name), std::move(value), FormatWhen(e.when, has_steps)});
     }
@@ -256,10 +256,17 @@ void RenderExtremes(const AnalysisResult& r, const DeviceReport& d, const Styler
   add("  peak live requested", d.peak_live_requested, FormatBytes(d.peak_live_requested.bytes));
   add("  most cached free", d.max_cached_free, FormatBytes(d.max_cached_free.bytes));
   if (d.worst_fragmentation.seen) {
-    t.AddRow(
-        {"  worst fragmentation ratio", Percent(d.worst_fragmentation_ratio),
-         fmt::format("{} ({} cached free then)", FormatWhen(d.worst_fragmentation.when, has_steps),
-                     FormatBytes(d.worst_fragmentation.bytes))});
+    t.AddRow({"  worst fragmentation ratio", Percent(d.worst_fragmentation_ratio),
+              fmt::format("{} ({} cached free of {} reserved), {}",
+                          FormatWhen(d.worst_fragmentation.when, has_steps),
+                          FormatBytes(d.worst_fragmentation.bytes),
+                          FormatBytes(d.worst_fragmentation_reserved),
+                          analysis::RatioCondition(d.worst_fragmentation_min_reserved))});
+  } else if (d.peak_reserved.seen) {
+    t.AddRow({"  worst fragmentation ratio", "-",
+              fmt::format("never: nothing allocated at any moment with {} reserved or more "
+                          "(half the peak)",
+                          FormatBytes(d.worst_fragmentation_min_reserved))});
   } else {
     add("  worst fragmentation ratio", d.worst_fragmentation, "");
   }
