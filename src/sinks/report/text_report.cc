@@ -574,16 +574,24 @@ void RenderOomDiagnoses(const AnalysisResult& r, const DeviceReport& d, const St
     *out += fmt::format("  largest free block in that pool {}; device free {}\n",
                         FormatBytes(o.largest_free_block),
                         o.device_free ? FormatBytes(*o.device_free) : std::string("unknown"));
+    // One unit and one rounding for the sentence, so that its figures add up (the margin is
+    // the difference of the printed free bytes and block).
+    const std::uint64_t free_total = o.free_unusable + o.device_free.value_or(0);
+    const SentenceBytes unit(std::max(free_total, o.rounded));
+    const std::uint64_t free_steps = unit.Steps(free_total);
+    const std::uint64_t block_steps = unit.Steps(o.rounded);
+    const std::string margin =
+        unit.Format(free_steps > block_steps ? free_steps - block_steps : block_steps - free_steps);
     if (o.cause == analysis::OomCause::kFragmentation) {
-      *out += style.Warn(fmt::format(
-          "  verdict: fragmentation. {} was free in all (gaps + device), {} more than the block "
-          "needed, but no single free range was large enough.",
-          FormatBytes(o.free_unusable + o.device_free.value_or(0)), FormatBytes(o.margin)));
+      *out += style.Warn(
+          fmt::format("  verdict: fragmentation. {} was free in all (gaps + device), {} more than "
+                      "the {} block, but no single free range was large enough.",
+                      unit.Format(free_steps), margin, unit.Format(block_steps)));
     } else {
       *out += style.Warn(fmt::format(
-          "  verdict: real shortage. Even joined, the free memory ({}) falls {} short of the "
+          "  verdict: real shortage. Even joined, the free memory ({}) falls {} short of the {} "
           "block.",
-          FormatBytes(o.free_unusable + o.device_free.value_or(0)), FormatBytes(o.margin)));
+          unit.Format(free_steps), margin, unit.Format(block_steps)));
     }
     *out += '\n';
   }
