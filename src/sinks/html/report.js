@@ -375,7 +375,7 @@
       `(a ${bytes(o.rounded)} block; ${bytes(o.needed)} with a new segment) in the ${o.pool} pool. Reserved ${bytes(o.reserved)}, ` +
       `allocated ${bytes(o.allocated)}, free in gaps ${bytes(o.free_unusable)}, device free ${bytes(o.device_free)}, ` +
       `largest free block of the pool ${bytes(o.largest_free_block)}. Verdict: ${o.cause === 'fragmentation' ? 'fragmentation' : 'real shortage'} ` +
-      `(${o.cause === 'fragmentation' ? 'free memory exceeded the need by' : 'short by'} ${bytes(o.margin)}).`));
+      `(the free memory, gaps + device, ${o.cause === 'fragmentation' ? 'exceeded' : 'fell short of'} the ${bytes(o.rounded)} block by ${bytes(o.margin)}).`));
     const fi = dev.frames.findIndex((f) => f.why === 'before_oom' && f.event === o.event);
     if (fi >= 0) {
       const free = [];
