@@ -129,3 +129,20 @@ def test_replay_says_which_requested_figure_is_which(name):
         assert (f"{fmt_bytes(s['live_requested_bytes'])} vs "
                 f"{fmt_bytes(r['live_requested_bytes'])} at the end") in note
         assert "Why: " in note
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_extremes_do_not_depend_on_the_sampling(name):
+    # Issue 29, item 1: the worst moments are taken at every event, so --every never changes
+    # them (nesta: worst fragmentation was 1.6% @ event 999 by default, 98.0% @ 1 with
+    # --every 1).
+    path = os.path.join(REAL, name)
+    keys = ("worst_fragmentation", "min_largest_free_block", "min_max_allocatable",
+            "max_cached_free", "peak_reserved", "peak_allocated", "peak_live_requested")
+
+    def extremes(*every):
+        d = run_json("analyze", path, "--no-map", *every)
+        return {x["device"]: {k: x[k] for k in keys} for x in d["devices"]}
+    default = extremes()
+    assert extremes("--every", "1") == default
+    assert extremes("--every", "7") == default
