@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/terminal_text.h"
+#include "common/units.h"
 #include "fragscope/risk.h"
 
 namespace fragscope::cli {
@@ -28,8 +30,10 @@ constexpr std::string_view kStatusName[] = {"OK", "WARNING", "CRITICAL", "UNKNOW
 struct ProbeFlags {
   std::string url = "http://127.0.0.1:9464/metrics";
   double timeout = 2.0;
-  double warning_fragmentation = 0.30;
-  double critical_fragmentation = 0.50;
+  // The ratio alone says nothing about risk (a healthy job caches 80-90% of what it reserves
+  // for reuse): it sets a level only when the user gives a threshold.
+  std::optional<double> warning_fragmentation;
+  std::optional<double> critical_fragmentation;
   bool json = false;
 };
 
@@ -88,7 +92,8 @@ std::optional<Sample> ParseLine(std::string_view line) {
 // What the probe reports for one process series (pid, device).
 struct Series {
   std::map<std::string, std::string> labels;
-  std::optional<double> level, fragmentation, largest_free, largest_request, steps_to_oom;
+  std::optional<double> level, fragmentation, largest_free, largest_request, steps_to_oom,
+      max_allocatable;
 };
 
 std::string Key(const std::map<std::string, std::string>& labels) {
@@ -170,6 +175,7 @@ int RunProbe(const ProbeFlags& flags) {
     if (s->name == "fragscope_process_largest_free_block_bytes") field = &Series::largest_free;
     if (s->name == "fragscope_process_largest_request_bytes") field = &Series::largest_request;
     if (s->name == "fragscope_process_steps_to_oom") field = &Series::steps_to_oom;
+    if (s->name == "fragscope_process_max_allocatable_bytes") field = &Series::max_allocatable;
     if (field == nullptr) continue;
     Series& one = series[Key(s->labels)];
     if (one.labels.empty()) one.labels = s->labels;
@@ -178,15 +184,23 @@ int RunProbe(const ProbeFlags& flags) {
   if (!daemon_seen) {
     return Finish(flags, kUnknown, fmt::format("{} has no fragscope metrics", flags.url), {}, {});
   }
-  // The worst series: highest level, then highest fragmentation.
+  // The level comes from the risk of an OOM: the forecaster's level (the calibrated OOM risk),
+  // and whether the largest request still fits at all (max allocatable below the largest
+  // recent request: the next one fails). The fragmentation ratio is information; it sets a
+  // level only against thresholds the user gave.
   const Series* worst = nullptr;
   double max_frag = 0;
   const Series* frag_worst = nullptr;
+  const Series* no_fit = nullptr;  // the largest request no longer fits
   for (const auto& [key, s] : series) {
     if (worst == nullptr || s.level.value_or(0) > worst->level.value_or(0)) worst = &s;
     if (s.fragmentation && *s.fragmentation >= max_frag) {
       max_frag = *s.fragmentation;
       frag_worst = &s;
+    }
+    if (s.max_allocatable && s.largest_request && *s.largest_request > 0 &&
+        *s.max_allocatable < *s.largest_request && no_fit == nullptr) {
+      no_fit = &s;
     }
   }
   const int level = worst ? static_cast<int>(worst->level.value_or(0)) : 0;
@@ -195,9 +209,13 @@ int RunProbe(const ProbeFlags& flags) {
     status = kCritical;
   else if (level >= static_cast<int>(RiskLevel::kWarning))
     status = kWarning;
-  if (max_frag >= flags.critical_fragmentation)
+  if (no_fit != nullptr) status = kCritical;
+  const bool frag_critical =
+      flags.critical_fragmentation && max_frag >= *flags.critical_fragmentation;
+  const bool frag_warning = flags.warning_fragmentation && max_frag >= *flags.warning_fragmentation;
+  if (frag_critical)
     status = kCritical;
-  else if (max_frag >= flags.warning_fragmentation && status == kOk)
+  else if (frag_warning && status == kOk)
     status = kWarning;
 
   const std::string level_name(RiskLevelName(static_cast<RiskLevel>(std::clamp(level, 0, 4))));
@@ -208,13 +226,24 @@ int RunProbe(const ProbeFlags& flags) {
     message =
         fmt::format("{} process(es); worst risk {} ({})", series.size(), level_name, Where(*worst));
     if (worst->steps_to_oom) message += fmt::format(", ~{:.0f} steps to OOM", *worst->steps_to_oom);
-    if (frag_worst)
-      message += fmt::format("; fragmentation {:.2f} ({})", max_frag, Where(*frag_worst));
+    if (no_fit != nullptr) {
+      message += fmt::format("; the largest request ({}) no longer fits: max allocatable {} ({})",
+                             FormatBytes(static_cast<std::uint64_t>(*no_fit->largest_request)),
+                             FormatBytes(static_cast<std::uint64_t>(*no_fit->max_allocatable)),
+                             Where(*no_fit));
+    }
+    if (frag_worst) {
+      message += fmt::format("; fragmentation {:.2f} ({}){}", max_frag, Where(*frag_worst),
+                             frag_critical || frag_warning
+                                 ? " over your threshold"
+                                 : " (information: cached for reuse, not a risk by itself)");
+    }
   }
+  auto threshold = [](const std::optional<double>& t) { return t ? Fixed(*t) : std::string(); };
   std::vector<std::string> perf = {
       fmt::format("'risk'={};3;4;0;4", level),
       fmt::format("'fragmentation'={};{};{};0;1", Fixed(max_frag),
-                  Fixed(flags.warning_fragmentation), Fixed(flags.critical_fragmentation)),
+                  threshold(flags.warning_fragmentation), threshold(flags.critical_fragmentation)),
       fmt::format("'processes'={};;;0;", series.size())};
   nlohmann::json details = {{"url", flags.url},
                             {"processes", series.size()},
@@ -233,9 +262,12 @@ int RunProbe(const ProbeFlags& flags) {
 constexpr std::string_view kProbeFooter =
     R"(Prints one line for a monitoring system's plugin, from the node daemon's /metrics:
   FRAGSCOPE WARNING - 8 process(es); worst risk warning (rank 3 pid 4242 gpu 3), ~120 steps to
-  OOM; fragmentation 0.41 (rank 3 ...) | 'risk'=3;3;4;0;4 'fragmentation'=0.410;0.300;0.500;0;1 ...
-Status: CRITICAL when a process's forecast is critical or fragmentation >= the critical
-threshold; WARNING at a warning forecast or fragmentation >= the warning threshold; else OK.
+  OOM; fragmentation 0.41 (rank 3 ...) (information: ...) | 'risk'=3;3;4;0;4 'fragmentation'=0.410;;;0;1 ...
+Status comes from the risk of an OOM: CRITICAL when a process's forecast (its calibrated OOM
+risk) is critical or its largest recent request no longer fits (max allocatable below it);
+WARNING at a warning forecast; else OK. The fragmentation ratio is information: a healthy job
+caches most of what it reserves. It sets a level only with --warning-fragmentation or
+--critical-fragmentation.
 Exit 0/1/2/3 = OK/WARNING/CRITICAL/UNKNOWN (UNKNOWN: the daemon cannot be read). Performance
 data: 'label'=value[UOM];warn;crit;min;max. deploy/scout-plugin-fragscope.sh and
 deploy/monitoring-examples.md use it. docs/live-monitoring.md.)";
@@ -253,10 +285,10 @@ Command AddProbeCommand(CLI::App& app) {
   sub->add_option("--timeout", flags->timeout, "Seconds to wait for the daemon (default 2)")
       ->check(CLI::Range(0.05, 60.0));
   sub->add_option("--warning-fragmentation", flags->warning_fragmentation,
-                  "Fragmentation ratio that warns (default 0.30)")
+                  "Fragmentation ratio that warns (default: none; the ratio alone is information)")
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--critical-fragmentation", flags->critical_fragmentation,
-                  "Fragmentation ratio that is critical (default 0.50)")
+                  "Fragmentation ratio that is critical (default: none)")
       ->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--json", flags->json, "Print JSON instead of the status line (same exit code)");
   return Command{sub, [flags] { return RunProbe(*flags); }};

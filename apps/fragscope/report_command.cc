@@ -223,7 +223,7 @@ int RunReport(const ReportCommandFlags& flags) {
     Status recorder_status;
     Result<analysis::AnalysisResult> analyzed = AnalyzeInput(
         path, options, TraceLimits{}, 1,
-        [&](const TraceHeader& header, const Event& e) {
+        [&](const TraceHeader& header, const Event& e, bool start_state) {
           if (recorder == nullptr && recorder_status.ok()) {
             Result<std::unique_ptr<analysis::LayoutRecorder>> created =
                 analysis::LayoutRecorder::Create(header, frame_options);
@@ -233,7 +233,7 @@ int RunReport(const ReportCommandFlags& flags) {
             }
             recorder = std::move(*created);
           }
-          if (recorder != nullptr) recorder->Consume(e);
+          if (recorder != nullptr) recorder->Consume(e, start_state);
         },
         &call_sites);
     if (!analyzed.ok()) return analyzed.status();

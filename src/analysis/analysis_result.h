@@ -182,15 +182,22 @@ struct DeviceReport {
   Extreme peak_reserved;
   Extreme peak_allocated;
   Extreme peak_live_requested;
-  Extreme max_cached_free;      // most bytes reserved but not allocated, any event
-  Extreme worst_fragmentation;  // bytes = cached_free at the sample with the max ratio
+  // Extremes over every event of the recorded history (and its start state), never over the
+  // timeline's samples: the same whatever the sampling (docs/metrics.md, "Extremes").
+  Extreme max_cached_free;  // most bytes reserved but not allocated, any event
+  /// The highest (reserved - allocated) / reserved among the moments with something allocated
+  /// and at least half the peak reserved (worst_fragmentation_min_reserved); bytes = cached
+  /// free then. Unseen when no moment qualified.
+  Extreme worst_fragmentation;
   double worst_fragmentation_ratio = 0;
-  Extreme min_largest_free_block;             // over samples with reserved > 0
-  Extreme min_max_allocatable;                // over samples with reserved > 0
-  DeviceMetrics final_metrics;                // allocator traces only
-  model::SizeHistogram free_block_histogram;  // final free blocks, both pools
-  std::uint64_t live_requested_bytes = 0;     // at the end
-  std::uint64_t live_requests = 0;            // at the end
+  std::uint64_t worst_fragmentation_reserved = 0;      // reserved at that moment
+  std::uint64_t worst_fragmentation_min_reserved = 0;  // the condition: ceil(peak reserved / 2)
+  Extreme min_largest_free_block;                      // over events with reserved > 0
+  Extreme min_max_allocatable;                         // over events with reserved > 0
+  DeviceMetrics final_metrics;                         // allocator traces only
+  model::SizeHistogram free_block_histogram;           // final free blocks, both pools
+  std::uint64_t live_requested_bytes = 0;              // at the end
+  std::uint64_t live_requests = 0;                     // at the end
   RequestProfile requests;
   std::vector<TimelineSample> timeline;
   std::vector<LayoutSegment> layout;  // final layout, allocator traces only
@@ -205,6 +212,10 @@ struct DeviceReport {
   std::optional<DeviceForecast> forecast;
 };
 inline constexpr std::size_t kMaxOomDiagnoses = 16;
+
+/// The condition a worst ratio is taken under, as printed beside it: "among moments with at
+/// least 10.9 GiB reserved (half the peak)".
+std::string RatioCondition(std::uint64_t min_reserved_bytes);
 inline constexpr std::size_t kTopStrandingSites = 10;
 
 struct AnalysisResult {

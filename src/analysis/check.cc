@@ -117,10 +117,11 @@ CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limit
   const DeviceReport& r = *in.report;
   CheckItem item{r.device, "fragmentation", CheckOutcome::kSkipped, "", "", ""};
   if (r.worst_fragmentation.seen) {
-    item.measured = fmt::format("{:.2f}{}", r.worst_fragmentation_ratio,
-                                AtStep(r.worst_fragmentation.when.step, in.has_steps));
+    item.measured = fmt::format("{:.2f}{} ({})", r.worst_fragmentation_ratio,
+                                AtStep(r.worst_fragmentation.when.step, in.has_steps),
+                                RatioCondition(r.worst_fragmentation_min_reserved));
   } else {
-    item.measured = "no sample with reserved memory";
+    item.measured = "no moment with memory allocated and at least half the peak reserved";
   }
   if (!limits.max_fragmentation) {
     item.detail = "no --max-fragmentation given";
@@ -128,7 +129,10 @@ CheckItem FragmentationItem(const CheckDeviceInput& in, const CheckLimits& limit
   }
   item.limit = fmt::format("<= {:.2f}", *limits.max_fragmentation);
   if (!r.worst_fragmentation.seen) {
-    MissingInput(limits, "no sample of this device ever held reserved memory to measure", &item);
+    MissingInput(limits,
+                 "no moment of this device held memory allocated with at least half its peak "
+                 "reserved to measure",
+                 &item);
     return item;
   }
   if (r.worst_fragmentation_ratio <= *limits.max_fragmentation) {

@@ -129,14 +129,16 @@ struct LayoutRecorder::Impl {
     }
   }
 
-  void Consume(const Event& e) {
+  void Consume(const Event& e, bool start_state) {
     if (e.action == Action::kStep) step = e.step;
     if (e.time_us >= 0) time_us = e.time_us;
     const bool wanted =
         e.action != Action::kStep && (!options.device || e.device == *options.device);
     if (wanted && e.device >= 0 && e.device < model::MemoryModel::kMaxDevices) {
       Device& d = DeviceFor(e.device);
-      if (!d.frames.stopped) {
+      if (!d.frames.stopped && start_state) {
+        if (!model.Apply(e).ok()) d.frames.stopped = true;
+      } else if (!d.frames.stopped) {
         if (e.action == Action::kOom && d.ooms < kMaxOomDiagnoses) {
           ++d.ooms;
           LayoutFrame f = Capture(d, FrameReason::kBeforeOom);
@@ -163,6 +165,7 @@ struct LayoutRecorder::Impl {
       }
     }
     ++events;
+    if (start_state) return;  // no moment inside the rebuild is a frame
     if (events % period == 0) RecordPeriodic();
   }
 
@@ -189,7 +192,9 @@ Result<std::unique_ptr<LayoutRecorder>> LayoutRecorder::Create(const TraceHeader
       new LayoutRecorder(std::make_unique<Impl>(*rules, options)));
 }
 
-void LayoutRecorder::Consume(const Event& event) { impl_->Consume(event); }
+void LayoutRecorder::Consume(const Event& event, bool start_state) {
+  impl_->Consume(event, start_state);
+}
 
 std::vector<DeviceFrames> LayoutRecorder::Finish() {
   std::vector<DeviceFrames> out;

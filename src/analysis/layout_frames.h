@@ -71,7 +71,10 @@ class LayoutRecorder {
 
   /// Applies one event (of an allocator trace; others are counted only). An event the model
   /// rejects stops that device's recording (DeviceFrames::stopped); it never fails the caller.
-  void Consume(const Event& event);
+  /// `start_state`: the event rebuilds a snapshot's state before its recorded history
+  /// (TraceAnalyzer::ConsumeStartState): the moments between two such events never existed,
+  /// so no frame is taken among them; the state they leave is the history's first moment.
+  void Consume(const Event& event, bool start_state = false);
 
   /// Adds the final frames and returns every device's frames, by device index.
   std::vector<DeviceFrames> Finish();

@@ -42,6 +42,34 @@ std::uint64_t LargePoolThreshold(std::uint64_t quantile) {
   return std::max(quantile, model::kSmallSize + 1);
 }
 
+Allocatable ComputeAllocatable(const model::DeviceMemory& memory,
+                               std::optional<std::uint64_t> capacity_bytes,
+                               std::uint64_t used_by_others_bytes) {
+  const model::PoolCounters& s = memory.pool(Pool::kSmall);
+  const model::PoolCounters& l = memory.pool(Pool::kLarge);
+  const std::uint64_t largest_small = s.free.Largest();
+  const std::uint64_t largest_large = l.free.Largest();
+  Allocatable a;
+  a.largest_free_block = std::max(largest_small, largest_large);
+  // Cached blocks: a large-pool block serves requests > 1 MiB up to its own size; small-pool
+  // requests are <= 1 MiB (§4.2). Either serves a request as large as itself (§4.4).
+  const std::uint64_t from_large = largest_large > model::kSmallSize ? largest_large : 0;
+  const std::uint64_t from_small = std::min(largest_small, model::kSmallSize);
+  a.max_allocatable_cached = std::max(from_large, from_small);
+  a.max_allocatable = a.max_allocatable_cached;
+  if (capacity_bytes) {
+    const std::uint64_t used = used_by_others_bytes + s.reserved + l.reserved;
+    const std::uint64_t free = *capacity_bytes > used ? *capacity_bytes - used : 0;
+    a.device_free_bytes = free;
+    // After a failed cudaMalloc the allocator frees every fully free cached segment and
+    // retries (§4.7), so those bytes count towards a new segment too.
+    const std::uint64_t budget = free + s.releasable + l.releasable;
+    a.max_allocatable =
+        std::max(a.max_allocatable, model::AllocatorRules::LargestRequestForNewSegment(budget));
+  }
+  return a;
+}
+
 DeviceMetrics ComputeMetrics(const model::DeviceMemory& memory, const MetricsInputs& inputs) {
   DeviceMetrics d;
   d.device = memory.device();
@@ -69,23 +97,11 @@ DeviceMetrics ComputeMetrics(const model::DeviceMemory& memory, const MetricsInp
   FinishRatios(d.large_pool);
   FinishRatios(a);
 
-  // Cached blocks: a large-pool block serves requests > 1 MiB up to its own size; small-pool
-  // requests are <= 1 MiB (§4.2). Either serves a request as large as itself (§4.4).
-  const std::uint64_t from_large =
-      l.largest_free_block > model::kSmallSize ? l.largest_free_block : 0;
-  const std::uint64_t from_small = std::min(s.largest_free_block, model::kSmallSize);
-  d.max_allocatable_cached = std::max(from_large, from_small);
-  d.max_allocatable = d.max_allocatable_cached;
-  if (inputs.capacity_bytes) {
-    const std::uint64_t used = inputs.used_by_others_bytes + a.reserved_bytes;
-    const std::uint64_t free = *inputs.capacity_bytes > used ? *inputs.capacity_bytes - used : 0;
-    d.device_free_bytes = free;
-    // After a failed cudaMalloc the allocator frees every fully free cached segment and
-    // retries (§4.7), so those bytes count towards a new segment too.
-    const std::uint64_t budget = free + a.releasable_bytes;
-    d.max_allocatable =
-        std::max(d.max_allocatable, model::AllocatorRules::LargestRequestForNewSegment(budget));
-  }
+  const Allocatable can =
+      ComputeAllocatable(memory, inputs.capacity_bytes, inputs.used_by_others_bytes);
+  d.max_allocatable_cached = can.max_allocatable_cached;
+  d.max_allocatable = can.max_allocatable;
+  if (can.device_free_bytes) d.device_free_bytes = *can.device_free_bytes;
   d.num_ooms = memory.num_ooms();
   return d;
 }

@@ -22,6 +22,18 @@ struct MetricsInputs {
 
 DeviceMetrics ComputeMetrics(const model::DeviceMemory& memory, const MetricsInputs& inputs);
 
+/// The largest free block of either pool and `max_allocatable` (docs/metrics.md) alone, as
+/// ComputeMetrics gives them: O(1) from the counters, cheap enough for every event.
+struct Allocatable {
+  std::uint64_t largest_free_block = 0;
+  std::uint64_t max_allocatable_cached = 0;
+  std::uint64_t max_allocatable = 0;
+  std::optional<std::uint64_t> device_free_bytes;  // with a capacity
+};
+Allocatable ComputeAllocatable(const model::DeviceMemory& memory,
+                               std::optional<std::uint64_t> capacity_bytes,
+                               std::uint64_t used_by_others_bytes);
+
 /// The stranding threshold of the large pool never goes below 1 MiB + 1 byte: large-pool
 /// requests are > 1 MiB, so a large-pool free block of <= 1 MiB can serve nothing.
 std::uint64_t LargePoolThreshold(std::uint64_t quantile);

@@ -1,6 +1,7 @@
 #include "analysis/trace_analyzer.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -31,6 +32,67 @@ struct Window {
   std::uint64_t segment_frees = 0;
 };
 
+// The candidates for the worst fragmentation ratio (docs/metrics.md, "Extremes"): the moments
+// with something allocated and at least half the peak reserved, which is known only at the
+// end. Per reserved value the moment with the most cached free bytes (the first on ties) is
+// enough, and values below half the peak so far can never qualify again: they are dropped.
+class RatioMoments {
+  __extension__ using Wide = unsigned __int128;  // ratios compared exactly
+
+ public:
+  struct Moment {
+    std::uint64_t reserved = 0;
+    std::uint64_t cached_free = 0;
+    When when;
+  };
+  // A moment; `peak` is the peak reserved so far (this moment's included).
+  void Offer(std::uint64_t reserved, std::uint64_t cached_free, const When& when,
+             std::uint64_t peak) {
+    if (open_ && open_->reserved != reserved) Flush(peak);
+    if (!open_) {
+      open_ = Moment{reserved, cached_free, when};
+    } else if (cached_free > open_->cached_free) {
+      open_->cached_free = cached_free;
+      open_->when = when;
+    }
+  }
+  // The moment with the highest ratio among those with reserved >= half `peak` (the earliest
+  // on ties), if any.
+  std::optional<Moment> Worst(std::uint64_t peak) {
+    Flush(peak);
+    std::optional<Moment> worst;
+    for (const auto& [reserved, m] : by_reserved_) {
+      if (!Qualifies(reserved, peak)) continue;
+      if (!worst) {
+        worst = m;
+        continue;
+      }
+      // cached / reserved compared exactly.
+      const auto lhs = static_cast<Wide>(m.cached_free) * worst->reserved;
+      const auto rhs = static_cast<Wide>(worst->cached_free) * m.reserved;
+      if (lhs > rhs || (lhs == rhs && m.when.event_index < worst->when.event_index)) worst = m;
+    }
+    return worst;
+  }
+  static bool Qualifies(std::uint64_t reserved, std::uint64_t peak) {
+    return reserved >= peak / 2 + peak % 2;  // reserved >= ceil(peak / 2)
+  }
+
+ private:
+  void Flush(std::uint64_t peak) {
+    if (open_ && Qualifies(open_->reserved, peak)) {
+      auto [it, inserted] = by_reserved_.try_emplace(open_->reserved, *open_);
+      if (!inserted && open_->cached_free > it->second.cached_free) it->second = *open_;
+    }
+    open_.reset();
+    while (!by_reserved_.empty() && !Qualifies(by_reserved_.begin()->first, peak)) {
+      by_reserved_.erase(by_reserved_.begin());
+    }
+  }
+  std::optional<Moment> open_;  // the moment of the current reserved value, not yet in the map
+  std::map<std::uint64_t, Moment> by_reserved_;
+};
+
 struct DeviceState {
   DeviceState(std::int32_t dev, const AnalysisOptions& options)
       : device(dev),
@@ -57,6 +119,7 @@ struct DeviceState {
   std::uint64_t retries_at_close = 0;  // the retry source's count when the last window closed
   bool start_pending = false;      // rebuilt start-state events were applied and not yet counted
   std::int64_t last_time_us = -1;  // the latest time among this device's events
+  RatioMoments ratio_moments;
 };
 
 void Raise(Extreme& e, std::uint64_t value, const When& when) {
@@ -185,19 +248,6 @@ struct TraceAnalyzer::Impl {
       s.stranded_bytes = m.all.stranded_bytes;
       s.peak_reserved_bytes = std::max(d.window.peak_reserved, s.reserved_bytes);
       s.peak_allocated_bytes = std::max(d.window.peak_allocated, s.allocated_bytes);
-      const When when{events == 0 ? 0 : events - 1, step, s.time_us};
-      DeviceReport& r = d.report;
-      if (s.reserved_bytes > 0) {
-        // A cache with nothing allocated (start-up, teardown) is 100% "fragmented" by
-        // definition and says nothing: only samples with live blocks compete.
-        if (s.allocated_bytes > 0 &&
-            (!r.worst_fragmentation.seen || s.fragmentation_ratio > r.worst_fragmentation_ratio)) {
-          r.worst_fragmentation = Extreme{s.cached_free_bytes, when, true};
-          r.worst_fragmentation_ratio = s.fragmentation_ratio;
-        }
-        Lower(r.min_largest_free_block, s.largest_free_block, when);
-        Lower(r.min_max_allocatable, s.max_allocatable, when);
-      }
     }
     d.timeline.Add(s);
     if (d.forecast) d.forecast->Add(s, step);
@@ -303,8 +353,27 @@ struct TraceAnalyzer::Impl {
       Raise(d.report.max_cached_free, reserved - allocated, when);
       d.window.peak_reserved = std::max(d.window.peak_reserved, reserved);
       d.window.peak_allocated = std::max(d.window.peak_allocated, allocated);
+      TakeMoment(d, when, /*segment_grew=*/false);
     }
     d.window.first_event = events;
+  }
+
+  // The state after an event (or the start state) as a candidate for the worst moments: every
+  // event counts (docs/metrics.md, "Extremes"), not only the timeline's samples. A state right
+  // after a segment_alloc / segment_map is not one for the ratio: the segment was reserved for
+  // a block that the next event carves, so its ratio is near 1 by construction.
+  void TakeMoment(DeviceState& d, const When& when, bool segment_grew) {
+    DeviceReport& r = d.report;
+    const std::uint64_t reserved = d.memory->reserved();
+    if (reserved == 0) return;
+    const std::uint64_t allocated = d.memory->allocated();
+    const Allocatable a = ComputeAllocatable(*d.memory, d.capacity, d.used_by_others);
+    Lower(r.min_largest_free_block, a.largest_free_block, when);
+    Lower(r.min_max_allocatable, a.max_allocatable, when);
+    if (allocated > 0 && !segment_grew &&
+        RatioMoments::Qualifies(reserved, r.peak_reserved.bytes)) {
+      d.ratio_moments.Offer(reserved, reserved - allocated, when, r.peak_reserved.bytes);
+    }
   }
 
   Status Consume(const Event& e, bool start_state = false) {
@@ -385,6 +454,7 @@ struct TraceAnalyzer::Impl {
       Raise(r.max_cached_free, reserved - allocated, when);
       d.window.peak_reserved = std::max(d.window.peak_reserved, reserved);
       d.window.peak_allocated = std::max(d.window.peak_allocated, allocated);
+      TakeMoment(d, when, e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap);
     }
     ++events;
     ++d.window.events;
@@ -414,6 +484,14 @@ struct TraceAnalyzer::Impl {
       if (d.start_pending) CountStartState(d);
       if (d.window.events > 0 || d.timeline.Samples().empty()) CloseWindow(d, current_step);
       DeviceReport r = d.report;
+      if (std::optional<RatioMoments::Moment> worst =
+              d.ratio_moments.Worst(r.peak_reserved.bytes)) {
+        r.worst_fragmentation = Extreme{worst->cached_free, worst->when, true};
+        r.worst_fragmentation_ratio =
+            static_cast<double>(worst->cached_free) / static_cast<double>(worst->reserved);
+        r.worst_fragmentation_reserved = worst->reserved;
+      }
+      r.worst_fragmentation_min_reserved = r.peak_reserved.bytes / 2 + r.peak_reserved.bytes % 2;
       if (d.capacity_from_oom) {
         result.notes.push_back(fmt::format(
             "device {}: capacity {} taken from its first recorded OOM (reserved + the driver's "
@@ -494,6 +572,11 @@ struct TraceAnalyzer::Impl {
     return result;
   }
 };
+
+std::string RatioCondition(std::uint64_t min_reserved_bytes) {
+  return fmt::format("over moments with at least {} reserved, half the peak",
+                     FormatBytes(min_reserved_bytes));
+}
 
 Result<std::unique_ptr<TraceAnalyzer>> TraceAnalyzer::Create(const TraceHeader& header,
                                                              const AnalysisOptions& options) {

@@ -130,6 +130,34 @@ std::string FormatBytes(std::uint64_t bytes) {
   return fmt::format("{:.2f} GiB", b / (1024.0 * 1024.0 * 1024.0));
 }
 
+SentenceBytes::SentenceBytes(std::uint64_t largest) {
+  // FormatBytes' choice: B; KiB and MiB with one decimal; GiB with two.
+  if (largest >= kGiB) {
+    unit_ = kGiB, scale_ = 100, name_ = "GiB";
+  } else if (largest >= kMiB) {
+    unit_ = kMiB, scale_ = 10, name_ = "MiB";
+  } else if (largest >= kKiB) {
+    unit_ = kKiB, scale_ = 10, name_ = "KiB";
+  }
+}
+
+std::uint64_t SentenceBytes::Steps(std::uint64_t bytes) const {
+  // round(bytes * scale / unit), half to even, without overflow for any uint64 below 2^57.
+  const std::uint64_t whole = bytes / unit_;
+  const std::uint64_t rest = bytes % unit_;
+  const std::uint64_t num = rest * scale_;
+  std::uint64_t steps = whole * scale_ + num / unit_;
+  const std::uint64_t frac = num % unit_;
+  if (frac * 2 > unit_ || (frac * 2 == unit_ && steps % 2 == 1)) ++steps;
+  return steps;
+}
+
+std::string SentenceBytes::Format(std::uint64_t steps) const {
+  if (scale_ == 1) return fmt::format("{} {}", steps, name_);
+  const int decimals = scale_ == 100 ? 2 : 1;
+  return fmt::format("{}.{:0{}} {}", steps / scale_, steps % scale_, decimals, name_);
+}
+
 std::string FormatAddress(std::uint64_t addr) { return fmt::format("{:#x}", addr); }
 
 }  // namespace fragscope

@@ -41,6 +41,24 @@ std::string FormatBytesLikePyTorch(std::uint64_t bytes);
 /// Compact human form for tables: "0 B", "512 B", "1.5 KiB", "20.0 MiB", "1.25 GiB".
 std::string FormatBytes(std::uint64_t bytes);
 
+/// Figures of one sentence that must add up ("63.9 MiB was free, 32.7 MiB more than the
+/// 31.2 MiB block"): all in the unit and decimals FormatBytes gives the sentence's largest
+/// figure, each rounded half to even, and a sum or difference taken from the rounded values
+/// (Steps), so the printed words add up whatever the rounding.
+class SentenceBytes {
+ public:
+  explicit SentenceBytes(std::uint64_t largest);
+  /// `bytes` in steps of the last printed digit, rounded half to even.
+  std::uint64_t Steps(std::uint64_t bytes) const;
+  /// "31.2 MiB" for a count of steps.
+  std::string Format(std::uint64_t steps) const;
+
+ private:
+  std::uint64_t unit_ = 1;   // bytes per unit
+  std::uint64_t scale_ = 1;  // 10^decimals
+  const char* name_ = "B";
+};
+
 /// "0x7f3a00000000".
 std::string FormatAddress(std::uint64_t addr);
 

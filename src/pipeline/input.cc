@@ -10,6 +10,7 @@
 
 #include "analysis/analyzer_thread.h"
 #include "analysis/diagnosis.h"
+#include "common/units.h"
 #include "pipeline/progress.h"
 #include "sources/snapshot/snapshot_requests.h"
 
@@ -119,6 +120,52 @@ Result<std::uint64_t> AnalyzeSnapshotEvents(sources::SnapshotReader& reader,
         return reader.last_was_start() ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
       },
       notes);
+}
+
+Status LearnCapacitiesFromOoms(sources::SnapshotReader& reader, TraceHeader* header,
+                               std::vector<std::string>* notes) {
+  bool needed = false;
+  const auto& traces = reader.snapshot().device_traces;
+  for (std::size_t device = 0; device < traces.size() && !needed; ++device) {
+    const DeviceInfo* info = header->FindDevice(static_cast<std::int32_t>(device));
+    if (info != nullptr && info->capacity_bytes) continue;
+    for (const auto& entry : traces[device]) {
+      if (entry.action == Action::kOom) {
+        needed = true;
+        break;
+      }
+    }
+  }
+  if (!needed) return Status::Ok();
+  analysis::AnalysisOptions options;
+  options.keep_layout = false;
+  Result<std::unique_ptr<analysis::TraceAnalyzer>> analyzer =
+      analysis::TraceAnalyzer::Create(*header, options);
+  if (!analyzer.ok()) return analyzer.status();
+  std::vector<std::string> skipped;  // the analysis proper reports them
+  Result<std::uint64_t> read = AnalyzeSnapshotEvents(reader, **analyzer, &skipped);
+  reader.Rewind();
+  if (!read.ok()) return read.status();
+  const analysis::AnalysisResult first = (*analyzer)->Finish(reader.Where());
+  for (const analysis::DeviceReport& d : first.devices) {
+    if (d.oom_diagnoses.empty() || !d.oom_diagnoses.front().device_free) continue;
+    DeviceInfo* info = nullptr;
+    for (DeviceInfo& x : header->devices) {
+      if (x.device == d.device) info = &x;
+    }
+    if (info == nullptr) {
+      header->devices.push_back(DeviceInfo{d.device, d.name, std::nullopt, std::nullopt});
+      info = &header->devices.back();
+    }
+    if (info->capacity_bytes) continue;
+    const analysis::OomDiagnosis& o = d.oom_diagnoses.front();
+    info->capacity_bytes = o.reserved + *o.device_free;
+    notes->push_back(fmt::format(
+        "device {}: capacity {} taken from its first recorded OOM (reserved + the driver's "
+        "free bytes then)",
+        d.device, FormatBytes(*info->capacity_bytes)));
+  }
+  return Status::Ok();
 }
 
 namespace {
@@ -307,14 +354,20 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
 
 Result<analysis::AnalysisResult> AnalyzeInput(
     const std::string& path, const analysis::AnalysisOptions& options, const TraceLimits& limits,
-    unsigned threads, const std::function<void(const TraceHeader&, const Event&)>& tap,
+    unsigned threads, const std::function<void(const TraceHeader&, const Event&, bool)>& tap,
     std::vector<Frame>* call_sites) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = *opened->reader;
+  TraceHeader header = reader.header();
+  std::vector<std::string> capacity_notes;
+  if (opened->snapshot != nullptr) {
+    Status learnt = LearnCapacitiesFromOoms(*opened->snapshot, &header, &capacity_notes);
+    if (!learnt.ok()) return learnt;
+  }
 
   Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
-      analysis::TraceAnalyzer::Create(reader.header(), options);
+      analysis::TraceAnalyzer::Create(header, options);
   if (!created.ok())
     return Status(created.status().code(),
                   fmt::format("{}: {}", reader.Where(), created.status().message()));
@@ -327,16 +380,16 @@ Result<analysis::AnalysisResult> AnalyzeInput(
     read = ReadSnapshotEvents(
         snapshot,
         [&](const Event& e) {
-          Status s =
-              snapshot.last_was_start() ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
-          if (s.ok() && tap) tap(reader.header(), e);
+          const bool start = snapshot.last_was_start();
+          Status s = start ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
+          if (s.ok() && tap) tap(reader.header(), e, start);
           return s;
         },
         &notes);
   } else if (tap) {
     read = ReadAllEvents(reader, [&](const Event& e) {
       Status s = analyzer.Consume(e);
-      if (s.ok()) tap(reader.header(), e);
+      if (s.ok()) tap(reader.header(), e, false);
       return s;
     });
   } else {
@@ -346,6 +399,7 @@ Result<analysis::AnalysisResult> AnalyzeInput(
 
   analysis::AnalysisResult result = analyzer.Finish(path);
   if (opened->snapshot != nullptr) AddSnapshotNotes(*opened->snapshot, notes, &result);
+  result.notes.insert(result.notes.end(), capacity_notes.begin(), capacity_notes.end());
   for (analysis::DeviceReport& d : result.devices) {
     for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
   }

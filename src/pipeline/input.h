@@ -46,6 +46,14 @@ Result<std::uint64_t> AnalyzeSnapshotEvents(sources::SnapshotReader& reader,
                                             analysis::TraceAnalyzer& analyzer,
                                             std::vector<std::string>* notes);
 
+/// A snapshot does not record its devices' sizes, but a recorded OOM tells one: reserved +
+/// the driver's free bytes then. For each device without a capacity in `header` whose history
+/// records an OOM, sets it (a first pass over the events, only when one is needed) so that the
+/// analysis takes every event's max allocatable against it, not only the events after the OOM;
+/// a note per device says so. Leaves the reader rewound.
+Status LearnCapacitiesFromOoms(sources::SnapshotReader& reader, TraceHeader* header,
+                               std::vector<std::string>* notes);
+
 /// Threads for a command whose analysis can run beside its input (--threads): 0 means two when
 /// the machine has more than one hardware thread; more than two are two.
 unsigned AnalysisThreads(unsigned requested);
@@ -95,12 +103,13 @@ std::string RebuiltPeaksNote();
 /// trace is parsed and analyzed on two threads unless it is 1. For a snapshot, peaks, extremes
 /// and the timeline come from the recorded history and the final state (AnalyzeSnapshotEvents).
 /// `tap` (optional) sees every event the analyzer accepted, after it, with the input's header
-/// (`report` records layouts); with a tap a trace is analyzed on this thread. `call_sites`
+/// (`report` records layouts) and whether it rebuilt a snapshot's start state (true: it is not
+/// a moment of the recorded run); with a tap a trace is analyzed on this thread. `call_sites`
 /// (optional) receives the input's call-site table (the ids of Event::frame).
 Result<analysis::AnalysisResult> AnalyzeInput(
     const std::string& path, const analysis::AnalysisOptions& options,
     const TraceLimits& limits = {}, unsigned threads = 0,
-    const std::function<void(const TraceHeader&, const Event&)>& tap = {},
+    const std::function<void(const TraceHeader&, const Event&, bool)>& tap = {},
     std::vector<Frame>* call_sites = nullptr);
 
 }  // namespace fragscope::pipeline

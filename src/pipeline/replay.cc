@@ -23,6 +23,52 @@ std::optional<std::uint64_t> SimAllocRetries(const model::CachingAllocatorSim* s
   return static_cast<std::uint64_t>(std::max<std::int64_t>(sim->stats().num_alloc_retries, 0));
 }
 
+// A replay of a snapshot asks for some of the start state's live blocks by their block size:
+// their recorded request would round to a smaller block (an unsplit remainder kept with it),
+// and the replay must carve the recorded layout. It then counts those blocks whole as
+// requested, so its requested bytes (and internal waste) differ from the recorded run's. Says
+// which figure is which and why, per device, when they differ.
+void AddRequestedBytesNotes(const sources::SnapshotReader& snapshot,
+                            const model::AllocatorRules& rules,
+                            const analysis::AnalysisResult& recorded,
+                            const analysis::AnalysisResult& replayed,
+                            std::vector<std::string>* notes) {
+  for (const analysis::DeviceReport& sim : replayed.devices) {
+    const analysis::DeviceReport* real = nullptr;
+    for (const analysis::DeviceReport& r : recorded.devices) {
+      if (r.device == sim.device) real = &r;
+    }
+    if (real == nullptr) continue;
+    if (sim.peak_live_requested.bytes == real->peak_live_requested.bytes &&
+        sim.live_requested_bytes == real->live_requested_bytes) {
+      continue;
+    }
+    std::uint64_t blocks = 0, extra = 0;
+    for (const Event& e : snapshot.start_events(sim.device)) {
+      if (e.action != Action::kBlock || e.block_size <= e.size) continue;
+      if (rules.RoundSize(e.size) == e.block_size) continue;  // asked for as recorded
+      ++blocks;
+      extra += e.block_size - e.size;
+    }
+    std::string why =
+        blocks > 0
+            ? fmt::format(
+                  "the replay asks for {} of the start state's live blocks by their block size "
+                  "({} more than their recorded requests), because their requests would round "
+                  "to smaller blocks (an unsplit remainder was kept with them) and the replay "
+                  "must carve the recorded layout; it counts those blocks whole as requested",
+                  blocks, FormatBytes(extra))
+            : "the simulated allocator rounded some requests otherwise than the recorded run";
+    notes->push_back(fmt::format(
+        "device {}: requested bytes are the replay's, not the recorded run's: peak live "
+        "requested {} replayed vs {} recorded, {} vs {} at the end. Why: {}. `fragscope "
+        "analyze` of the snapshot gives the recorded requests (and internal waste)",
+        sim.device, FormatBytes(sim.peak_live_requested.bytes),
+        FormatBytes(real->peak_live_requested.bytes), FormatBytes(sim.live_requested_bytes),
+        FormatBytes(real->live_requested_bytes), why));
+  }
+}
+
 }  // namespace
 
 Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
@@ -289,6 +335,9 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     }
   }
   analysis::AnalysisResult result = analyzer.Finish(path);
+  if (snapshot != nullptr) {
+    AddRequestedBytesNotes(*snapshot, config->Rules(), *real, result, &replay.notes);
+  }
   return ReplayRun{std::move(replay), std::move(result)};
 }
 
@@ -323,15 +372,22 @@ Result<analysis::AnalysisResult> AnalyzeRecordedRun(sources::SnapshotReader& sna
                                                     std::vector<std::string>* notes) {
   analysis::AnalysisOptions options;
   options.keep_layout = false;
+  TraceHeader header = snapshot.header();
+  std::vector<std::string> capacity_notes;
+  if (Status learnt = LearnCapacitiesFromOoms(snapshot, &header, &capacity_notes); !learnt.ok()) {
+    return Status::InvalidArgument(fmt::format("{}: {}", path, learnt.message()));
+  }
   Result<std::unique_ptr<analysis::TraceAnalyzer>> analyzer =
-      analysis::TraceAnalyzer::Create(snapshot.header(), options);
+      analysis::TraceAnalyzer::Create(header, options);
   if (!analyzer.ok()) {
     return Status::InvalidArgument(fmt::format("{}: {}", path, analyzer.status().message()));
   }
   Result<std::uint64_t> read = AnalyzeSnapshotEvents(snapshot, **analyzer, notes);
   if (!read.ok()) return Status::InvalidArgument(read.status().message());
   snapshot.Rewind();
-  return (*analyzer)->Finish(path);
+  analysis::AnalysisResult result = (*analyzer)->Finish(path);
+  result.notes.insert(result.notes.end(), capacity_notes.begin(), capacity_notes.end());
+  return result;
 }
 
 RecordedCapacities CapacitiesFromRecordedOoms(const analysis::AnalysisResult& real,

@@ -19,6 +19,7 @@ DeviceReport Report() {
   r.peak_reserved = Extreme{1000, When{10, 5, -1}, true};
   r.worst_fragmentation = Extreme{300, When{20, 7, -1}, true};
   r.worst_fragmentation_ratio = 0.3;
+  r.worst_fragmentation_min_reserved = 512;
   return r;
 }
 
@@ -55,7 +56,8 @@ TEST(CheckTest, LimitsAreInclusive) {
   items = CheckDevice(in, limits);
   EXPECT_EQ(Item(items, "peak_reserved").outcome, CheckOutcome::kFail);
   EXPECT_EQ(Item(items, "fragmentation").outcome, CheckOutcome::kFail);
-  EXPECT_EQ(Item(items, "fragmentation").measured, "0.30 at step 7");
+  EXPECT_EQ(Item(items, "fragmentation").measured,
+            "0.30 at step 7 (over moments with at least 512 B reserved, half the peak)");
   EXPECT_EQ(Item(items, "capacity").outcome, CheckOutcome::kFail);
 }
 

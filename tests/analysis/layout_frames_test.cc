@@ -25,6 +25,40 @@ std::vector<DeviceFrames> Record(const std::vector<Event>& events, LayoutFramesO
   return (*recorder)->Finish();
 }
 
+// Issue 29, item 7: the map's moments are all inside the recorded history. A snapshot's start
+// state is rebuilt one event at a time; the moments between two of those events never existed
+// (docs/snapshots.md), so no periodic or peak frame is taken among them.
+TEST(LayoutRecorderTest, NoFrameInsideARebuiltStartState) {
+  LayoutFramesOptions options;
+  options.first_period = 2;
+  auto recorder = LayoutRecorder::Create(TraceHeader{}, options);
+  ASSERT_TRUE(recorder.ok());
+  const std::vector<Event> start = {
+      Ev(Action::kSegmentAlloc, S, 20 * kMiB),              // 0
+      Ev(Action::kAlloc, S, 4 * kMiB),                      // 1
+      Ev(Action::kAlloc, S + 4 * kMiB, 8 * kMiB),           // 2
+      Ev(Action::kSegmentAlloc, S + 64 * kMiB, 20 * kMiB),  // 3
+  };
+  const std::vector<Event> history = {
+      Ev(Action::kAlloc, S + 64 * kMiB, 2 * kMiB),  // 4
+      Ev(Action::kFreeCompleted, S),                // 5
+      Ev(Action::kFreeCompleted, S + 64 * kMiB),    // 6
+  };
+  for (const Event& e : start) (*recorder)->Consume(e, /*start_state=*/true);
+  for (const Event& e : history) (*recorder)->Consume(e);
+  const std::vector<DeviceFrames> frames = (*recorder)->Finish();
+  ASSERT_EQ(frames.size(), 1u);
+  ASSERT_FALSE(frames[0].frames.empty());
+  for (const LayoutFrame& f : frames[0].frames) {
+    // The layout after events [0, event_index): the history starts after the 4 rebuild events.
+    EXPECT_GE(f.event_index, 4u) << FrameReasonName(f.reason);
+    std::uint64_t reserved = 0;
+    for (const LayoutSegment& seg : f.segments) reserved += seg.size;
+    EXPECT_EQ(reserved, 40 * kMiB) << "frame at " << f.event_index;  // both segments, always
+  }
+  EXPECT_EQ(frames[0].frames.back().reason, FrameReason::kEnd);
+}
+
 TEST(LayoutRecorderTest, KeepsPeriodicOomAndEndFramesInOrder) {
   LayoutFramesOptions options;
   options.first_period = 2;

@@ -69,14 +69,48 @@ TEST(TraceAnalyzerTest, AllocatorTracePeaksAndStepTimeline) {
   EXPECT_DOUBLE_EQ(d.timeline[1].fragmentation_ratio, 12.0 / 20.0);
   EXPECT_EQ(d.timeline[2].peak_reserved_bytes, 60 * kMiB);
   EXPECT_EQ(d.timeline[2].reserved_bytes, 20 * kMiB);
-  // Worst fragmentation: the end of setup and of step 1 hold nothing allocated and do not
-  // count; the end of step 0 has 8 MiB allocated of 20 MiB: 12 / 20 cached free.
-  EXPECT_DOUBLE_EQ(d.worst_fragmentation_ratio, 0.6);
-  EXPECT_EQ(d.worst_fragmentation.when.step, 0);
-  EXPECT_EQ(d.worst_fragmentation.bytes, 12 * kMiB);
+  // Worst fragmentation: only moments with at least half the peak (30 MiB) reserved count;
+  // the only ones are event 6 (the segment just reserved, for a block the next event would
+  // carve) and event 7 (nothing allocated): none qualifies.
+  EXPECT_FALSE(d.worst_fragmentation.seen);
+  EXPECT_EQ(d.worst_fragmentation_min_reserved, 30 * kMiB);
   EXPECT_EQ(d.final_metrics.all.reserved_bytes, 20 * kMiB);
   EXPECT_EQ(d.layout.size(), 1u);
   EXPECT_EQ(d.requests.count, 2u);
+}
+
+// Issue 29, items 1 and 2: a ratio means something only when there is memory. The worst ratio
+// is taken at every event (not at samples), among the moments with at least half the peak
+// reserved: 90% of a 20 MiB cache at the start is noise beside 18% of 220 MiB.
+TEST(TraceAnalyzerTest, WorstRatioIsOverEveryEventWithAtLeastHalfThePeakReserved) {
+  const std::vector<Event> events = {
+      Ev(Action::kSegmentAlloc, S, 20 * kMiB),               // 0
+      Ev(Action::kAlloc, S, 2 * kMiB),                       // 1: 18 / 20 cached free
+      Ev(Action::kSegmentAlloc, S + 64 * kMiB, 200 * kMiB),  // 2
+      Ev(Action::kAlloc, S + 64 * kMiB, 180 * kMiB),         // 3: 38 / 220
+      Ev(Action::kFreeCompleted, S),                         // 4: 40 / 220
+      Ev(Action::kAlloc, S, 16 * kMiB),                      // 5: 24 / 220
+      Ev(Action::kFreeCompleted, S),                         // 6: 40 / 220 again
+      Ev(Action::kFreeCompleted, S + 64 * kMiB),             // 7: nothing allocated
+  };
+  for (std::uint64_t every : {1u, 3u, 1000u}) {
+    AnalysisOptions options;
+    options.every_events = every;
+    const AnalysisResult r = Analyze(events, options);
+    ASSERT_EQ(r.devices.size(), 1u);
+    const DeviceReport& d = r.devices[0];
+    ASSERT_TRUE(d.worst_fragmentation.seen) << every;
+    EXPECT_DOUBLE_EQ(d.worst_fragmentation_ratio, 40.0 / 220.0) << every;
+    EXPECT_EQ(d.worst_fragmentation.when.event_index, 4u) << every;  // the first to reach it
+    EXPECT_EQ(d.worst_fragmentation.bytes, 40 * kMiB) << every;
+    EXPECT_EQ(d.worst_fragmentation_reserved, 220 * kMiB) << every;
+    EXPECT_EQ(d.worst_fragmentation_min_reserved, 110 * kMiB) << every;
+    // Bytes figures need no condition: the most cached free is the empty cache at the end;
+    // the smallest largest free block is event 1's 18 MiB remainder.
+    EXPECT_EQ(d.max_cached_free.bytes, 220 * kMiB) << every;
+    EXPECT_EQ(d.min_largest_free_block.bytes, 18 * kMiB) << every;
+    EXPECT_EQ(d.min_largest_free_block.when.event_index, 1u) << every;
+  }
 }
 
 TEST(TraceAnalyzerTest, RequestTraceTracksLiveBytes) {

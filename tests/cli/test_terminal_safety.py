@@ -417,7 +417,7 @@ def test_probe(json_flag):
     labels = (b'pid="42' + evil + b'",rank="' + evil + b'",gpu="' + evil
               + b'",UUID="GPU-1",device_uuid="GPU-1",Hostname="' + evil + b'"')
     _Metrics.body = (b"# HELP fragscope_up up\nfragscope_up 1\n"
-                     b"fragscope_process_forecast_level{" + labels + b"} 3\n"
+                     b"fragscope_process_forecast_level{" + labels + b"} 4\n"
                      b"fragscope_process_fragmentation_ratio{" + labels + b"} 0.6\n")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

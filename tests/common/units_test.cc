@@ -89,3 +89,25 @@ TEST(FormatTest, MatchesPyTorchFormatSize) {
 
 }  // namespace
 }  // namespace fragscope
+
+namespace fragscope {
+namespace {
+
+// Issue 29, item 7: the figures of one sentence share FormatBytes' unit and rounding (half to
+// even), and a difference taken in printed steps adds up.
+TEST(SentenceBytesTest, OneUnitAndOneRoundingForASentence) {
+  const SentenceBytes mib(67'000'000);  // 63.9 MiB: the sentence is in MiB, one decimal
+  EXPECT_EQ(mib.Steps(67'000'000), 639u);
+  EXPECT_EQ(mib.Steps(32'768'000), 312u);  // 31.25 MiB: a tie, to the even digit
+  EXPECT_EQ(mib.Format(639 - 312), "32.7 MiB");
+  EXPECT_EQ(mib.Format(mib.Steps(512 * kKiB)), "0.5 MiB");  // a smaller figure, same unit
+  EXPECT_EQ(FormatBytes(32'768'000), mib.Format(mib.Steps(32'768'000)));  // FormatBytes agrees
+  const SentenceBytes gib(3 * kGiB);
+  EXPECT_EQ(gib.Format(gib.Steps(kGiB + kGiB / 100)), "1.01 GiB");
+  EXPECT_EQ(gib.Format(gib.Steps(5 * kMiB)), "0.00 GiB");
+  const SentenceBytes bytes(1000);
+  EXPECT_EQ(bytes.Format(bytes.Steps(999)), "999 B");
+}
+
+}  // namespace
+}  // namespace fragscope

@@ -52,17 +52,46 @@ def test_probe_levels_follow_the_worst_process(daemon):
         assert "~120 steps to OOM" in line
         perf = line.split(" | ")[1].split(" ")
         assert perf[0] == "'risk'=3;3;4;0;4"
-        assert perf[1] == "'fragmentation'=0.100;0.300;0.500;0;1"
+        assert perf[1] == "'fragmentation'=0.100;;;0;1"
         send(daemon, b, step=6, forecast_level="critical", fragmentation_ratio=0.10)
         daemon.wait_metric("fragscope_process_forecast_level", 4, rank="3")
         assert probe(daemon).returncode == 2
         js = json.loads(probe(daemon, "--json").stdout)
         assert js["status"] == "CRITICAL" and js["code"] == 2 and js["worst"]["rank"] == "3"
-        # Fragmentation alone: OK risk but above the warning threshold.
+        # Fragmentation alone is information: OK risk stays OK (a threshold the user gives
+        # makes it a level).
         send(daemon, b, step=7, forecast_level="ok", fragmentation_ratio=0.35)
         daemon.wait_metric("fragscope_process_forecast_level", 1, rank="3")
         out = probe(daemon)
-        assert out.returncode == 1 and "fragmentation 0.35" in out.stdout
+        assert out.returncode == 0 and "fragmentation 0.35" in out.stdout, out.stdout
+        out = probe(daemon, "--warning-fragmentation", "0.3")
+        assert out.returncode == 1 and "over your threshold" in out.stdout, out.stdout
+        assert "'fragmentation'=0.350;0.300;;0;1" in out.stdout
+
+
+def test_probe_calls_a_healthy_caching_job_ok(daemon):
+    # A finished toy job: 82% of what it reserved is cached for reuse, the forecast is ok and
+    # its largest request fits many times over. Not an alarm (issue 29, item 3).
+    with fragscope_agent.AgentClient(daemon.sock, job="j", rank=0) as a:
+        send(daemon, a, forecast_level="ok", fragmentation_ratio=0.82, steps_to_oom=None,
+             largest_request_bytes=4 << 20)
+        daemon.wait_metric("fragscope_process_forecast_level", 1, rank="0")
+        out = probe(daemon)
+        assert out.returncode == 0, out.stdout
+        assert out.stdout.startswith("FRAGSCOPE OK - 1 process(es); worst risk ok")
+        assert "fragmentation 0.82" in out.stdout and "information" in out.stdout
+
+
+def test_probe_is_critical_when_the_largest_request_no_longer_fits(daemon):
+    # The ratio is low and the forecast has not caught up, but the largest single allocation
+    # that would succeed is below the job's largest request: the next one fails.
+    with fragscope_agent.AgentClient(daemon.sock, job="j", rank=0) as a:
+        send(daemon, a, forecast_level="ok", fragmentation_ratio=0.05, steps_to_oom=None,
+             largest_request_bytes=2 << 30, max_allocatable=1 << 30)
+        daemon.wait_metric("fragscope_process_forecast_level", 1, rank="0")
+        out = probe(daemon)
+        assert out.returncode == 2, out.stdout
+        assert "the largest request (2.00 GiB) no longer fits: max allocatable 1.00 GiB" in out.stdout
 
 
 def test_probe_unknown_when_the_daemon_is_down(tmp_path):

@@ -52,6 +52,12 @@ TEST(AlertConfigTest, ShippedExampleIsValid) {
   EXPECT_EQ(checkpoint.timeout, seconds(30));
   EXPECT_EQ(config->hooks.at("oncall").headers.at("X-Team"), "ml-infra");
   EXPECT_EQ(config->delivery.rate_window, minutes(10));
+  // Issue 29, item 3: the ratio alone is information; no example rule pages on it.
+  for (const analysis::AlertRule& rule : config->rules) {
+    if (rule.metric != "fragmentation_ratio") continue;
+    EXPECT_EQ(rule.severity, "info") << rule.name;
+    EXPECT_TRUE(rule.hooks.empty()) << rule.name;
+  }
 }
 
 TEST(AlertConfigTest, DefaultsOfAMinimalRule) {

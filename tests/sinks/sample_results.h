@@ -88,6 +88,8 @@ inline analysis::AnalysisResult MakeAllocatorResult() {
   d.max_cached_free = MakeExtreme(20 * kMiB, 30, 2);
   d.worst_fragmentation = MakeExtreme(20 * kMiB, 30, 2);
   d.worst_fragmentation_ratio = 20.0 / 42.0;
+  d.worst_fragmentation_reserved = 42 * kMiB;
+  d.worst_fragmentation_min_reserved = 21 * kMiB;
   d.min_largest_free_block = MakeExtreme(512 * kKiB, 3, -1);
   d.min_max_allocatable = MakeExtreme(10 * kMiB, 30, 2);
   d.live_requested_bytes = 21 * kMiB;

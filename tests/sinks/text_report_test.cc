@@ -52,7 +52,8 @@ TEST(RenderTextTest, ExtremesSayWhen) {
   EXPECT_THAT(peak, HasSubstr("42.0 MiB"));
   EXPECT_THAT(peak, HasSubstr("event 12, step 1, t=2.500 s"));
   EXPECT_THAT(LineStartingWith(text, "worst fragmentation ratio"),
-              HasSubstr("47.6%  event 30, step 2 (20.0 MiB cached free then)"));
+              HasSubstr("47.6%  event 30, step 2 (20.0 MiB cached free of 42.0 MiB reserved), "
+                        "over moments with at least 21.0 MiB reserved, half the peak"));
   EXPECT_THAT(LineStartingWith(text, "min largest free block"),
               HasSubstr("event 3, setup (before step markers)"));
 }
@@ -82,7 +83,7 @@ TEST(RenderTextTest, UnseenExtremeIsADash) {
   auto r = testing::MakeAllocatorResult();
   r.devices[0].min_max_allocatable.seen = false;
   EXPECT_THAT(LineStartingWith(RenderText(r, {}), "min max allocatable"),
-              HasSubstr("never (no sample with reserved memory)"));
+              HasSubstr("never (no event with reserved memory)"));
 }
 
 TEST(RenderTextTest, FinalStateHasEveryMetricPerPool) {

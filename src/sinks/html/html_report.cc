@@ -236,25 +236,46 @@ std::string HtmlEscape(std::string_view text) {
 
 }  // namespace
 
+namespace {
+
+// ", a new segment of 32.0 MiB" when the segment a cudaMalloc would take is not the block.
+std::string SegmentClause(const analysis::OomDiagnosis& o) {
+  if (o.needed == o.rounded) return "";
+  return fmt::format(" (a new segment of {})", FormatBytes(o.needed));
+}
+
+}  // namespace
+
 std::string DeviceVerdict(const analysis::AnalysisResult& result, const analysis::DeviceReport& d) {
   const std::string on = fmt::format("device {}", d.device);
   if (!d.oom_diagnoses.empty()) {
     const analysis::OomDiagnosis& o = d.oom_diagnoses.front();
     const std::uint64_t free_total = o.free_unusable + o.device_free.value_or(0);
+    // One unit and one rounding for the sentence: the margin printed is the difference of the
+    // printed free and block, so the words add up.
+    const SentenceBytes unit(std::max(free_total, o.rounded));
+    const std::uint64_t free_steps = unit.Steps(free_total);
+    const std::uint64_t block_steps = unit.Steps(o.rounded);
+    const std::string free_text = unit.Format(free_steps);
+    const std::string block_text = unit.Format(block_steps);
+    const std::string margin_text =
+        unit.Format(free_steps > block_steps ? free_steps - block_steps : block_steps - free_steps);
     const std::string more =
         d.num_ooms > 1 ? fmt::format(" ({} out-of-memory events in all)", d.num_ooms) : "";
     if (o.cause == analysis::OomCause::kFragmentation) {
+      // margin = free - block: the figures name the block (the rounded request), and the
+      // segment a new cudaMalloc would have taken apart from it.
       return fmt::format(
           "Out of memory at {} on {}: fragmentation — {} was free (gaps + device), {} "
-          "more than the {} block it needed, but no free block was large enough{}.",
-          AtText(o.event_index, o.step), on, FormatBytes(free_total), FormatBytes(o.margin),
-          FormatBytes(o.needed), more);
+          "more than the {} block it needed{}, but no free block was large enough{}.",
+          AtText(o.event_index, o.step), on, free_text, margin_text, block_text, SegmentClause(o),
+          more);
     }
     return fmt::format(
         "Out of memory at {} on {}: real shortage — even joined, the free memory ({}) "
-        "falls {} short of the {} block it needed{}.",
-        AtText(o.event_index, o.step), on, FormatBytes(free_total), FormatBytes(o.margin),
-        FormatBytes(o.needed), more);
+        "falls {} short of the {} block it needed{}{}.",
+        AtText(o.event_index, o.step), on, free_text, margin_text, block_text, SegmentClause(o),
+        more);
   }
   if (d.num_ooms > 0) {
     return fmt::format("Out of memory on {}: {} out-of-memory events (no diagnosis recorded).", on,
@@ -268,11 +289,21 @@ std::string DeviceVerdict(const analysis::AnalysisResult& result, const analysis
   }
   std::string capacity =
       d.capacity_bytes ? fmt::format(" of {}", FormatBytes(*d.capacity_bytes)) : std::string();
-  return fmt::format(
-      "Fits on {}: no out-of-memory; peak reserved {}{}, peak allocated {}, worst fragmentation "
-      "{:.1f}%.",
-      on, FormatBytes(d.peak_reserved.bytes), capacity, FormatBytes(d.peak_allocated.bytes),
-      d.worst_fragmentation_ratio * 100);
+  // The risk figure, not the fragmentation ratio: a cache that keeps most of what it reserved
+  // for reuse is healthy; what matters is whether the largest request still fitted.
+  std::string room;
+  if (d.capacity_bytes && d.min_max_allocatable.seen && d.requests.max > 0) {
+    room = fmt::format("; at its tightest a {} request still fitted (the largest was {})",
+                       FormatBytes(d.min_max_allocatable.bytes), FormatBytes(d.requests.max));
+    if (d.min_max_allocatable.bytes < d.requests.max) {
+      room = fmt::format(
+          "; at its tightest only {} would have fitted, less than its largest request ({})",
+          FormatBytes(d.min_max_allocatable.bytes), FormatBytes(d.requests.max));
+    }
+  }
+  return fmt::format("Fits on {}: no out-of-memory; peak reserved {}{}, peak allocated {}{}.", on,
+                     FormatBytes(d.peak_reserved.bytes), capacity,
+                     FormatBytes(d.peak_allocated.bytes), room);
 }
 
 std::string ReportVerdict(const analysis::AnalysisResult& result) {
@@ -331,6 +362,8 @@ std::string RenderHtml(const HtmlReportInput& input) {
                 {"peak_requested", HtmlExtremeJson(d.peak_live_requested)},
                 {"worst_fragmentation_ratio", d.worst_fragmentation_ratio},
                 {"worst_fragmentation", HtmlExtremeJson(d.worst_fragmentation)},
+                {"worst_fragmentation_condition",
+                 analysis::RatioCondition(d.worst_fragmentation_min_reserved)},
                 {"min_largest_free_block", HtmlExtremeJson(d.min_largest_free_block)},
                 {"min_max_allocatable", HtmlExtremeJson(d.min_max_allocatable)},
                 {"request_p50", d.requests.p50},

@@ -16,12 +16,21 @@
   const RISK_COLOR = { ok: '#2ca02c', watch: '#bcbd22', warning: '#ff7f0e', critical: '#d62728', unknown: '#c7c7c7' };
 
   // ---- formatting ----
+  // The rounding of the text report and the verdict (FormatBytes in src/common/units.cc): one
+  // decimal in KiB and MiB, two in GiB, and an exact tie goes to the even digit (as C++'s
+  // formatting of the exact binary value does), so a figure reads the same everywhere.
+  function fixed(v, d) {
+    const m = Math.pow(10, d), s = v * m, f = Math.floor(s);
+    const r = s - f === 0.5 ? (f % 2 === 0 ? f : f + 1) : Math.round(s);
+    return (r / m).toFixed(d);
+  }
   function bytes(n) {
     if (n === null || n === undefined) return '–';
-    const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-    let i = 0, v = n;
-    while (Math.abs(v) >= 1024 && i < u.length - 1) { v /= 1024; i++; }
-    return (i === 0 ? String(v) : v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)) + ' ' + u[i];
+    const a = Math.abs(n), sign = n < 0 ? '-' : '';
+    if (a < 1024) return String(n) + ' B';
+    if (a < 1048576) return sign + fixed(a / 1024, 1) + ' KiB';
+    if (a < 1073741824) return sign + fixed(a / 1048576, 1) + ' MiB';
+    return sign + fixed(a / 1073741824, 2) + ' GiB';
   }
   function num(n) { return Number(n).toLocaleString('en-US'); }
   function hex(n) { return '0x' + Number(n).toString(16); }
@@ -366,7 +375,7 @@
       `(a ${bytes(o.rounded)} block; ${bytes(o.needed)} with a new segment) in the ${o.pool} pool. Reserved ${bytes(o.reserved)}, ` +
       `allocated ${bytes(o.allocated)}, free in gaps ${bytes(o.free_unusable)}, device free ${bytes(o.device_free)}, ` +
       `largest free block of the pool ${bytes(o.largest_free_block)}. Verdict: ${o.cause === 'fragmentation' ? 'fragmentation' : 'real shortage'} ` +
-      `(${o.cause === 'fragmentation' ? 'free memory exceeded the need by' : 'short by'} ${bytes(o.margin)}).`));
+      `(the free memory, gaps + device, ${o.cause === 'fragmentation' ? 'exceeded' : 'fell short of'} the ${bytes(o.rounded)} block by ${bytes(o.margin)}).`));
     const fi = dev.frames.findIndex((f) => f.why === 'before_oom' && f.event === o.event);
     if (fi >= 0) {
       const free = [];
@@ -424,7 +433,9 @@
     if (D.kind !== 'request') {
       add('peak reserved', bytes(k.peak_reserved && k.peak_reserved.bytes), at(k.peak_reserved));
       add('peak allocated', bytes(k.peak_allocated && k.peak_allocated.bytes), at(k.peak_allocated));
-      add('worst fragmentation ratio', (k.worst_fragmentation_ratio * 100).toFixed(1) + '%', at(k.worst_fragmentation));
+      // Information, not an alarm: a healthy job caches most of what it reserves for reuse.
+      add('worst fragmentation ratio', k.worst_fragmentation ? (k.worst_fragmentation_ratio * 100).toFixed(1) + '%' : '–',
+        [at(k.worst_fragmentation), k.worst_fragmentation_condition].filter((x) => x).join(', '));
       add('smallest largest free block', bytes(k.min_largest_free_block && k.min_largest_free_block.bytes), 'typical request (p90) ' + bytes(k.request_p90));
       add('smallest max allocatable', bytes(k.min_max_allocatable && k.min_max_allocatable.bytes), at(k.min_max_allocatable));
     }

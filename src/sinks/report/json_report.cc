@@ -299,6 +299,8 @@ Json DeviceJson(const DeviceReport& d, bool allocator, const JsonOptions& option
     Json w = Json::object();
     w["ratio"] = d.worst_fragmentation_ratio;
     w["cached_free_bytes"] = d.worst_fragmentation.bytes;
+    w["reserved_bytes"] = d.worst_fragmentation_reserved;
+    w["min_reserved_bytes"] = d.worst_fragmentation_min_reserved;
     w["when"] = WhenJson(d.worst_fragmentation.when);
     j["worst_fragmentation"] = std::move(w);
   } else {

@@ -246,7 +246,7 @@ void RenderExtremes(const AnalysisResult& r, const DeviceReport& d, const Styler
   Table t({style.Heading("Peaks and worst moments"), "value", "when"}, "<><");
   auto add = [&](std::string_view name, const Extreme& e, std::string value) {
     if (!e.seen) {
-      t.AddRow({std::string(name), "-", "never (no sample with reserved memory)"});
+      t.AddRow({std::string(name), "-", "never (no event with reserved memory)"});
     } else {
       t.AddRow({std::string(name), std::move(value), FormatWhen(e.when, has_steps)});
     }
@@ -256,10 +256,17 @@ void RenderExtremes(const AnalysisResult& r, const DeviceReport& d, const Styler
   add("  peak live requested", d.peak_live_requested, FormatBytes(d.peak_live_requested.bytes));
   add("  most cached free", d.max_cached_free, FormatBytes(d.max_cached_free.bytes));
   if (d.worst_fragmentation.seen) {
-    t.AddRow(
-        {"  worst fragmentation ratio", Percent(d.worst_fragmentation_ratio),
-         fmt::format("{} ({} cached free then)", FormatWhen(d.worst_fragmentation.when, has_steps),
-                     FormatBytes(d.worst_fragmentation.bytes))});
+    t.AddRow({"  worst fragmentation ratio", Percent(d.worst_fragmentation_ratio),
+              fmt::format("{} ({} cached free of {} reserved), {}",
+                          FormatWhen(d.worst_fragmentation.when, has_steps),
+                          FormatBytes(d.worst_fragmentation.bytes),
+                          FormatBytes(d.worst_fragmentation_reserved),
+                          analysis::RatioCondition(d.worst_fragmentation_min_reserved))});
+  } else if (d.peak_reserved.seen) {
+    t.AddRow({"  worst fragmentation ratio", "-",
+              fmt::format("never: nothing allocated at any moment with {} reserved or more "
+                          "(half the peak)",
+                          FormatBytes(d.worst_fragmentation_min_reserved))});
   } else {
     add("  worst fragmentation ratio", d.worst_fragmentation, "");
   }
@@ -567,16 +574,24 @@ void RenderOomDiagnoses(const AnalysisResult& r, const DeviceReport& d, const St
     *out += fmt::format("  largest free block in that pool {}; device free {}\n",
                         FormatBytes(o.largest_free_block),
                         o.device_free ? FormatBytes(*o.device_free) : std::string("unknown"));
+    // One unit and one rounding for the sentence, so that its figures add up (the margin is
+    // the difference of the printed free bytes and block).
+    const std::uint64_t free_total = o.free_unusable + o.device_free.value_or(0);
+    const SentenceBytes unit(std::max(free_total, o.rounded));
+    const std::uint64_t free_steps = unit.Steps(free_total);
+    const std::uint64_t block_steps = unit.Steps(o.rounded);
+    const std::string margin =
+        unit.Format(free_steps > block_steps ? free_steps - block_steps : block_steps - free_steps);
     if (o.cause == analysis::OomCause::kFragmentation) {
-      *out += style.Warn(fmt::format(
-          "  verdict: fragmentation. {} was free in all (gaps + device), {} more than the block "
-          "needed, but no single free range was large enough.",
-          FormatBytes(o.free_unusable + o.device_free.value_or(0)), FormatBytes(o.margin)));
+      *out += style.Warn(
+          fmt::format("  verdict: fragmentation. {} was free in all (gaps + device), {} more than "
+                      "the {} block, but no single free range was large enough.",
+                      unit.Format(free_steps), margin, unit.Format(block_steps)));
     } else {
       *out += style.Warn(fmt::format(
-          "  verdict: real shortage. Even joined, the free memory ({}) falls {} short of the "
+          "  verdict: real shortage. Even joined, the free memory ({}) falls {} short of the {} "
           "block.",
-          FormatBytes(o.free_unusable + o.device_free.value_or(0)), FormatBytes(o.margin)));
+          unit.Format(free_steps), margin, unit.Format(block_steps)));
     }
     *out += '\n';
   }
