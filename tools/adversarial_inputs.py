@@ -4,8 +4,10 @@
 For --seconds, it writes random hostile inputs — pickles built from memo references to shared
 lists and dicts (each reference costs two bytes and may stand for millions of objects), deep
 nesting, long strings, many small objects, traces with huge or endless event streams and long
-call sites — compressed or not, and runs `fragscope analyze` and `fragscope convert --to json`
-on each under the default budgets (plus a --max-memory cap). Every run must:
+call sites, one string shared by thousands of frames, settings or annotations, devices of
+absurd capacity (issue 30) — compressed or not, and runs `fragscope analyze` and `fragscope
+convert --to json` on each (and `replay` on the capacity shape) under the default budgets (plus
+a --max-memory cap). Every run must:
 
 * end with exit 0 (the input happened to be valid) or 2 (refused), never a signal or another
   code, within --timeout seconds;
@@ -147,9 +149,68 @@ def long_call_sites_trace(rng):
         yield ('{"action":"frame","id":%d,"name":"%s%d"}\n' % (i, site, i)).encode()
 
 
+def shared_string_pickle(rng):
+    """Issue 30 item 4: one long string that thousands of distinct frames, allocator settings or
+    annotations name through a memo reference (each reference costs ~40 bytes)."""
+    size = pick(rng, [1 << 16, 1 << 20, 4 << 20])
+    count = pick(rng, [1000, 10000, 50000])
+    part = rng.choice(["frames", "settings", "annotations"])
+    keys = ["action", "alloc", "addr", "size", "frames", "name", "filename", "line", "stage",
+            "START", "device", "time_us"]
+    out = bytearray(b"\x80\x04")
+    for k in keys:
+        out += short_str(k) + b"\x94" + b"0"
+    out += short_str("x" * size) + b"\x94" + b"0"
+    big = memo_get(len(keys))
+    key = {k: memo_get(i) for i, k in enumerate(keys)}
+
+    def i32(v):
+        return b"J" + struct.pack("<i", v)
+
+    out += b"}(" + short_str("segments") + b"]"
+    if part == "frames":
+        out += short_str("device_traces") + b"](]("
+        for i in range(count):
+            out += (b"}(" + key["action"] + key["alloc"] + key["addr"] + i32(4096 + 512 * i) +
+                    key["size"] + i32(512) + key["frames"] + b"]}(" + key["name"] + big +
+                    key["filename"] + (big if rng.random() < 0.5 else short_str("a.py")) +
+                    key["line"] + i32(i) + b"ua" + b"u")
+        out += b"ee"
+    elif part == "settings":
+        out += short_str("allocator_settings") + b"}("
+        for i in range(count):
+            out += short_str("k%d" % i) + big
+        out += b"u"
+    else:
+        out += short_str("external_annotations") + b"]("
+        for i in range(count):
+            out += (b"}(" + key["stage"] + key["START"] + key["name"] + big + key["device"] +
+                    b"K\x00" + key["time_us"] + i32(i) + b"u")
+        out += b"e"
+    return bytes(out + b"u.")
+
+
+def huge_capacity_trace(rng):
+    """Issue 30 item 5: devices of absurd capacity (up to 2^63) with allocations of terabytes,
+    and many devices; replayed (check_one runs `replay` on traces with a capacity)."""
+    devices = pick(rng, [1, 16, 4096])
+    capacity = rng.choice([1 << 45, 1 << 50, 1 << 60, (1 << 63) - 1])
+    size = rng.choice([1 << 30, 4 << 40, 1 << 50])
+    yield ('{"format":"fragscope-trace","version":1,"kind":"request","devices":[%s]}\n' % ",".join(
+        '{"device":%d,"capacity_bytes":%d}' % (d, capacity) for d in range(devices))).encode()
+    for d in range(devices):
+        lines = []
+        for i in range(rng.randint(1, 12)):
+            lines.append('{"action":"alloc","addr":%d,"size":%d,"device":%d}\n' % (i + 1, size, d))
+            if rng.random() < 0.3:
+                lines.append('{"action":"free_requested","addr":%d,"device":%d}\n' % (i + 1, d))
+        yield "".join(lines).encode()
+
+
 SHAPES = [("shared", shared_reference_pickle), ("deep", deep_pickle),
           ("strings", long_strings_pickle), ("random", random_pickle),
-          ("events", many_events_trace), ("call_sites", long_call_sites_trace)]
+          ("events", many_events_trace), ("call_sites", long_call_sites_trace),
+          ("shared_strings", shared_string_pickle), ("capacity", huge_capacity_trace)]
 
 
 def write_input(rng, shape, path):
@@ -206,16 +267,19 @@ def check_one(binary, path, out_dir, timeout):
     """Problems (strings) of analyze and convert on `path`."""
     problems = []
     out = os.path.join(out_dir, "out.json")
-    for args in (["analyze", path, "--max-memory", str(MEMORY_CAP)],
-                 ["convert", path, "--to", "json", "-o", out, "--max-memory", str(MEMORY_CAP),
-                  "--max-output", str(OUTPUT_CAP)]):
+    runs = [["analyze", path, "--max-memory", str(MEMORY_CAP)],
+            ["convert", path, "--to", "json", "-o", out, "--max-memory", str(MEMORY_CAP),
+             "--max-output", str(OUTPUT_CAP)]]
+    if "capacity" in os.path.basename(path):  # the simulator's own memory (issue 30 item 5)
+        runs.append(["replay", path, "--max-memory", str(MEMORY_CAP)])
+    for args in runs:
         got = run(binary, args, timeout)
         what = " ".join(args[:1])
         if got is None:
             problems.append("{}: still running after {} s".format(what, timeout))
             continue
         code, rss, _, tail = got
-        if code not in (0, 2):
+        if code not in ((0, 1, 2) if args[0] == "replay" else (0, 2)):  # replay: 1 = an OOM
             problems.append("{}: exit {} ({})".format(what, code, tail))
         if rss > MEMORY_CAP + RSS_ALLOWANCE:
             problems.append("{}: peak RSS {} MiB above {} MiB".format(

@@ -77,7 +77,8 @@ void AddBudgetOptions(CLI::App& sub) {
   sources::InputBudget& budget = sources::ProcessBudget();
   add_size("--max-memory", &budget.max_memory_bytes,
            "Memory budget for decoding an input (default: 64 x its size, at least 1GiB, at most "
-           "half of this machine's memory)");
+           "half of the memory this process may use: physical memory, its cgroup's limit, "
+           "RLIMIT_AS)");
   sub.add_option_function<std::uint64_t>(
          "--max-events", [&budget](std::uint64_t n) { budget.max_events = n; },
          "Segments, blocks and trace entries a snapshot may hold, counted each time one is "

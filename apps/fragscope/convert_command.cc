@@ -135,7 +135,9 @@ void PrintNotes(const OpenedInput& in, const std::vector<std::string>& notes) {
 }
 
 int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
-  TraceHeader header = in.reader->header();
+  // What a reader accepted, as the writer takes it (non-UTF-8 strings, negative lines and
+  // times, repeated keys: WritableHeader in fragscope/trace.h).
+  TraceHeader header = WritableHeader(in.reader->header());
   if (requests) header.kind = TraceKind::kRequest;
   if (header.producer.empty()) header.producer = "fragscope convert";
   Result<std::unique_ptr<TraceWriter>> writer = TraceWriter::Create(flags.output, header);
@@ -147,14 +149,14 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
     const auto f = static_cast<std::size_t>(frame);
     if (f >= defined.size() || defined[f]) return Status::Ok();
     defined[f] = true;
-    return (*writer)->WriteFrame(in.reader->frames()[f]);
+    return (*writer)->WriteFrame(WritableFrame(in.reader->frames()[f]));
   };
   std::uint64_t written = 0;
   std::vector<std::string> notes;
   Status write_error;
   auto write = [&](const Event& e) -> Status {
     if (!write_error.ok()) return Status::Ok();
-    Event out = e;
+    Event out = WritableEvent(e);
     if (out.frame >= 0 && static_cast<std::size_t>(out.frame) >= defined.size()) out.frame = -1;
     write_error = define(out.frame);
     if (write_error.ok()) write_error = (*writer)->Write(out);

@@ -5,12 +5,15 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "alerts_command.h"
 #include "analyze_command.h"
 #include "check_command.h"
 #include "cli_util.h"
 #include "command.h"
+#include "common/out_of_memory.h"
+#include "common/units.h"
 #include "convert_command.h"
 #include "explain_command.h"
 #include "gpus_command.h"
@@ -19,6 +22,7 @@
 #include "replay_command.h"
 #include "report_command.h"
 #include "serve_command.h"
+#include "sources/budget.h"
 #include "tune_command.h"
 
 #ifndef FRAGSCOPE_VERSION
@@ -46,6 +50,16 @@ constexpr char kMainFooter[] =
 
 int main(int argc, char** argv) {
   using fragscope::cli::Command;
+  // Out of memory is an exit with one line, never an abort (issue 30 item 6).
+  {
+    const fragscope::sources::UsableMemory usable = fragscope::sources::ProcessUsableMemory();
+    fragscope::InstallOutOfMemoryExit(fmt::format(
+        "fragscope: out of memory: an allocation failed{}; lower --max-memory (the input "
+        "budgets, docs/user-guide.md \"Input budgets\") or give the process more memory",
+        usable.bytes == 0 ? std::string()
+                          : fmt::format(" (this process may use {} by {})",
+                                        fragscope::FormatBytes(usable.bytes), usable.source)));
+  }
   CLI::App app(kIntro, "fragscope");
   app.set_version_flag("--version", std::string("fragscope ") + FRAGSCOPE_VERSION);
   app.footer(kMainFooter);

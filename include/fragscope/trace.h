@@ -109,6 +109,17 @@ enum class Compression : std::uint8_t { kNone, kGzip, kZstd };
 /// .gz -> gzip, .zst -> zstd, anything else -> none.
 Compression CompressionForPath(const std::string& path);
 
+/// A reader accepts a few things TraceWriter refuses: strings that are not valid UTF-8 (a pickle's
+/// strings are raw bytes), a negative frame line, a time_us below -1 (a snapshot's), a header
+/// key or device listed twice. These return what the writer takes, so everything `analyze`
+/// reads can be written as a trace (issue 30 item 12): each byte that starts no valid UTF-8
+/// sequence becomes U+FFFD, a negative line 0, time_us -1 (unknown), a repeated key keeps its
+/// first place and its last value (as readers keep it), a repeated or negative device is left
+/// out.
+TraceHeader WritableHeader(const TraceHeader& header);
+Frame WritableFrame(const Frame& frame);
+Event WritableEvent(const Event& event);
+
 /// Writes a trace. Output goes to a new temporary file next to `path` (created exclusively, under
 /// a random name) and is renamed to `path` by Close(), so a reader never sees a half-written file
 /// under the final name, and nothing is written through a planted link.

@@ -38,10 +38,18 @@ struct TempSlot {
 
 std::array<TempSlot, kTempSlots> g_temp_slots;
 
-void UnlinkTempsOnSignal(int sig) {
+}  // namespace
+
+void RemoveTemporariesNow() {
   for (TempSlot& slot : g_temp_slots) {
     if (slot.state.load() == kReady) ::unlink(slot.path);
   }
+}
+
+namespace {
+
+void UnlinkTempsOnSignal(int sig) {
+  RemoveTemporariesNow();
   // Then die of the signal as if there were no handler (the shell sees 128 + sig).
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);

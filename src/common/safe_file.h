@@ -82,6 +82,10 @@ class SafeFile {
   bool done_ = false;
 };
 
+/// Removes every temporary a live SafeFile holds, at once; async-signal-safe. For paths that end
+/// the process without unwinding (a fatal signal, running out of memory: common/out_of_memory.h).
+void RemoveTemporariesNow();
+
 /// Replaces `path` with `content` through a SafeFile. Errors as SafeFile's.
 Status WriteFileSafely(const std::string& path, std::string_view content, OutputOrigin origin,
                        const SafeFileOptions& options = {});

@@ -103,6 +103,9 @@ constexpr std::uint64_t kCudaMallocBase = 0x7f0000000000ull;
 constexpr std::uint64_t kReservationBase = 0x1000000000000ull;   // 2^48
 constexpr std::uint64_t kReservationSpan = 0x10000000000000ull;  // 2^52: tops out below 2^53
 
+static_assert(kModelledAddressSpaceBytes ==
+              std::uint64_t{internal::GranuleSpace::kMaxGranules} * kRoundLarge);
+
 // The base of the cudaMalloc address space: the driver model's, when it is a usable one.
 std::uint64_t CudaMallocBase(const DriverModel& driver) {
   const std::uint64_t base = driver.address_base;
@@ -346,6 +349,7 @@ struct CachingAllocatorSim::Impl {
   std::map<std::uint64_t, std::uint64_t> pinned;
   std::uint64_t pinned_segments = 0;
   std::uint64_t unpinned_segments = 0;
+  std::uint64_t address_space_refusals = 0;
   internal::RangeSpace va_space{kReservationBase, kReservationSpan};
   std::vector<ExpSegment> exp_segments;
   std::vector<std::uint32_t> free_exp_ids;
@@ -680,7 +684,10 @@ BlockId CachingAllocatorSim::Impl::AllocBlock(std::uint8_t pool, std::uint64_t s
     }
   }
   if (addr == 0) addr = cuda_space.Allocate(alloc_size);
-  if (addr == 0) return kNil;  // beyond the modelled address space (> 32 TiB of segments)
+  if (addr == 0) {  // beyond the modelled address space (> 32 TiB of segments)
+    ++address_space_refusals;
+    return kNil;
+  }
   const BlockId id = NewBlock();
   BlockRec& b = blocks[id];
   b.addr = addr;
@@ -751,7 +758,10 @@ BlockId CachingAllocatorSim::Impl::FindExpandableBlock(std::uint8_t pool, std::u
   if (va_size == 0) return kNil;  // a device without memory
   // One page of gap keeps two reservations from ever touching (DeviceMemory would join them).
   const std::uint64_t base = va_space.Allocate(va_size + page);
-  if (base == 0) return kNil;
+  if (base == 0) {
+    ++address_space_refusals;
+    return kNil;
+  }
   std::uint32_t seg_id;
   if (!free_exp_ids.empty()) {
     seg_id = free_exp_ids.back();
@@ -1669,6 +1679,9 @@ std::uint64_t CachingAllocatorSim::device_free_bytes() const { return impl_->Dev
 std::uint64_t CachingAllocatorSim::pinned_segments() const { return impl_->pinned_segments; }
 
 std::uint64_t CachingAllocatorSim::unpinned_segments() const { return impl_->unpinned_segments; }
+std::uint64_t CachingAllocatorSim::address_space_refusals() const {
+  return impl_->address_space_refusals;
+}
 
 Status CachingAllocatorSim::CheckInvariants() const { return impl_->CheckInvariants(); }
 

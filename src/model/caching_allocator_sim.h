@@ -66,6 +66,11 @@ struct DriverModel {
   std::uint64_t address_base = 0;
 };
 
+/// The cudaMalloc address space the simulator models: 32 TiB of segments (2^24 granules of 2 MiB,
+/// internal::GranuleSpace). A device said to be larger is replayed as this large (pipeline/replay
+/// clamps it with a note).
+inline constexpr std::uint64_t kModelledAddressSpaceBytes = std::uint64_t{32} << 40;
+
 struct SimOptions {
   AllocatorConfig config;  // PYTORCH_CUDA_ALLOC_CONF as parsed
   ConfigVersion version = ConfigVersion::kNewest;
@@ -198,6 +203,10 @@ class CachingAllocatorSim {
   /// address (non-zero) that could not be used.
   std::uint64_t pinned_segments() const;
   std::uint64_t unpinned_segments() const;
+  /// cudaMalloc calls (or expandable reservations) that had device memory to spare but found
+  /// no room in the modelled address space (kModelledAddressSpaceBytes of segments): each ends
+  /// in a simulated OOM that is the model's limit, not the device's (issue 30 item 5).
+  std::uint64_t address_space_refusals() const;
 
   /// Whether a simulator created with `other` instead of config() (same driver, version and
   /// device), given the same calls so far, would have made every decision this one made and

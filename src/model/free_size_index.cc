@@ -5,12 +5,12 @@
 
 namespace fragscope::model {
 
-FreeSizeIndex::FreeSizeIndex() : slots_(new Slot[kNumSizeClasses]) {}
+FreeSizeIndex::FreeSizeIndex() = default;
 FreeSizeIndex::~FreeSizeIndex() { FreeSpills(); }
 FreeSizeIndex::FreeSizeIndex(FreeSizeIndex&& other) noexcept
     : count_(std::exchange(other.count_, 0)),
       bytes_(std::exchange(other.bytes_, 0)),
-      slots_(std::move(other.slots_)),
+      groups_(std::move(other.groups_)),
       group_totals_(std::exchange(other.group_totals_, {})),
       group_mask_(std::exchange(other.group_mask_, 0)),
       class_mask_(std::exchange(other.class_mask_, {})) {}
@@ -19,7 +19,7 @@ FreeSizeIndex& FreeSizeIndex::operator=(FreeSizeIndex&& other) noexcept {
     FreeSpills();
     count_ = std::exchange(other.count_, 0);
     bytes_ = std::exchange(other.bytes_, 0);
-    slots_ = std::move(other.slots_);
+    groups_ = std::move(other.groups_);
     group_totals_ = std::exchange(other.group_totals_, {});
     group_mask_ = std::exchange(other.group_mask_, 0);
     class_mask_ = std::exchange(other.class_mask_, {});
@@ -28,8 +28,10 @@ FreeSizeIndex& FreeSizeIndex::operator=(FreeSizeIndex&& other) noexcept {
 }
 
 void FreeSizeIndex::FreeSpills() {
-  if (!slots_) return;
-  for (int c = 0; c < kNumSizeClasses; ++c) delete std::exchange(slots_[c].spill, nullptr);
+  for (std::unique_ptr<Slot[]>& group : groups_) {
+    if (!group) continue;
+    for (int i = 0; i < kSubClasses; ++i) delete std::exchange(group[i].spill, nullptr);
+  }
 }
 
 void FreeSizeIndex::SpillAdd(Spill& spill, std::uint64_t size) {
@@ -118,7 +120,9 @@ void FreeSizeIndex::Add(std::uint64_t size) {
   bytes_ += size;
   const int c = SizeClass(size);
   const int g = c / kSubClasses;
-  Slot& slot = slots_[c];
+  std::unique_ptr<Slot[]>& group = groups_[static_cast<std::size_t>(g)];
+  if (!group) group.reset(new Slot[kSubClasses]);  // an octave's slots, made when first used
+  Slot& slot = group[c % kSubClasses];
   AddExact(slot, size);
   ++slot.count;
   slot.bytes += size;
@@ -134,7 +138,7 @@ void FreeSizeIndex::Remove(std::uint64_t size) {
   bytes_ -= size;
   const int c = SizeClass(size);
   const int g = c / kSubClasses;
-  Slot& slot = slots_[c];
+  Slot& slot = groups_[static_cast<std::size_t>(g)][c % kSubClasses];  // Add made the group
   RemoveExact(slot, size);
   --slot.count;
   slot.bytes -= size;
@@ -152,7 +156,7 @@ std::uint64_t FreeSizeIndex::Largest() const {
   if (group_mask_ == 0) return 0;
   const int g = 63 - std::countl_zero(group_mask_);
   const int i = 63 - std::countl_zero(class_mask_[static_cast<std::size_t>(g)]);
-  const Slot& slot = slots_[g * kSubClasses + i];
+  const Slot& slot = groups_[static_cast<std::size_t>(g)][i];
   if (slot.spill == nullptr) return slot.size[slot.inline_n - 1];
   const Spill& spill = *slot.spill;
   return spill.tree ? spill.tree->rbegin()->first : spill.flat.back().size;
@@ -160,7 +164,9 @@ std::uint64_t FreeSizeIndex::Largest() const {
 
 FreeSizeIndex::Totals FreeSizeIndex::ExactBelow(int c, std::uint64_t threshold) const {
   Totals t;
-  const Slot& slot = slots_[c];
+  const Slot* group = groups_[static_cast<std::size_t>(c / kSubClasses)].get();
+  if (group == nullptr) return t;  // no size of that octave was ever added
+  const Slot& slot = group[c % kSubClasses];
   auto add = [&](std::uint64_t size, std::uint64_t n) {
     t.count += n;
     t.bytes += size * n;
@@ -197,7 +203,7 @@ FreeSizeIndex::Totals FreeSizeIndex::Below(std::uint64_t threshold) const {
   const int i = c % kSubClasses;
   for (std::uint64_t m = class_mask_[static_cast<std::size_t>(g)] & ((std::uint64_t{1} << i) - 1);
        m != 0; m &= m - 1) {
-    const Slot& slot = slots_[g * kSubClasses + std::countr_zero(m)];
+    const Slot& slot = groups_[static_cast<std::size_t>(g)][std::countr_zero(m)];
     t.count += slot.count;
     t.bytes += slot.bytes;
   }
@@ -222,8 +228,8 @@ SizeHistogram FreeSizeIndex::histogram() const {
   for (std::uint64_t m = class_mask_[0]; m != 0; m &= m - 1) {
     const int c = std::countr_zero(m);
     const auto b = static_cast<std::size_t>(HistogramBucket(static_cast<std::uint64_t>(c)));
-    h.count[b] += slots_[c].count;
-    h.bytes[b] += slots_[c].bytes;
+    h.count[b] += groups_[0][c].count;
+    h.bytes[b] += groups_[0][c].bytes;
   }
   for (std::uint64_t m = group_mask_ & ~std::uint64_t{1}; m != 0; m &= m - 1) {
     const int g = std::countr_zero(m);

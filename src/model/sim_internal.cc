@@ -83,16 +83,23 @@ void GranuleSpace::ApplyTag(std::size_t node, std::uint32_t len, std::uint8_t ta
 }
 
 void GranuleSpace::Push(std::size_t node, std::uint32_t len) {
-  if (tree_[node].tag == 0) return;
-  ApplyTag(2 * node, len / 2, tree_[node].tag);
-  ApplyTag(2 * node + 1, len / 2, tree_[node].tag);
+  const std::uint8_t tag = tree_[node].tag;
+  if (tag == 0) return;
+  if (tree_[node].left == 0) {  // uniform so far: its children are made now (the tree is sparse)
+    tree_[node].left = static_cast<std::uint32_t>(tree_.size());
+    tree_.resize(tree_.size() + 2);
+  }
+  const std::size_t left = tree_[node].left;
+  ApplyTag(left, len / 2, tag);
+  ApplyTag(left + 1, len / 2, tag);
   tree_[node].tag = 0;
 }
 
 void GranuleSpace::Pull(std::size_t node, std::uint32_t len) {
   const std::uint32_t half = len / 2;
-  const Node& l = tree_[2 * node];
-  const Node& r = tree_[2 * node + 1];
+  const std::size_t left = tree_[node].left;
+  const Node& l = tree_[left];
+  const Node& r = tree_[left + 1];
   Node& n = tree_[node];
   n.pref = l.pref == half ? half + r.pref : l.pref;
   n.suf = r.suf == half ? half + l.suf : r.suf;
@@ -107,8 +114,9 @@ void GranuleSpace::Assign(std::size_t node, std::uint32_t lo, std::uint32_t len,
     return;
   }
   Push(node, len);
-  Assign(2 * node, lo, len / 2, l, r, tag);
-  Assign(2 * node + 1, lo + len / 2, len / 2, l, r, tag);
+  const std::size_t left = tree_[node].left;
+  Assign(left, lo, len / 2, l, r, tag);
+  Assign(left + 1, lo + len / 2, len / 2, l, r, tag);
   Pull(node, len);
 }
 
@@ -117,13 +125,16 @@ std::uint32_t GranuleSpace::FindFirst(std::size_t node, std::uint32_t lo, std::u
   // REQUIRES: tree_[node].best >= k. The leftmost run lies in the left child if that has one;
   // else it starts in the left child's free suffix if that reaches far enough; else it is right.
   if (len == 1) return lo;
+  // A uniform node (all free: best >= k) holds the run at its start; no need to split it.
+  if (tree_[node].best == len) return lo;
   Push(node, len);
   const std::uint32_t half = len / 2;
-  const Node& l = tree_[2 * node];
-  const Node& r = tree_[2 * node + 1];
-  if (l.best >= k) return FindFirst(2 * node, lo, half, k);
+  const std::size_t left = tree_[node].left;
+  const Node& l = tree_[left];
+  const Node& r = tree_[left + 1];
+  if (l.best >= k) return FindFirst(left, lo, half, k);
   if (l.suf + r.pref >= k) return lo + half - l.suf;
-  return FindFirst(2 * node + 1, lo + half, half, k);
+  return FindFirst(left + 1, lo + half, half, k);
 }
 
 std::uint32_t GranuleSpace::CountFree(std::size_t node, std::uint32_t lo, std::uint32_t len,
@@ -134,13 +145,13 @@ std::uint32_t GranuleSpace::CountFree(std::size_t node, std::uint32_t lo, std::u
   // only mixed nodes, whose children are current, need the descent.
   if (n.best == 0) return 0;
   if (n.best == len) return std::min(r, lo + len) - std::max(l, lo);
-  return CountFree(2 * node, lo, len / 2, l, r) +
-         CountFree(2 * node + 1, lo + len / 2, len / 2, l, r);
+  return CountFree(n.left, lo, len / 2, l, r) + CountFree(n.left + 1, lo + len / 2, len / 2, l, r);
 }
 
 void GranuleSpace::Rebuild(std::uint32_t leaves) {
   leaves_ = leaves;
-  tree_.assign(2 * static_cast<std::size_t>(leaves), Node{});
+  tree_.assign(2, Node{});  // [0] unused (0 is "no children"), [1] the root
+  tree_.shrink_to_fit();
   ApplyTag(1, leaves_, kFree);
   for (const auto& [addr, bytes] : used_) {
     const auto l = static_cast<std::uint32_t>((addr - base_) / granule_);

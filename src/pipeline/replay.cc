@@ -139,6 +139,39 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
                       path, d.device));
     }
   }
+  // A capacity beyond the address space the simulator models is replayed as that large, with a
+  // note (issue 30 item 5): a header may say 2^60 bytes, and no GPU comes near 32 TiB. The
+  // unlimited capacity of a snapshot's devices without a recorded OOM is left as it is.
+  {
+    constexpr std::uint64_t kModelled = model::kModelledAddressSpaceBytes;
+    const auto absurd = [](std::uint64_t bytes) {
+      return bytes > kModelled && bytes != analysis::kUnlimitedCapacity;
+    };
+    std::vector<std::int32_t> clamped;
+    std::uint64_t largest = 0;
+    if (capacity && absurd(*capacity)) {
+      largest = *capacity;
+      capacity = kModelled;
+    }
+    for (DeviceInfo& d : header.devices) {
+      if (capacity || !d.capacity_bytes || !absurd(*d.capacity_bytes)) continue;
+      largest = std::max(largest, *d.capacity_bytes);
+      d.capacity_bytes = kModelled;
+      clamped.push_back(d.device);
+    }
+    if (largest != 0) {
+      std::string which = clamped.empty() ? std::string("--capacity") : "device";
+      if (clamped.size() > 1) which += "s";
+      for (std::size_t i = 0; i < clamped.size() && i < 8; ++i) {
+        which += fmt::format("{}{}", i == 0 ? " " : ", ", clamped[i]);
+      }
+      if (clamped.size() > 8) which += fmt::format(" and {} more", clamped.size() - 8);
+      notes.push_back(fmt::format(
+          "{}: a capacity of up to {} is more than the simulator models ({} of cudaMalloc'd "
+          "segments); replayed as {}",
+          which, FormatBytes(largest), FormatBytes(kModelled), FormatBytes(kModelled)));
+    }
+  }
   auto sim_options = [&](std::int32_t device) {
     model::SimOptions o;
     o.config = *config;
@@ -306,6 +339,14 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
           "segment still held, or reaching the simulator's own address range): {}; any other "
           "segment was placed by the simulator",
           device, sim->pinned_segments(), plan->second.recorded(), sim->unpinned_segments()));
+    }
+    if (const std::uint64_t refused = sim->address_space_refusals(); refused > 0) {
+      notes.push_back(fmt::format(
+          "device {}: {} segment allocation{} found device memory free but no room in the "
+          "simulator's modelled address space ({} of segments): the simulated OOM{} there "
+          "{} that limit of the model, not a shortage or fragmentation of device memory",
+          device, refused, refused == 1 ? "" : "s", FormatBytes(model::kModelledAddressSpaceBytes),
+          refused == 1 ? "" : "s", refused == 1 ? "is" : "are"));
     }
     replay.devices.push_back(std::move(d));
   }

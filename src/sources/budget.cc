@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <string>
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include "common/units.h"
 #include "sources/trace/input_stream.h"
@@ -44,6 +47,103 @@ std::uint64_t PhysicalMemoryBytes() {
 
 namespace {
 
+// A limit file of the memory cgroup: "max" (v2) or a number; values from 2^62 up are how v1
+// writes "no limit". 0 when absent or unlimited.
+std::uint64_t ReadCgroupLimit(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return 0;
+  char text[64] = {};
+  const std::size_t n = std::fread(text, 1, sizeof text - 1, f);
+  std::fclose(f);
+  text[n] = '\0';
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (end == text || v >= (std::uint64_t{1} << 62)) return 0;
+  return v;
+}
+
+// The smallest memory limit of this process's cgroup and its ancestors (v2 memory.max, v1
+// memory.limit_in_bytes), looked up under the paths /proc/self/cgroup names and, in a container
+// whose cgroup is mounted as the root, at the root; 0 when none is set.
+std::uint64_t CgroupMemoryLimit() {
+  std::uint64_t limit = 0;
+  auto take = [&limit](std::uint64_t v) {
+    if (v != 0 && (limit == 0 || v < limit)) limit = v;
+  };
+  auto walk = [&take](const std::string& root, std::string path, const char* file) {
+    for (;;) {
+      take(ReadCgroupLimit(root + path + "/" + file));
+      if (path.empty() || path == "/") break;
+      const std::size_t slash = path.rfind('/');
+      path = slash == std::string::npos ? std::string() : path.substr(0, slash);
+    }
+  };
+  std::FILE* f = std::fopen("/proc/self/cgroup", "re");
+  if (f != nullptr) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+      std::string entry(line);
+      while (!entry.empty() && (entry.back() == '\n' || entry.back() == '\r')) entry.pop_back();
+      const std::size_t a = entry.find(':');
+      const std::size_t b = a == std::string::npos ? a : entry.find(':', a + 1);
+      if (b == std::string::npos) continue;
+      const std::string controllers = entry.substr(a + 1, b - a - 1);
+      const std::string path = entry.substr(b + 1);
+      if (controllers.empty()) {
+        walk("/sys/fs/cgroup", path, "memory.max");
+      } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+        walk("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+      }
+    }
+    std::fclose(f);
+  }
+  take(ReadCgroupLimit("/sys/fs/cgroup/memory.max"));
+  take(ReadCgroupLimit("/sys/fs/cgroup/memory/memory.limit_in_bytes"));
+  return limit;
+}
+
+// The address space this process has mapped now (VmSize), for RLIMIT_AS: what is left is what
+// it may still allocate.
+std::uint64_t MappedBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "re");
+  if (f == nullptr) return 0;
+  unsigned long long pages = 0;
+  const int got = std::fscanf(f, "%llu", &pages);
+  std::fclose(f);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return got == 1 && page_size > 0 ? Times(pages, static_cast<std::uint64_t>(page_size)) : 0;
+}
+
+std::uint64_t RlimitBytes(int resource) {
+  struct rlimit r {};
+  if (getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 0;
+  return static_cast<std::uint64_t>(r.rlim_cur);
+}
+
+}  // namespace
+
+UsableMemory ProcessUsableMemory() {
+  UsableMemory out;
+  auto take = [&out](std::uint64_t v, const char* source) {
+    if (v != 0 && (out.bytes == 0 || v < out.bytes)) {
+      out.bytes = v;
+      out.source = source;
+    }
+  };
+  take(PhysicalMemoryBytes(), "physical memory");
+  take(CgroupMemoryLimit(), "the cgroup's memory limit");
+  if (const std::uint64_t as = RlimitBytes(RLIMIT_AS); as != 0) {
+    const std::uint64_t mapped = MappedBytes();
+    take(as > mapped ? as - mapped : 1, "RLIMIT_AS (ulimit -v), less what is mapped");
+  }
+  if (const std::uint64_t data = RlimitBytes(RLIMIT_DATA); data != 0) {
+    take(data, "RLIMIT_DATA (ulimit -d)");
+  }
+  return out;
+}
+
+namespace {
+
 // An input whose size is not known before it is read (0: a pipe, FIFO or standard input) is
 // budgeted as the largest a stream may be (--max-input-bytes), so a long legitimate pipe is
 // bounded by that one limit rather than refused at the floors.
@@ -62,9 +162,9 @@ std::uint64_t MemoryBudgetFor(std::uint64_t input_bytes) {
   if (ProcessBudget().max_memory_bytes != 0) return ProcessBudget().max_memory_bytes;
   input_bytes = SizeOrStreamLimit(input_bytes);
   std::uint64_t budget = std::max(kMinMemoryBytes, Times(input_bytes, kMemoryPerInputByte));
-  if (const std::uint64_t machine = PhysicalMemoryBytes(); machine != 0) {
-    budget = std::min(budget, machine / 2);
-  }
+  // Evaluated once: limits do not change while a command runs, and /proc reads are not free.
+  static const UsableMemory usable = ProcessUsableMemory();
+  if (usable.bytes != 0) budget = std::min(budget, usable.bytes / 2);
   return budget;
 }
 
@@ -99,6 +199,22 @@ std::string BudgetMessage(std::string_view what, std::string_view name, std::uin
                               : std::string("derived from the input's size and this machine's "
                                             "memory"),
                      flag);
+}
+
+MemoryMeter::MemoryMeter(std::uint64_t limit, std::uint64_t input_bytes, std::uint64_t already)
+    : limit_(limit != 0 ? limit : MemoryBudgetFor(input_bytes)),
+      used_(already),
+      user_set_(limit != 0 || ProcessBudget().max_memory_bytes != 0) {}
+
+Status MemoryMeter::Charge(std::uint64_t bytes, std::string_view what) {
+  if (bytes <= limit_ - std::min(used_, limit_)) {
+    used_ += bytes;
+    return Status::Ok();
+  }
+  const std::uint64_t reached = used_ > UINT64_MAX - bytes ? UINT64_MAX : used_ + bytes;
+  return Status::LimitExceeded(BudgetMessage(fmt::format("{} outgrew the memory budget", what),
+                                             "memory", limit_, reached, user_set_, "--max-memory",
+                                             /*bytes=*/true));
 }
 
 }  // namespace fragscope::sources

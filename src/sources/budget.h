@@ -5,7 +5,8 @@
 // after. docs/user-guide.md, "Input budgets", lists the defaults and the flags.
 //
 //   memory  bytes of decoded structures (document, memo, stack, collected payloads):
-//           64 x the input's size, at least 1 GiB, at most half the machine's memory
+//           64 x the input's size, at least 1 GiB, at most half the memory this process may
+//           use (ProcessUsableMemory: physical memory, the cgroup's limit, RLIMIT_AS/DATA)
 //   events  segments, blocks and trace entries a snapshot decoder reaches, each time it
 //           reaches one: one per 4 decoded input bytes, at least 1,000,000; events of a
 //           trace: 64 per byte of the file as stored, at least 1,000,000
@@ -21,6 +22,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "fragscope/status.h"
 
 namespace fragscope::sources {
 
@@ -45,6 +48,17 @@ std::uint64_t BudgetInputBytes(std::string_view head, const InputStream* rest);
 /// Physical memory of this machine in bytes; 0 when unknown.
 std::uint64_t PhysicalMemoryBytes();
 
+/// The memory this process may really use (issue 30 item 6): the least of physical memory, the
+/// memory cgroup's limit (v2 memory.max or v1 memory.limit_in_bytes, the process's cgroup and
+/// its ancestors), RLIMIT_AS less the address space already mapped, and RLIMIT_DATA. `source`
+/// names the one that decided ("physical memory", "the cgroup's memory limit", ...); bytes 0
+/// when none is known.
+struct UsableMemory {
+  std::uint64_t bytes = 0;
+  const char* source = "";
+};
+UsableMemory ProcessUsableMemory();
+
 /// The budgets below take the input's size; 0 means not known before reading (a stream: a pipe,
 /// FIFO or standard input), budgeted as the largest a stream may be (StreamInputLimit(),
 /// --max-input-bytes).
@@ -67,6 +81,27 @@ std::uint64_t OutputBudgetFor(std::uint64_t decoded_bytes);
 /// <limit> (<how it was set>); raise it with <flag>". `bytes` formats the figures as sizes.
 std::string BudgetMessage(std::string_view what, std::string_view name, std::uint64_t limit,
                           std::uint64_t reached, bool user_set, std::string_view flag, bool bytes);
+
+/// The memory budget charged copy by copy, for what a stage keeps beyond the structures its
+/// reader already measured (issue 30 item 4): the strings the snapshot decoder copies out of the
+/// document (call sites, allocator settings, annotations), each copy charged when it is made.
+/// Thread safety: none.
+class MemoryMeter {
+ public:
+  /// `limit` 0 = MemoryBudgetFor(input_bytes); `already` bytes are in use before the first
+  /// charge (the document the decoder reads).
+  MemoryMeter(std::uint64_t limit, std::uint64_t input_bytes, std::uint64_t already = 0);
+  /// Adds `bytes`; kLimitExceeded ("<what> outgrew the memory budget: reached ...", as
+  /// BudgetMessage) when the total would pass the limit, and nothing is added then.
+  Status Charge(std::uint64_t bytes, std::string_view what);
+  std::uint64_t used() const { return used_; }
+  std::uint64_t limit() const { return limit_; }
+
+ private:
+  std::uint64_t limit_;
+  std::uint64_t used_;
+  bool user_set_;
+};
 
 }  // namespace fragscope::sources
 

@@ -229,3 +229,45 @@ def test_broken_fixtures_are_refused(name, what):
     assert r.returncode == 2
     message = r.stderr.decode()
     assert what in message and "byte" in message, message
+
+
+def odd_snapshot(kind):
+    """A small snapshot `analyze` reads whose trace entry has one thing a trace cannot hold as
+    it is: a frame name that is not UTF-8, a negative line, a time_us below -1."""
+    frame = {"name": "f", "filename": "a.py", "line": 3}
+    entry = {"action": "alloc", "addr": 1 << 30, "size": MiB, "stream": 0, "time_us": 5,
+             "frames": [frame]}
+    seg = {"device": 0, "address": 1 << 30, "total_size": 2 * MiB, "stream": 0,
+           "segment_type": "small",
+           "blocks": [{"size": MiB, "requested_size": MiB, "state": "active_allocated",
+                       "address": 1 << 30, "frames": [frame]},
+                      {"size": MiB, "state": "inactive", "address": (1 << 30) + MiB}]}
+    if kind == "utf8":
+        entry["frames"] = [{"name": "bad", "filename": "a.py", "line": 3}]
+    elif kind == "line":
+        entry["frames"] = [{"name": "f", "filename": "a.py", "line": -7}]
+    elif kind == "time":
+        entry["time_us"] = -5
+    data = pickle.dumps({"segments": [seg], "device_traces": [[entry]]}, protocol=4)
+    return data.replace(b"\x8c\x03bad", b"\x8c\x03b\xffd") if kind == "utf8" else data
+
+
+@pytest.mark.parametrize("kind", ["utf8", "line", "time"])
+def test_convert_to_trace_writes_every_input_analyze_reads(tmp_path, kind):
+    # Issue 30 item 12: before, these exited 1 ("not valid UTF-8", "negative line", "time_us
+    # is negative") though analyze read them.
+    src = tmp_path / "odd.pickle"
+    src.write_bytes(odd_snapshot(kind))
+    assert run("analyze", str(src)).returncode == 0
+    out = tmp_path / "odd.jsonl"
+    r = run("convert", str(src), "--to", "trace", "-o", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    frames = [x for x in lines if x.get("action") == "frame"]
+    if kind == "utf8":
+        assert "b\ufffdd" in [f["name"] for f in frames]
+    if kind == "line":
+        assert all(f.get("line", 0) >= 0 for f in frames)
+    if kind == "time":
+        assert all(x.get("time_us", -1) >= -1 for x in lines)
+    assert run("analyze", str(out)).returncode == 0

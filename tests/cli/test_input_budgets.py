@@ -360,3 +360,247 @@ def test_convert_to_perfetto_stops_at_the_output_budget_and_leaves_nothing(tmp_p
     code, err, _, _ = run_bounded(["convert", trace, "-o", str(out)], timeout_s=60)
     assert code == 0, err
     assert out.stat().st_size > 1 << 20
+
+
+# ---- Issue 30: budgets that count everything, out of memory as an exit ----------------------
+
+def run_limited(args, timeout_s, as_bytes=None):
+    """Runs fragscope, under RLIMIT_AS = as_bytes if given (not under the sanitizers: their
+    shadow memory needs terabytes of address space). Returns (exit code, stderr text, peak RSS,
+    seconds, bytes written to stdout)."""
+    import resource
+
+    def limit():
+        if as_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
+        start = time.monotonic()
+        proc = subprocess.Popen([BIN, *args], stdout=out, stderr=err,
+                                preexec_fn=limit if as_bytes is not None else None)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid != 0:
+                break
+            if time.monotonic() - start > bounds.seconds(timeout_s):
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                pytest.fail(f"fragscope {' '.join(args)} ran longer than "
+                            f"{bounds.seconds(timeout_s)} s")
+            time.sleep(0.02)
+        took = time.monotonic() - start
+        code = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        out.seek(0, os.SEEK_END)
+        return (code, err.read().decode(errors="replace"), usage.ru_maxrss * 1024, took,
+                out.tell())
+
+
+def one_line_exit_2(code, err):
+    """Refused: exit 2 and exactly one line on stderr that says what."""
+    assert code == 2, (code, err[-2000:])
+    assert err.count("\n") == 1 and err.startswith("fragscope: "), err[-2000:]
+
+
+def shared_string_snapshot(part, count, string_bytes):
+    """A snapshot whose `count` distinct frames (part "frames"), allocator_settings keys
+    ("settings") or external_annotations ("annotations") all name one string of
+    `string_bytes` through a memo reference: ~40 bytes each standing for the whole string."""
+    out = bytearray(b"\x80\x04")
+    keys = ["action", "alloc", "addr", "size", "frames", "name", "filename", "line", "stage",
+            "START", "device", "time_us"]
+    for k in keys:  # memo 0..11, popped from the stack
+        out += s(k) + memoize() + b"0"
+    out += b"\x8d" + struct.pack("<Q", string_bytes) + b"x" * string_bytes + memoize() + b"0"
+    big = get(len(keys))
+    out += s("train.py") + memoize() + b"0"
+    train = get(len(keys) + 1)
+    K = {k: get(i) for i, k in enumerate(keys)}
+
+    def i32(v):
+        return b"J" + struct.pack("<i", v)
+
+    out += b"}(" + s("segments") + b"]"
+    if part == "frames":
+        out += s("device_traces") + b"](]("
+        for i in range(count):
+            out += (b"}(" + K["action"] + K["alloc"] + K["addr"] + i32(4096 + 512 * i) +
+                    K["size"] + i32(512) + K["frames"] + b"]}(" + K["name"] + big +
+                    K["filename"] + train + K["line"] + i32(i) + b"ua" + b"u")
+        out += b"ee"
+    elif part == "settings":
+        out += s("allocator_settings") + b"}("
+        for i in range(count):
+            out += s("k%d" % i) + big
+        out += b"u"
+    else:
+        out += s("external_annotations") + b"]("
+        for i in range(count):
+            out += (b"}(" + K["stage"] + K["START"] + K["name"] + big + K["device"] + b"K\x00" +
+                    K["time_us"] + i32(i) + b"u")
+        out += b"e"
+    out += b"u."
+    return bytes(out)
+
+
+def test_a_frame_string_shared_by_many_frames_is_kept_once(tmp_path):
+    # 2.3 MB: 30,000 distinct frames (one line each) naming one 1 MiB string. Before: every
+    # frame copied and hashed the whole string (30 GB; SIGABRT at 3 GiB of address space
+    # after 21 s).
+    path = write(tmp_path, "frames.pickle", shared_string_snapshot("frames", 30_000, MiB))
+    code, err, rss, took, _ = run_limited(
+        ["analyze", path], timeout_s=60, as_bytes=None if bounds.SANITIZED else 3 * GiB)
+    assert code == 0, err[-2000:]
+    assert rss < bounds.rss(600 * MiB) and took < bounds.seconds(15)
+
+
+def test_allocator_settings_sharing_one_string_are_cut(tmp_path):
+    # 500 settings naming one 1 MiB string: 500 MB of stdout and 2 GB of RSS before.
+    path = write(tmp_path, "settings.pickle", shared_string_snapshot("settings", 500, MiB))
+    code, err, rss, took, out = run_limited(["analyze", path], timeout_s=60)
+    assert code == 0, err[-2000:]
+    assert out < 4 * MiB
+    assert rss < bounds.rss(300 * MiB) and took < bounds.seconds(15)
+
+
+def test_annotations_sharing_one_string_are_cut(tmp_path):
+    # 2,800 annotations naming one 1 MiB string: 2.8 GB of RSS before.
+    path = write(tmp_path, "ann.pickle", shared_string_snapshot("annotations", 2800, MiB))
+    code, err, rss, took, _ = run_limited(["analyze", path], timeout_s=60)
+    assert code == 0, err[-2000:]
+    assert rss < bounds.rss(300 * MiB) and took < bounds.seconds(15)
+
+
+def test_the_strings_a_snapshot_keeps_are_charged_to_the_memory_budget(tmp_path):
+    # The same frames within --max-memory 64MiB: 30,000 frames of a 4 KiB (cut) name are
+    # 120 MiB of call sites, charged copy by copy; the budget stops them at its figure.
+    path = write(tmp_path, "frames.pickle", shared_string_snapshot("frames", 30_000, MiB))
+    code, err, rss, took, _ = run_limited(["analyze", path, "--max-memory", "64MiB"],
+                                          timeout_s=60)
+    one_line_exit_2(code, err)
+    assert "the snapshot's strings (call sites, allocator settings, annotations) outgrew the " \
+           "memory budget: reached" in err
+    assert "more than the memory budget of 67108864 bytes (64.0 MiB) (set by --max-memory)" in err
+    assert rss < bounds.rss(300 * MiB) and took < bounds.seconds(15)
+
+
+def test_the_memory_budget_stops_at_its_figure(floats_bomb):
+    # Before, the figure reached was measured after the arenas doubled: a 256 MiB budget
+    # reported far more than 256 MiB.
+    code, err, _, _ = run_bounded(["analyze", floats_bomb, "--max-memory", "256MiB"],
+                                  timeout_s=60)
+    assert code == 2, err
+    reached = int(err.split("reached ")[1].split(" bytes")[0])
+    assert 256 * MiB < reached <= 256 * MiB * 1.05, err
+
+
+@pytest.mark.skipif(bounds.SANITIZED, reason="RLIMIT_AS: the sanitizers' shadow memory needs "
+                    "terabytes of address space")
+def test_running_out_of_memory_is_exit_2_and_one_line(floats_bomb, tmp_path):
+    # A budget raised past what the process may map: the allocation that fails ends the run
+    # with exit 2 and one line, and convert leaves no temporary (before: std::bad_alloc,
+    # SIGABRT and a core).
+    out = tmp_path / "out.json"
+    for command in (["analyze", floats_bomb], ["convert", floats_bomb, "--to", "json", "-o",
+                                               str(out)]):
+        code, err, _, _, _ = run_limited(command + ["--max-memory", "64GiB"], timeout_s=60,
+                                         as_bytes=512 * MiB)
+        one_line_exit_2(code, err)
+        assert "fragscope: out of memory: an allocation failed (this process may use" in err
+        assert "RLIMIT_AS" in err and "lower --max-memory" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(bounds.SANITIZED, reason="RLIMIT_AS: the sanitizers' shadow memory needs "
+                    "terabytes of address space")
+def test_the_default_memory_budget_follows_rlimit_as(floats_bomb):
+    # Under 768 MiB of address space the derived budget is at most half of what is left, not
+    # half of the machine's memory.
+    code, err, _, _, _ = run_limited(["analyze", floats_bomb], timeout_s=60,
+                                     as_bytes=768 * MiB)
+    one_line_exit_2(code, err)
+    assert "more than the memory budget of" in err and "(derived from" in err, err
+    limit = int(err.split("memory budget of ")[1].split(" bytes")[0])
+    assert limit <= 384 * MiB, err
+
+
+# ---- Issue 30 item 5: the simulator's own memory ---------------------------------------------
+
+def huge_capacity_trace(devices, allocations, capacity=1 << 60, size=4 << 40):
+    lines = [('{"format":"fragscope-trace","version":1,"kind":"request","devices":[%s]}' %
+              ",".join('{"device":%d,"capacity_bytes":%d}' % (d, capacity)
+                       for d in range(devices))).encode()]
+    for d in range(devices):
+        for i in range(allocations):
+            lines.append(b'{"action":"alloc","addr":%d,"size":%d,"device":%d}' % (i + 1, size, d))
+    return b"\n".join(lines) + b"\n"
+
+
+def test_devices_of_absurd_capacity_are_clamped_and_replay_in_little_memory(tmp_path):
+    # 9 KB: 16 devices of 2^60 bytes, eight 4 TiB allocations each. Before: the address space
+    # was sized by the capacity, past 3 GB in 2.5 s.
+    path = write(tmp_path, "huge.jsonl", huge_capacity_trace(16, 8))
+    assert os.path.getsize(path) < 10_000
+    for command in (["replay", path], ["replay", path, "--json"]):
+        code, err, rss, took, _ = run_limited(command, timeout_s=60)
+        assert code in (0, 1), err[-2000:]
+        assert rss < bounds.rss(300 * MiB) and took < bounds.seconds(15), (rss, took)
+    code, err, rss, took, _ = run_limited(
+        ["report", path, "-o", str(tmp_path / "r.html")], timeout_s=60)
+    assert code in (0, 1), err[-2000:]
+    assert rss < bounds.rss(400 * MiB) and took < bounds.seconds(20), (rss, took)
+
+
+def test_a_clamped_capacity_and_its_oom_say_what_they_are(tmp_path):
+    # Twelve 4 TiB allocations on a device said to hold 2^60 bytes: replayed as 32 TiB, with a
+    # note, and the OOM at the ninth is a shortage of those 32 TiB (before: "fragmentation",
+    # with about 1 EiB free).
+    path = write(tmp_path, "huge.jsonl", huge_capacity_trace(1, 12))
+    proc = subprocess.run([BIN, "replay", path, "--json"], capture_output=True,
+                          timeout=bounds.seconds(60))
+    import json
+    notes = " ".join(json.loads(proc.stdout)["notes"])
+    assert "device 0: a capacity of up to 1073741824.00 GiB is more than the simulator models " \
+           "(32768.00 GiB of cudaMalloc'd segments); replayed as 32768.00 GiB" in notes, notes
+    text = subprocess.run([BIN, "replay", path], capture_output=True, text=True,
+                          timeout=bounds.seconds(60)).stdout
+    assert "GPU 0 has a total capacity of 32768.00 GiB of which 0 bytes is free" in text, text
+    assert "verdict: real shortage" in text, text
+
+
+def test_memory_per_device_is_bounded(tmp_path):
+    # 4,096 devices, 20 steps of one allocation each, 0.46 MB of gzip: every device's free-block
+    # index held all 3,776 size classes up front (replay peaked at 3.0 GB; now 1.2 GB).
+    import gzip
+    lines = ['{"format":"fragscope-trace","version":1,"kind":"request","devices":[%s]}' %
+             ",".join('{"device":%d,"capacity_bytes":85899345920}' % d for d in range(4096))]
+    for step in range(20):
+        lines.append('{"action":"step","step":%d}' % step)
+        for d in range(4096):
+            lines.append('{"action":"alloc","addr":%d,"size":%d,"device":%d}' %
+                         (step + 1, MiB * (step + 1), d))
+            lines.append('{"action":"free_requested","addr":%d,"device":%d}' % (step + 1, d))
+    path = write(tmp_path, "devices.jsonl.gz", gzip.compress(("\n".join(lines) + "\n").encode()))
+    code, err, rss, took, _ = run_limited(["replay", path], timeout_s=90)
+    assert code == 0, err[-2000:]
+    assert rss < bounds.rss(1600 * MiB), rss
+
+
+# ---- Issue 30 item 8: linear JSON -----------------------------------------------------------
+
+def labels_trace(n):
+    labels = ",".join('"label%d":"v%d"' % (i, i) for i in range(n))
+    return (('{"format":"fragscope-trace","version":1,"kind":"request","devices":[{"device":0,'
+             '"capacity_bytes":85899345920}],"labels":{%s}}\n' % labels).encode() +
+            b'{"action":"alloc","addr":1,"size":512}\n{"action":"free_requested","addr":1}\n')
+
+
+def test_json_output_is_linear_in_the_labels(tmp_path):
+    # 150,000 labels: analyze --json took 4.3 s at 30,000 and 47.7 s at 300,000 (a linear
+    # search per key); text takes a fraction of a second.
+    path = write(tmp_path, "labels.jsonl", labels_trace(150_000))
+    for command in (["analyze", path, "--json"], ["replay", path, "--json"]):
+        code, err, _, took, out = run_limited(command, timeout_s=60)
+        assert code == 0, err[-2000:]
+        assert out > 150_000 * 10
+        assert took < bounds.seconds(6), (command, took)

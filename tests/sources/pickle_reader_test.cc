@@ -668,8 +668,11 @@ TEST(PickleReaderTest, Issue24MemoryBudgetStopsManySmallObjects) {
 TEST(PickleReaderTest, Issue24DerivedBudgets) {
   ASSERT_EQ(ProcessBudget().max_memory_bytes, 0u);  // no flag in this process
   constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
-  const std::uint64_t half = PhysicalMemoryBytes() / 2;
+  // Half of what this process may use (issue 30 item 6): physical memory, a cgroup's limit or
+  // RLIMIT_AS, whichever is least.
+  const std::uint64_t half = ProcessUsableMemory().bytes / 2;
   ASSERT_GT(half, 0u);
+  EXPECT_LE(half, PhysicalMemoryBytes() / 2);
   EXPECT_EQ(MemoryBudgetFor(8192), std::min(kGiB, half));
   EXPECT_EQ(MemoryBudgetFor(kGiB), std::min(64 * kGiB, half));
   EXPECT_EQ(EventBudgetFor(8192), 1'000'000u);

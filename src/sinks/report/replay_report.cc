@@ -225,10 +225,27 @@ std::string RenderReplayJson(const analysis::ReplayResult& replay,
     devices.push_back(std::move(x));
   }
   j["devices"] = std::move(devices);
-  JsonOptions inner = options;
-  inner.indent = -1;
-  j["analysis"] = Json::parse(RenderJson(analysis, inner));
-  return j.dump(options.indent, ' ', false, Json::error_handler_t::replace) + "\n";
+  // The analysis is spliced in as RenderJson writes it, indented one level deeper: parsing it
+  // back into an ordered_json inserted each key with a linear search for duplicates, O(n^2) in
+  // the trace's labels (150k labels took 23 s; issue 30 item 8). It is the last member.
+  j["analysis"] = nullptr;
+  std::string out = j.dump(options.indent, ' ', false, Json::error_handler_t::replace);
+  const std::string placeholder = options.indent >= 0 ? "\"analysis\": null" : "\"analysis\":null";
+  const std::size_t at = out.rfind(placeholder);
+  std::string inner = RenderJson(analysis, options);
+  if (!inner.empty() && inner.back() == '\n') inner.pop_back();
+  std::string nested;
+  nested.reserve(inner.size() + inner.size() / 8);
+  const std::string newline = "\n" + std::string(std::max(options.indent, 0), ' ');
+  for (const char c : inner) {
+    if (c == '\n') {
+      nested += newline;  // JSON strings hold no raw newline: each one is a line break
+    } else {
+      nested += c;
+    }
+  }
+  out.replace(at + placeholder.size() - 4, 4, nested);
+  return out + "\n";
 }
 
 }  // namespace fragscope::sinks

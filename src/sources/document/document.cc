@@ -411,4 +411,11 @@ std::uint64_t Document::heap_bytes() const {
   return total;
 }
 
+std::uint64_t Document::used_bytes() const {
+  return word_.size() * sizeof(std::uint64_t) + size_.size() * sizeof(std::uint32_t) +
+         items_.size() * sizeof(Value) + entries_.size() * sizeof(Entry) +
+         run_index_.size() * sizeof(std::uint64_t) + bytes_.size() + reserved_.size() * 32 +
+         reserved_.bucket_count() * sizeof(void*);
+}
+
 }  // namespace fragscope::sources

@@ -565,7 +565,7 @@ class Unpickler {
   }
   // Bytes held by what the machine has decoded so far (issue 24 item 1).
   std::uint64_t MemoryUsed() const {
-    return doc_.heap_bytes() + memo_.capacity() * sizeof(MemoSlot) + sparse_memo_.size() * 48 +
+    return doc_.used_bytes() + memo_.size() * sizeof(MemoSlot) + sparse_memo_.size() * 48 +
            stack_.capacity() * sizeof(Value) + marks_.capacity() * sizeof(std::size_t) +
            scratch_.capacity() + scratch2_.capacity();
   }

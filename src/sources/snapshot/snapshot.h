@@ -14,7 +14,11 @@
 //
 // Stacks are interned: frames by content, stacks (frame lists) by the Document's object
 // identity, so a file with a million references to a few hundred frames decodes to a few
-// hundred frames. The decoded Snapshot does not refer to the Document.
+// hundred frames; the strings in them are interned by object identity, then content, so a
+// string shared through the pickle memo is read and hashed once. Text kept from the file (frame
+// names and file names, allocator settings, annotations) is cut at 4096 bytes (ending in "...")
+// and every copy is charged to the memory budget. The decoded Snapshot does not refer to the
+// Document.
 //
 // Thread safety: plain values.
 #ifndef FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_H_
@@ -118,6 +122,10 @@ struct SnapshotDecodeOptions {
   /// EventBudgetFor(the Document's input bytes) (sources/budget.h). Checked before each list
   /// is decoded, so nothing is built beyond it.
   std::uint64_t max_events = 0;
+  /// Bytes of the strings the Snapshot keeps (call sites, settings, annotations) on top of the
+  /// Document being read, charged at every copy; 0 = MemoryBudgetFor(the Document's input
+  /// bytes) (sources/budget.h, issue 30 item 4).
+  std::uint64_t max_memory_bytes = 0;
 };
 
 /// Decodes a snapshot from a Document (see ReadDocumentFile). kCorruption when the top level is

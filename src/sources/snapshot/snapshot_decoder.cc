@@ -1,6 +1,7 @@
 // DecodeSnapshot: Document -> Snapshot. See snapshot.h for the rules.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,7 +29,8 @@ class Decoder {
         out_(*out),
         events_user_set_(options.max_events != 0 || ProcessBudget().max_events != 0),
         max_events_(options.max_events != 0 ? options.max_events
-                                            : EventBudgetFor(doc.input_bytes())) {}
+                                            : EventBudgetFor(doc.input_bytes())),
+        meter_(options.max_memory_bytes, doc.input_bytes(), doc.used_bytes()) {}
 
   Status Run() {
     const Value root = doc_.root();
@@ -36,7 +38,7 @@ class Decoder {
       out_.layout = SnapshotLayout::kSegmentList;
       FRAGSCOPE_RETURN_IF_ERROR(Segments(root, "[]"));
       out_.generation = GenerationFromSegments();
-      return Status::Ok();
+      return memory_status_;
     }
     if (root.kind() != ValueKind::kDict) {
       return Status::Corruption(
@@ -65,6 +67,7 @@ class Decoder {
     if (const std::optional<Value> annotations = doc_.Find(root, "external_annotations")) {
       Annotations(*annotations);
     }
+    FRAGSCOPE_RETURN_IF_ERROR(memory_status_);
     out_.generation = Generation(root);
     return Status::Ok();
   }
@@ -189,21 +192,74 @@ class Decoder {
     return &table[*id];
   }
 
+  // A string of the document as text the Snapshot keeps: at most kMaxTextBytes of it (a cut
+  // text ends in "..."), interned by the document's object identity, then by content, so a
+  // string a memo references from a million places is looked at, hashed and copied once
+  // (issue 30 item 4). -1 for a value that is not a string.
+  std::int32_t Text(Value v) {
+    if (v.kind() != ValueKind::kString) return -1;
+    std::int32_t* memo = Memo(text_of_object_, v);
+    if (memo != nullptr && *memo != kUnseen) return *memo;
+    std::string_view text = *doc_.AsString(v);
+    std::string cut;
+    if (text.size() > kMaxTextBytes) {
+      cut.assign(text.substr(0, kMaxTextBytes));
+      cut += "...";
+      text = cut;
+    }
+    auto [it, inserted] =
+        text_by_content_.try_emplace(std::string(text), static_cast<std::int32_t>(texts_.size()));
+    if (inserted) {
+      texts_.push_back(&it->first);
+      Charge(it->first.size() + kStringOverhead);
+    }
+    if (memo != nullptr) *memo = it->second;
+    return it->second;
+  }
+  std::int32_t EmptyText() {
+    auto [it, inserted] =
+        text_by_content_.try_emplace(std::string(), static_cast<std::int32_t>(texts_.size()));
+    if (inserted) texts_.push_back(&it->first);
+    return it->second;
+  }
+  const std::string& TextOf(std::int32_t id) const {
+    static const std::string kEmpty;
+    return id < 0 ? kEmpty : *texts_[static_cast<std::size_t>(id)];
+  }
+  // Charges the memory budget for a copy the Snapshot keeps; the first refusal sticks and
+  // ends the decoding at the next check (Run, the list loops).
+  void Charge(std::uint64_t bytes) {
+    if (!memory_status_.ok()) return;
+    memory_status_ = meter_.Charge(
+        bytes, "the snapshot's strings (call sites, allocator settings, annotations)");
+  }
+
   std::int32_t Frame(Value frame) {
     std::int32_t* memo = Memo(frame_of_object_, frame);
     if (memo != nullptr && *memo != kUnseen) return *memo;
-    SnapshotFrame f;
-    if (auto name = doc_.Find(frame, "name")) f.name = doc_.AsString(*name).value_or("");
-    if (auto file = doc_.Find(frame, "filename")) f.filename = doc_.AsString(*file).value_or("");
-    if (auto line = doc_.Find(frame, "line")) f.line = doc_.AsInt(*line).value_or(0);
-    std::string key = f.filename;
-    key += '\0';
-    key += f.name;
-    key += '\0';
-    key += std::to_string(f.line);
+    std::int32_t name = -1, file = -1;
+    std::int64_t line = 0;
+    if (auto v = doc_.Find(frame, "name")) name = Text(*v);
+    if (auto v = doc_.Find(frame, "filename")) file = Text(*v);
+    if (auto v = doc_.Find(frame, "line")) line = doc_.AsInt(*v).value_or(0);
+    // An absent or non-string name reads as "", the same frame as one whose name is "".
+    if (name < 0) name = EmptyText();
+    if (file < 0) file = EmptyText();
+    // The key is the interned texts' ids and the line: fixed size, hashed in constant time.
+    char key[16];
+    std::memcpy(key, &name, 4);
+    std::memcpy(key + 4, &file, 4);
+    std::memcpy(key + 8, &line, 8);
     auto [it, inserted] = frame_by_content_.try_emplace(
-        std::move(key), static_cast<std::int32_t>(out_.frames.size()));
-    if (inserted) out_.frames.push_back(std::move(f));
+        std::string(key, sizeof key), static_cast<std::int32_t>(out_.frames.size()));
+    if (inserted) {
+      SnapshotFrame f;
+      f.name = TextOf(name);
+      f.filename = TextOf(file);
+      f.line = line;
+      Charge(f.name.size() + f.filename.size() + sizeof(SnapshotFrame) + 2 * kStringOverhead);
+      out_.frames.push_back(std::move(f));
+    }
     if (memo != nullptr) *memo = it->second;
     return it->second;
   }
@@ -248,6 +304,7 @@ class Decoder {
     FRAGSCOPE_RETURN_IF_ERROR(CountEvents(items.size(), where));
     out_.segments.reserve(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
+      FRAGSCOPE_RETURN_IF_ERROR(memory_status_);
       FRAGSCOPE_RETURN_IF_ERROR(Once(items[i], fmt::format("{}[{}]", where, i)));
       FRAGSCOPE_RETURN_IF_ERROR(Segment(items[i], fmt::format("{}[{}]", where, i)));
     }
@@ -431,6 +488,9 @@ class Decoder {
         if (!FirstVisit(entries[i])) [[unlikely]] {  // the hot loop: no message unless needed
           return SharedError(entries[i], fmt::format("{}[{}]", list_where, i));
         }
+        if (!memory_status_.ok()) [[unlikely]] {
+          return memory_status_.WithPrefix(fmt::format("{}[{}]", list_where, i));
+        }
         FRAGSCOPE_RETURN_IF_ERROR(Entry(entries[i], d, i, &out));
       }
       out_.trace_entries += entries.size();
@@ -521,30 +581,57 @@ class Decoder {
 
   // ---- allocator_settings and external_annotations.
 
-  std::string Render(Value v, int depth = 0) const {
+  // Appends `v` as text to *out, which stops growing past kMaxTextBytes (then it ends in
+  // "..."): a setting is a short option value, and a file can make one stand for gigabytes
+  // (a string shared by every key, a dict of a million entries; issue 30 item 4).
+  void Render(Value v, std::string* out, int depth = 0) const {
+    if (out->size() > kMaxTextBytes) return;
     switch (v.kind()) {
       case ValueKind::kNone:
-        return "None";
+        *out += "None";
+        break;
       case ValueKind::kBool:
-        return *doc_.AsBool(v) ? "True" : "False";
+        *out += *doc_.AsBool(v) ? "True" : "False";
+        break;
       case ValueKind::kInt:
-        return std::to_string(*doc_.AsInt(v));
+        *out += std::to_string(*doc_.AsInt(v));
+        break;
       case ValueKind::kFloat:
-        return fmt::format("{}", *doc_.AsDouble(v));
+        *out += fmt::format("{}", *doc_.AsDouble(v));
+        break;
       case ValueKind::kString:
-        return std::string(*doc_.AsString(v));
+        *out += doc_.AsString(v)->substr(0, kMaxTextBytes + 1 - out->size());
+        break;
       case ValueKind::kDict: {
-        if (depth > 0) return "{...}";
-        std::string s = "[";
-        for (const auto& [k, val] : doc_.Entries(v)) {
-          if (s.size() > 1) s += ',';
-          s += Render(k, depth + 1) + ":" + Render(val, depth + 1);
+        if (depth > 0) {
+          *out += "{...}";
+          break;
         }
-        return s + "]";
+        *out += '[';
+        bool first = true;
+        for (const auto& [k, val] : doc_.Entries(v)) {
+          if (out->size() > kMaxTextBytes) break;
+          if (!first) *out += ',';
+          first = false;
+          Render(k, out, depth + 1);
+          *out += ':';
+          Render(val, out, depth + 1);
+        }
+        *out += ']';
+        break;
       }
       default:
-        return fmt::format("<{}>", KindOf(v));
+        *out += fmt::format("<{}>", KindOf(v));
     }
+  }
+  std::string Render(Value v) const {
+    std::string out;
+    Render(v, &out);
+    if (out.size() > kMaxTextBytes) {
+      out.resize(kMaxTextBytes);
+      out += "...";
+    }
+    return out;
   }
 
   void Settings(Value settings) {
@@ -553,25 +640,39 @@ class Decoder {
       return;
     }
     out_.has_allocator_settings = true;
-    for (const auto& [k, v] : doc_.Entries(settings)) {
+    const auto entries = doc_.Entries(settings);
+    std::size_t kept = 0;
+    for (const auto& [k, v] : entries) {
       const auto key = doc_.AsString(k);
       if (!key) continue;
-      out_.allocator_settings.emplace_back(std::string(*key), Render(v));
+      if (kept == kMaxSettings) {
+        Warn(fmt::format("allocator_settings: more than {} keys; the rest are ignored",
+                         kMaxSettings));
+        break;
+      }
+      ++kept;
+      std::string text = Render(v);
+      std::string name(key->substr(0, kMaxTextBytes));
+      Charge(name.size() + text.size() + 2 * kStringOverhead);
+      if (!memory_status_.ok()) return;
+      out_.allocator_settings.emplace_back(std::move(name), std::move(text));
     }
   }
 
   void Annotations(Value list) {
     for (const Value a : doc_.Items(list)) {
+      if (!memory_status_.ok()) return;
       if (a.kind() != ValueKind::kDict) continue;
       // A shared annotation dict would be searched again at each reference: read each once.
       if (!Once(a, "external_annotations").ok()) continue;
       SnapshotAnnotation n;
-      if (auto v = doc_.Find(a, "stage")) n.stage = doc_.AsString(*v).value_or("");
-      if (auto v = doc_.Find(a, "name")) n.name = doc_.AsString(*v).value_or("");
+      if (auto v = doc_.Find(a, "stage")) n.stage = TextOf(Text(*v));
+      if (auto v = doc_.Find(a, "name")) n.name = TextOf(Text(*v));
       if (auto v = doc_.Find(a, "device")) {
         n.device = static_cast<std::int32_t>(doc_.AsInt(*v).value_or(0));
       }
       if (auto v = doc_.Find(a, "time_us")) n.time_us = doc_.AsInt(*v).value_or(-1);
+      Charge(n.stage.size() + n.name.size() + sizeof(SnapshotAnnotation) + 2 * kStringOverhead);
       out_.annotations.push_back(std::move(n));
     }
   }
@@ -619,6 +720,12 @@ class Decoder {
   const Document& doc_;
   const SnapshotDecodeOptions& options_;
   Snapshot& out_;
+  // The longest text kept from a string of the file (a frame's name or file name, a setting, an
+  // annotation): real ones are names and paths (PATH_MAX is 4096); longer ones are cut.
+  static constexpr std::size_t kMaxTextBytes = 4096;
+  static constexpr std::size_t kMaxSettings = 1024;  // PyTorch records about ten
+  // What a kept std::string costs besides its characters (its object, the heap block's header).
+  static constexpr std::uint64_t kStringOverhead = 48;
   static constexpr std::size_t kWarmEntries = 65536;
   Prefaulter prefaulter_;
   std::size_t suppressed_warnings_ = 0;
@@ -682,7 +789,12 @@ class Decoder {
   std::vector<std::int32_t> frame_of_object_;  // by ObjectId; kUnseen until decoded
   std::vector<std::int32_t> stack_of_object_;
   RunTable stack_by_run_;
-  KeyedStringMap<std::int32_t> frame_by_content_;
+  KeyedStringMap<std::int32_t> frame_by_content_;  // by the ids of name and file, and the line
+  std::vector<std::int32_t> text_of_object_;       // by ObjectId; kUnseen until interned
+  KeyedStringMap<std::int32_t> text_by_content_;
+  std::vector<const std::string*> texts_;  // the keys of text_by_content_ (nodes do not move)
+  MemoryMeter meter_;
+  Status memory_status_ = Status::Ok();
 };
 
 bool IsPythonFile(std::string_view filename) {

@@ -155,7 +155,9 @@ Result<std::unique_ptr<SnapshotReader>> SnapshotReader::Open(const std::string& 
   DocumentFormat format = DocumentFormat::kPickle;
   Result<Document> doc = ReadDocumentFile(path, &format, options.limits, options.progress);
   if (!doc.ok()) return doc.status();
-  Result<Snapshot> snapshot = DecodeSnapshot(*doc, options.decode);
+  SnapshotDecodeOptions decode = options.decode;
+  if (decode.max_memory_bytes == 0) decode.max_memory_bytes = options.limits.max_memory_bytes;
+  Result<Snapshot> snapshot = DecodeSnapshot(*doc, decode);
   if (!snapshot.ok()) return snapshot.status().WithPrefix(path);
   std::unique_ptr<SnapshotReader> reader = FromSnapshot(std::move(*snapshot), path);
   reader->container_ = format == DocumentFormat::kJson ? "JSON" : "pickle";
@@ -187,18 +189,20 @@ void SnapshotReader::Prepare() {
     header_.allocator_settings = model::ToSettingPairs(*recorded);
   }
 
+  site_of_stack_.resize(s.stacks.size());
+  for (std::size_t i = 0; i < s.stacks.size(); ++i) {
+    site_of_stack_[i] = CallSiteFrame(s, static_cast<std::int32_t>(i));
+  }
+  // The frames' strings move into frames(): the decoder charged one copy of each to the memory
+  // budget, and a second would double what a file of many call sites takes (issue 30 item 4).
   frames_.reserve(s.frames.size());
   for (std::size_t i = 0; i < s.frames.size(); ++i) {
     Frame f;
     f.id = static_cast<std::int32_t>(i);
-    f.name = s.frames[i].name;
-    f.filename = s.frames[i].filename;
+    f.name = std::move(s.frames[i].name);
+    f.filename = std::move(s.frames[i].filename);
     f.line = s.frames[i].line;
     frames_.push_back(std::move(f));
-  }
-  site_of_stack_.resize(s.stacks.size());
-  for (std::size_t i = 0; i < s.stacks.size(); ++i) {
-    site_of_stack_[i] = CallSiteFrame(s, static_cast<std::int32_t>(i));
   }
 
   // Segments by device, so that building each device's history looks at its own segments

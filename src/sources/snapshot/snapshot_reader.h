@@ -12,7 +12,8 @@
 // device and trace entry; the history continues.
 //
 // Call sites: frames() holds every distinct frame of the file; an event's `frame` is the call
-// site of its stack (CallSiteFrame in snapshot.h).
+// site of its stack (CallSiteFrame in snapshot.h). The frames' strings are moved there from
+// snapshot().frames, which keeps only their lines.
 //
 // Thread safety: none.
 #ifndef FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_READER_H_

@@ -464,6 +464,27 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
+std::string ToValidUtf8(std::string_view text) {
+  if (IsValidUtf8(text)) return std::string(text);
+  std::string out;
+  out.reserve(text.size() + text.size() / 2);
+  for (std::size_t i = 0; i < text.size();) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      out.push_back(text[i++]);
+      continue;
+    }
+    const std::size_t len = Utf8SequenceLength(text, i);
+    if (len == 0) {
+      out.append("\xef\xbf\xbd");  // U+FFFD for the byte that starts no valid sequence
+      ++i;
+    } else {
+      out.append(text.substr(i, len));
+      i += len;
+    }
+  }
+  return out;
+}
+
 bool AppendJsonString(std::string_view text, std::string* out) {
   if (!IsValidUtf8(text)) return false;
   out->push_back('"');

@@ -120,6 +120,8 @@ bool AppendJsonString(std::string_view text, std::string* out);
 
 /// Whether `text` is valid UTF-8 (RFC 3629: no overlongs, no surrogates, at most U+10FFFF).
 bool IsValidUtf8(std::string_view text);
+/// `text` with each byte that starts no valid UTF-8 sequence replaced by U+FFFD.
+std::string ToValidUtf8(std::string_view text);
 
 }  // namespace fragscope::sources
 

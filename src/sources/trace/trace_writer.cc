@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -390,6 +391,59 @@ std::unique_ptr<TraceWriter> TraceWriter::ToString(std::string* out, const Trace
   (void)writer->Start(
       sources::OutputStream::Create(compression, sources::StringSink(writer->collected())), header);
   return writer;
+}
+
+// ---- What a reader accepts, made writable (issue 30 item 12) -------------------------------
+
+namespace {
+
+std::vector<std::pair<std::string, std::string>> WritablePairs(
+    const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(pairs.size());
+  std::unordered_map<std::string, std::size_t> index;
+  for (const auto& [name, value] : pairs) {
+    std::string key = sources::ToValidUtf8(name);
+    const auto [it, inserted] = index.try_emplace(key, out.size());
+    if (inserted) {
+      out.emplace_back(std::move(key), sources::ToValidUtf8(value));
+    } else {
+      out[it->second].second = sources::ToValidUtf8(value);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TraceHeader WritableHeader(const TraceHeader& header) {
+  TraceHeader out = header;
+  out.producer = sources::ToValidUtf8(header.producer);
+  out.devices.clear();
+  std::set<std::int32_t> seen;
+  for (const DeviceInfo& d : header.devices) {
+    if (d.device < 0 || !seen.insert(d.device).second) continue;
+    DeviceInfo copy = d;
+    copy.name = sources::ToValidUtf8(d.name);
+    out.devices.push_back(std::move(copy));
+  }
+  out.allocator_settings = WritablePairs(header.allocator_settings);
+  out.labels = WritablePairs(header.labels);
+  return out;
+}
+
+Frame WritableFrame(const Frame& frame) {
+  Frame out = frame;
+  out.name = sources::ToValidUtf8(frame.name);
+  out.filename = sources::ToValidUtf8(frame.filename);
+  if (out.line < 0) out.line = 0;
+  return out;
+}
+
+Event WritableEvent(const Event& event) {
+  Event out = event;
+  if (out.time_us < -1) out.time_us = -1;
+  return out;
 }
 
 }  // namespace fragscope
