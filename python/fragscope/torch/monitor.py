@@ -284,8 +284,8 @@ class Monitor:
                 write_file_safely(path, pickle.dumps(torch.cuda.memory._snapshot()),
                                   named_by_user=False)
                 _log("out of memory on device {} ({} bytes requested, {} free): wrote {} "
-                     "(fragscope explain --snapshot {})".format(device, alloc, device_free,
-                                                              path, path))
+                     "(fragscope analyze {}; fragscope explain LOG --snapshot {})".format(
+                         device, alloc, device_free, path, path, path))
             except Exception as e:  # never make the OOM worse
                 _log("cannot record the OOM snapshot: {!r}".format(e))
         attach(observer)
@@ -302,8 +302,8 @@ class Monitor:
             try:
                 if gpu.ooms():
                     gpu.dump_snapshot(path, named_by_user=False)
-                    _log("the virtual GPU ran out of memory: wrote {} (fragscope explain "
-                         "--snapshot {})".format(path, path))
+                    _log("the virtual GPU ran out of memory: wrote {} (fragscope analyze {}; "
+                         "fragscope explain LOG --snapshot {})".format(path, path, path))
             except Exception as e:
                 _log("cannot record the OOM snapshot: {!r}".format(e))
         atexit.register(at_exit)
