@@ -8,6 +8,9 @@ opened. A symbolic link at the target is refused when the program chose the path
 monitor's recommendation and OOM snapshot in its run directory); when the caller named the path
 (dump_snapshot(path)) a link to an existing regular file is followed and that file replaced. A
 link to nothing is always refused: its target is never created.
+
+Modes: a replaced file keeps its mode; a new one gets 0666 less the process's umask, as
+open(2) would give it (issue 30 item 10).
 """
 
 import contextlib
@@ -44,15 +47,39 @@ def _target(path, named_by_user):
     return real
 
 
+def _umask():
+    """The process's umask, read without changing it where Linux tells (/proc, >= 4.7)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # the portable way: set and restore
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(target, mode):
+    if mode is not None:
+        return mode
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
-def open_safely(path, named_by_user=False, mode=0o644):
+def open_safely(path, named_by_user=False, mode=None):
     """A binary file object for the new content of `path`; renamed onto it when the block
-    ends normally, removed when it raises. Raises OSError for a refused target."""
+    ends normally, removed when it raises. Raises OSError for a refused target. `mode`: None
+    keeps the replaced file's mode, or gives a new file 0666 less the umask."""
     target = _target(os.fspath(path), named_by_user)
     directory, name = os.path.split(target)
     fd, temp = tempfile.mkstemp(dir=directory or ".", prefix="." + name + ".", suffix=".tmp")
     try:
-        os.fchmod(fd, mode)
+        os.fchmod(fd, _mode_for(target, mode))
         with os.fdopen(fd, "wb") as f:
             yield f
         os.replace(temp, target)
@@ -62,7 +89,7 @@ def open_safely(path, named_by_user=False, mode=0o644):
         raise
 
 
-def write_file_safely(path, data, named_by_user=False, mode=0o644):
+def write_file_safely(path, data, named_by_user=False, mode=None):
     """Replaces `path` with `data` (bytes) through open_safely."""
     with open_safely(path, named_by_user=named_by_user, mode=mode) as f:
         f.write(data)

@@ -60,3 +60,23 @@ def test_a_link_to_nothing_is_never_followed(tmp_path):
             write_file_safely(tmp_path / "snap.pickle", b"x", named_by_user=named)
     assert not (tmp_path / "created").exists()
     assert os.listdir(tmp_path) == ["snap.pickle"]
+
+
+def test_issue30_item10_a_replaced_file_keeps_its_mode_and_a_new_one_honours_the_umask(tmp_path):
+    kept = tmp_path / "kept.json"
+    kept.write_bytes(b"old")
+    os.chmod(kept, 0o600)
+    write_file_safely(kept, b"new")
+    assert (os.stat(kept).st_mode & 0o777) == 0o600
+    old = os.umask(0o077)
+    try:
+        write_file_safely(tmp_path / "new.json", b"x")
+    finally:
+        os.umask(old)
+    assert (os.stat(tmp_path / "new.json").st_mode & 0o777) == 0o600
+    old = os.umask(0o022)
+    try:
+        write_file_safely(tmp_path / "open.json", b"x")
+    finally:
+        os.umask(old)
+    assert (os.stat(tmp_path / "open.json").st_mode & 0o777) == 0o644
