@@ -138,16 +138,69 @@ def test_watch_does_not_act_and_the_level_is_configurable(tmp_path):
         mon.Monitor(every=0, run_dir=str(tmp_path))
 
 
-def test_a_failing_checkpoint_is_reported_and_never_claimed(tmp_path, capsys):
-    def boom(step):
-        raise OSError("disk full")
-    f = Fake(tmp_path, {10: "critical", 20: "critical"}, every=10, save_checkpoint=boom)
-    assert f.m.step(10) is False  # no exit
-    assert f.m.disabled and not f.m.stopped
-    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
-    assert rec["checkpoint_saved"] is False and "disk full" in rec["checkpoint_error"]
-    assert f.m.step(20) is False and f.reads == [10]  # stopped acting and sampling
+def test_issue30_item9_a_failing_checkpoint_claims_nothing_and_disarms_nothing(tmp_path,
+                                                                            capsys):
+    calls = []
+
+    def flaky(step):
+        calls.append(step)
+        if step == 10:
+            raise OSError("No space left on device")
+    request = tmp_path / mon.REQUEST_FILE
+    request.write_text("")
+    f = Fake(tmp_path, {10: "critical", 20: "critical"}, every=10, save_checkpoint=flaky,
+             action="stop")
+    assert f.m.step(10) is False and not f.m.stopped  # no stop
+    # Nothing written (the run directory stays armed), the node's request is still there.
+    assert not (tmp_path / mon.RECOMMENDATION_FILE).exists()
+    assert request.exists() and not (tmp_path / (mon.REQUEST_FILE + ".taken")).exists()
     assert "save_checkpoint raised" in capsys.readouterr().err
+    # The next sample tries again, and this time saves, writes and answers the request.
+    assert f.m.step(20) is True and calls == [10, 20]
+    rec = json.loads((tmp_path / mon.RECOMMENDATION_FILE).read_text())
+    assert rec["checkpoint_saved"] is True and rec["step"] == 20
+    assert not request.exists()
+
+
+def test_issue30_item9_a_request_taken_by_a_killed_run_is_not_answered_again(tmp_path):
+    # SIGTERM during save_checkpoint: the request was taken (renamed) first, so the restart
+    # finds no request, and the stale taken file is removed.
+    (tmp_path / (mon.REQUEST_FILE + ".taken")).write_text("")
+    saved = []
+    f = Fake(tmp_path, {10: "ok"}, every=10, save_checkpoint=saved.append, action="stop")
+    assert f.m.step(10) is False and saved == []
+    assert not (tmp_path / (mon.REQUEST_FILE + ".taken")).exists()
+
+
+def test_issue30_item9_the_recommendation_must_be_a_valid_regular_file(tmp_path):
+    rec = tmp_path / mon.RECOMMENDATION_FILE
+    os.mkfifo(rec)  # opening it for reading would block forever
+    f = Fake(tmp_path, {10: "critical"}, every=10, save_checkpoint=lambda s: None,
+             action="stop")
+    assert f.m.acted_before is False
+    os.unlink(rec)
+    rec.write_text("garbage")
+    f = Fake(tmp_path, {10: "critical"}, every=10, save_checkpoint=lambda s: None,
+             action="stop")
+    assert f.m.acted_before is False and f.m.step(10) is True
+    os.unlink(rec)
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"alloc_conf": ""}')
+    os.symlink(target, rec)
+    assert mon.read_recommendation(str(tmp_path)) is None
+
+
+def test_issue30_item1_a_request_file_of_another_user_is_ignored(tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("needs root to give a file to another uid")
+    request = tmp_path / mon.REQUEST_FILE
+    request.write_text("")
+    os.chown(request, 65534, 65534)
+    saved = []
+    f = Fake(tmp_path, {10: "ok"}, every=10, save_checkpoint=saved.append, action="stop")
+    assert f.m.step(10) is False and saved == []
+    os.chown(request, os.getuid(), os.getgid())
+    assert f.m.step(20) is True and saved == [20]
 
 
 def test_one_stop_per_run_directory(tmp_path):

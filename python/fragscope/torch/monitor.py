@@ -23,9 +23,11 @@ Between samples step() costs one comparison. Monitoring never fails training: a 
 is down or slow, an unreadable allocator, a corrupt recommendation file each give one message.
 """
 
+import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 import time
 
@@ -36,6 +38,7 @@ from fragscope._safe_file import write_file_safely
 EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — torchrun restarts any non-zero exit
 RECOMMENDATION_FILE = "fragscope-recommendation.json"
 REQUEST_FILE = "fragscope-checkpoint-request"
+TAKEN_SUFFIX = ".taken"  # a request being answered (renamed, so that a kill cannot replay it)
 LEVELS = ("unknown", "ok", "watch", "warning", "critical")
 ENV_APPLY = "FRAGSCOPE_APPLY_RECOMMENDATION"
 ENV_RUN_DIR = "FRAGSCOPE_RUN_DIR"
@@ -72,18 +75,49 @@ def _vgpu():
     return gpu if gpu is not None and gpu.active else None
 
 
+def _honoured_request(path):
+    """True for a checkpoint request the monitor acts on: a regular file (not a link) owned by
+    root or by this process's user. Another local user cannot make the job stop (docs/
+    live-monitoring.md, "Who may do what")."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        _log("{} is not a regular file: not a checkpoint request".format(path))
+        return False
+    if st.st_uid not in (0, os.getuid()):
+        _log("{} belongs to uid {}, neither root nor this job's user: ignored".format(
+            path, st.st_uid))
+        return False
+    return True
+
+
 def read_recommendation(run_dir):
     """The recommendation dict in run_dir, or None when there is none. A file that is not a
     valid recommendation gives a message naming it and the fault, and None."""
     path = os.path.join(run_dir, RECOMMENDATION_FILE)
     try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 20)
+        # No link followed, never blocked by a FIFO planted there; a regular file only.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as e:
         _log("cannot read {}: {}; ignored".format(path, e))
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            _log("{} is not a regular file; ignored".format(path))
+            return None
+        with os.fdopen(fd, "rb") as f:
+            fd = None
+            data = f.read(1 << 20)
+    except OSError as e:
+        _log("cannot read {}: {}; ignored".format(path, e))
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)
     try:
         rec = json.loads(data.decode("utf-8"))
         if not isinstance(rec, dict):
@@ -246,7 +280,13 @@ class Monitor:
         # One stop per run directory: after a restart with the fix, stopping again for the same
         # risk would only restart the job again. The monitor goes on sampling, sending and
         # warning; a node's checkpoint request still acts. Delete the file to re-arm.
-        self.acted_before = os.path.exists(os.path.join(self.run_dir, RECOMMENDATION_FILE))
+        # Only a valid recommendation counts: garbage (or a FIFO, a link) there is ignored.
+        self.acted_before = read_recommendation(self.run_dir) is not None
+        # A request taken by a run that was killed while it saved was being answered: the
+        # restart does not answer it again.
+        for path in self._request_paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path + TAKEN_SUFFIX)
         self._said_acted = False
         self.oom_snapshot = os.path.join(self.run_dir,
                                          "fragscope-oom-rank{}.pickle".format(self.rank))
@@ -361,7 +401,7 @@ class Monitor:
             return self.stopped
         own, verdict, sample = self._forecast(step)
         for path in self._request_paths:
-            if os.path.exists(path):
+            if _honoured_request(path):
                 self._requested = True
         requested = self._requested
         if requested:
@@ -509,6 +549,14 @@ class Monitor:
     def _act(self, step, levels, verdict):
         worst = max(lv for lv, _ in levels)
         worst_rank = max(range(len(levels)), key=lambda r: levels[r][0])
+        # Requests are taken (renamed) before the save: a kill during it cannot leave one for
+        # the restart to act on again; a failed save gives them back.
+        taken = []
+        for path in self._request_paths:
+            if _honoured_request(path):
+                with contextlib.suppress(OSError):
+                    os.rename(path, path + TAKEN_SUFFIX)
+                    taken.append(path)
         error = None
         if self.save_checkpoint is not None:
             error = self._call("save_checkpoint", self.save_checkpoint, step)
@@ -537,20 +585,24 @@ class Monitor:
             rec["checkpoint_saved"] = False
             if error is None:
                 rec["checkpoint_error"] = "failed on rank(s) {}".format(failed)
-        for path in self._request_paths:  # answered: a restart must not act on it again
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        if failed:
+            # Nothing is claimed: no recommendation (the run directory stays armed), the node's
+            # request stays for the next sample, and the monitor tries again there.
+            for path in taken:
+                with contextlib.suppress(OSError):
+                    os.rename(path + TAKEN_SUFFIX, path)
+            self._barrier()
+            _log("step {}: the checkpoint failed on rank(s) {}, so no rank stops and nothing is "
+                 "claimed as saved; the monitor tries again at its next sample".format(
+                     step, failed))
+            return False
+        for path in taken:  # answered: a restart must not act on it again
+            with contextlib.suppress(OSError):
+                os.unlink(path + TAKEN_SUFFIX)
         self._requested = False
         if self.local_rank == 0:
             self._write(rec)
         self._barrier()
-        if failed:
-            self.disabled = True
-            _log("step {}: the checkpoint failed on rank(s) {}, so the monitor stops acting and "
-                 "the run goes on (nothing was claimed as saved)".format(step, failed))
-            return False
         self.stopped = True
         _log("step {}: saved={}; recommended PYTORCH_CUDA_ALLOC_CONF={} ({}); {}".format(
             step, rec["checkpoint_saved"], conf, how,
