@@ -132,4 +132,14 @@ std::string FormatBytes(std::uint64_t bytes) {
 
 std::string FormatAddress(std::uint64_t addr) { return fmt::format("{:#x}", addr); }
 
+std::string FormatCount(std::uint64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace fragscope

@@ -41,6 +41,9 @@ std::string FormatBytesLikePyTorch(std::uint64_t bytes);
 /// Compact human form for tables: "0 B", "512 B", "1.5 KiB", "20.0 MiB", "1.25 GiB".
 std::string FormatBytes(std::uint64_t bytes);
 
+/// A count with thousands separators: 1234567 -> "1,234,567" (event counts, indices, steps).
+std::string FormatCount(std::uint64_t n);
+
 /// "0x7f3a00000000".
 std::string FormatAddress(std::uint64_t addr);
 
