@@ -65,8 +65,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const fragscope::analysis::OomExplanation e = fragscope::analysis::ExplainOom(m);
     if (e.figures) {
       const fragscope::analysis::OomFigures& f = *e.figures;
-      const std::uint64_t reach = f.headroom + f.unallocated + f.private_pools;
+      // The private pools' cache is not within the regular allocator's reach.
+      const std::uint64_t reach = f.headroom + f.unallocated;
       if (e.verdict == OomVerdict::kFragmentation) Check(f.tried <= reach, "fragmentation");
+      if (e.verdict == OomVerdict::kCap) {
+        Check((m.allowed && f.reserved + f.tried > *m.allowed) || f.tried < f.free,
+              "a cap without the cap or free memory beyond the request");
+      }
       if (e.verdict == OomVerdict::kShortage || e.verdict == OomVerdict::kOtherProcesses) {
         Check(f.tried > reach, "shortage or other processes with enough cached");
       }

@@ -45,7 +45,9 @@ PyTorch 1.x (CUDA, ROCm's "HIP out of memory", XPU; wrapped lines, "[rank3]:" an
 prefixes, tracebacks around it), and for each one says:
   * the verdict: fragmentation (enough memory was cached by PyTorch but not in one block),
     shortage (not enough even if every cached byte were one block), other processes (it would
-    have fit without the memory they held), or undetermined (and which figure is missing);
+    have fit without the memory they held), cap (the process's allowed share - a memory
+    fraction - was the bound, printed as "allowed" or shown by far more free memory than the
+    request), or undetermined (and which figure is missing);
   * how much memory was stranded, with the formula and the message's own figures;
   * the remedies, best first: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, a
     max_split_size_mb computed from the figures, fixed shapes, a smaller batch, freeing other
@@ -59,7 +61,9 @@ are replayed through the caching-allocator simulator on the device the message d
 (total capacity, minus the memory outside PyTorch's cache), once with the current settings
 (--alloc-conf; for a snapshot, by default the settings it recorded) and once per proposed
 allocator setting, and the remedies are re-ranked by the measured result: fits or still OOM,
-peak reserved, fragmentation at the OOM point.
+peak reserved, fragmentation at the OOM point; a setting that runs out of memory earlier than
+the current settings is marked worse and ranked last. The same replays try `fragscope tune`'s
+default grid: its best setting is added when no proposed setting fits with a peak as low.
 
 docs/explain.md has the formulas and the supported wordings with their PyTorch versions.
 
@@ -197,6 +201,8 @@ int RunExplain(const ExplainFlags& flags) {
     Result<pipeline::RequestEvents> events =
         ReadRequestEvents(*opened, replay_path, current->Rules(), &notes);
     if (!events.ok()) return BadInput(events.status().message());
+    options.recorded_from = events->recorded_from;
+    options.search = analysis::DefaultTuneGrid(version);  // tune's own search, in one pass
     Result<analysis::Verification> verified =
         analysis::VerifyRemedies(events->events, options, &target);
     if (!verified.ok()) {

@@ -219,6 +219,8 @@ std::string_view OomVerdictName(OomVerdict verdict) {
       return "shortage";
     case OomVerdict::kOtherProcesses:
       return "other_processes";
+    case OomVerdict::kCap:
+      return "cap";
     case OomVerdict::kUndetermined:
       break;
   }
@@ -239,6 +241,95 @@ std::vector<std::string> MissingFigures(const OomMessage& m) {
 }
 
 namespace {
+
+// Whether the device's free figure is above the request by more than the printing and the
+// driver explain: each figure is printed to half a hundredth of its unit (at most 0.5% of it),
+// and the driver maps memory in 2 MiB pages. docs/explain.md, "Verdict".
+bool FarAbove(std::uint64_t free, std::uint64_t tried) {
+  return free > tried && free - tried > free / 200 + tried / 200 + 2 * kMiB;
+}
+
+// How to raise or remove the per-process memory fraction on the message's device.
+std::string RaiseFractionAction(const OomExplanation& e) {
+  return fmt::format(
+      "Raise the per-process memory fraction ({}.set_per_process_memory_fraction{}) or remove it",
+      TorchModule(e),
+      IsXpu(e) ? std::string()
+               : fmt::format(", or per_process_memory_fraction in {} in 2.9+", ConfVariable(e)));
+}
+
+// The verdict when the message prints the cap and the request would have crossed it: PyTorch
+// refuses a new segment beyond the allowed memory before it asks the driver (spec §7, §4.5), so
+// the cap, not the device's free memory, was the bound.
+void DecidePrintedCap(const OomFigures& f, std::uint64_t allowed, OomExplanation* e) {
+  e->verdict = OomVerdict::kCap;
+  const std::uint64_t over = f.reserved + f.tried - allowed;
+  const bool device_had_room = f.free >= f.tried;
+  e->summary = fmt::format(
+      "cap: the process hit its allowed share: the {} PyTorch reserved plus the {} request "
+      "come to {}, {} beyond the {} allowed (a per-process memory fraction); {}",
+      B(f.reserved), B(f.tried), B(f.reserved + f.tried), B(over), B(allowed),
+      device_had_room
+          ? fmt::format("the device itself had {} free, enough for the request", B(f.free))
+          : fmt::format("the device itself had only {} free, so raising the cap alone does not "
+                        "make room",
+                        B(f.free)));
+  e->reasons.push_back(fmt::format(
+      "R + S = {} > allowed L = {}: PyTorch refuses a new segment beyond the cap before it asks "
+      "the driver",
+      B(f.reserved + f.tried), B(allowed)));
+  if (f.unallocated >= f.tried) {
+    e->notes.push_back(fmt::format(
+        "{} was cached within the allowed share, as much as the request, but not in one block",
+        B(f.unallocated)));
+  }
+  e->remedies.push_back({"raise_memory_fraction", "", RaiseFractionAction(*e),
+                         fmt::format("the job needed {} beyond the {} allowed{}", B(over),
+                                     B(allowed), device_had_room ? "; the device had room" : ""),
+                         std::nullopt});
+  if (f.unallocated * 20 >= f.tried) AddExpandable(e, f);
+  AddSmallerBatch(e, over);
+}
+
+// The verdict when the device reported far more free memory than the request and PyTorch still
+// failed: something limited this process's memory. Classic wordings and the newest print the
+// memory fraction ("L allowed;"); the "total capacity of" wording of some 2.x releases computes
+// it but does not print it.
+void DecideUnprintedLimit(const OomFigures& f, OomExplanation* e) {
+  e->verdict = OomVerdict::kCap;
+  const bool fraction_unprinted =
+      !e->message.allowed && e->message.wording == OomWording::kCapacityOf;
+  e->summary = fmt::format(
+      "cap: the device reported {} free, more than the {} request, yet PyTorch could not get "
+      "it: a limit on this process's memory was the bound{}",
+      B(f.free), B(f.tried),
+      fraction_unprinted
+          ? fmt::format(", most likely a per-process memory fraction set in code ({}"
+                        ".set_per_process_memory_fraction), which this wording does not print "
+                        "(some 2.x releases compute it but leave \"allowed\" out)",
+                        TorchModule(*e))
+          : std::string(", one the message's figures do not show (PyTorch's own memory "
+                        "fraction would be printed as \"allowed\" here)"));
+  e->reasons.push_back(fmt::format(
+      "S = {} <= F = {}, by more than the printing's rounding and the driver's 2 MiB pages",
+      B(f.tried), B(f.free)));
+  e->notes.push_back(
+      "unless another process freed that much memory between the failed allocation and the "
+      "message (PyTorch reads the free figure right after the failure)");
+  e->remedies.push_back(
+      {"raise_memory_fraction", "",
+       fmt::format("Find the limit and raise or remove it: a memory fraction set in code "
+                   "({}.set_per_process_memory_fraction{}), or a limit on the process's GPU "
+                   "memory set outside PyTorch",
+                   TorchModule(*e),
+                   IsXpu(*e)
+                       ? std::string()
+                       : fmt::format(", per_process_memory_fraction in {}", ConfVariable(*e))),
+       fmt::format("the device had {} free, {} more than the request", B(f.free),
+                   B(f.free - f.tried)),
+       std::nullopt});
+  AddSmallerBatch(e, 0);
+}
 
 // The verdict and the remedies it calls for (ExplainOom adds those of the device's state).
 OomExplanation Decide(const OomMessage& message) {
@@ -314,10 +405,13 @@ OomExplanation Decide(const OomMessage& message) {
         "on an XPU device that cannot report its free memory, PyTorch prints total minus "
         "reserved as the free figure: memory held outside PyTorch, if any, does not show");
   }
-  e.stranded = f.unallocated + f.private_pools;
+  e.stranded = f.unallocated;
   e.shortfall = Sub(f.tried, f.headroom);
+  // What the regular allocator could reach for the request: the device's usable free memory
+  // and its own cache. The private pools' cache is not part of it: only their CUDA graphs and
+  // MemPools allocate from it (PyTorch prints it inside "allocated" and outside "reserved but
+  // unallocated", spec §12.1).
   const std::uint64_t cached = f.headroom + f.unallocated;
-  const std::uint64_t with_pools = cached + f.private_pools;
 
   e.reasons.push_back(fmt::format("request S = {}; device free F = {}{}", B(f.tried), B(f.free),
                                   message.allowed ? fmt::format(", usable under the {} allowed "
@@ -327,9 +421,10 @@ OomExplanation Decide(const OomMessage& message) {
   e.reasons.push_back(fmt::format(
       "reserved R = {} = allocated A {} + unallocated U {}{}", B(f.reserved), B(f.allocated),
       B(f.unallocated),
-      f.private_pools
-          ? fmt::format(" (A includes {} cached in private pools P)", B(f.private_pools))
-          : std::string()));
+      f.private_pools ? fmt::format(" (A includes {} cached in private pools P, which only their "
+                                    "CUDA graphs or MemPools can use)",
+                                    B(f.private_pools))
+                      : std::string()));
   e.reasons.push_back(fmt::format("outside PyTorch's cache O = T - F - R = {} - {} - {} = {}",
                                   B(f.total), B(f.free), B(f.reserved), B(f.outside)));
   if (f.others) e.reasons.push_back(fmt::format("other processes hold {}", B(*f.others)));
@@ -348,13 +443,22 @@ OomExplanation Decide(const OomMessage& message) {
     AddSmallerBatch(&e, Sub(f.tried, f.total));
     return e;
   }
+  if (message.allowed && f.reserved + f.tried > *message.allowed) {
+    DecidePrintedCap(f, *message.allowed, &e);
+    return e;
+  }
   if (f.tried <= f.headroom) {
+    if (FarAbove(f.free, f.tried)) {
+      DecideUnprintedLimit(f, &e);
+      return e;
+    }
     e.verdict = OomVerdict::kUndetermined;
     e.missing.emplace_back("a free figure below the request");
     e.summary = fmt::format(
-        "undetermined: the device reported {} free, enough for the {} request, when the message "
-        "was written; memory was probably freed in between (another process, a concurrent "
-        "free), or the driver could not map that much at once",
+        "undetermined: the device reported {} free, about the {} request (within the printing's "
+        "rounding and the driver's 2 MiB pages), when the message was written; the driver "
+        "could not map that much at once, or memory was freed in between (another process, a "
+        "concurrent free)",
         B(f.headroom), B(f.tried));
     e.reasons.push_back(fmt::format("S = {} <= H = {}", B(f.tried), B(f.headroom)));
     e.remedies.push_back({"check_other_processes", "",
@@ -366,36 +470,14 @@ OomExplanation Decide(const OomMessage& message) {
     AddSmallerBatch(&e, 0);
     return e;
   }
-  if (message.allowed && f.tried <= f.free + f.unallocated && f.tried > cached) {
-    e.remedies.push_back({"raise_memory_fraction", "",
-                          fmt::format("Raise the per-process memory fraction "
-                                      "({}.set_per_process_memory_fraction) or remove it",
-                                      TorchModule(e)),
-                          fmt::format("the device had {} free but only {} was allowed beyond the "
-                                      "{} reserved",
-                                      B(f.free), B(f.headroom), B(f.reserved)),
-                          std::nullopt});
-  }
-  if (f.tried <= with_pools) {
+  if (f.tried <= cached) {
     e.verdict = OomVerdict::kFragmentation;
     e.summary = fmt::format(
         "fragmentation: {} was cached by PyTorch but unallocated, enough with the {} free for "
         "the {} request, but not in one block",
         B(e.stranded), B(f.headroom), B(f.tried));
     e.reasons.push_back(
-        fmt::format("H + U{} = {} >= S = {} > H = {}", f.tried > cached ? " + P" : "",
-                    B(f.tried > cached ? with_pools : cached), B(f.tried), B(f.headroom)));
-    if (f.tried > cached) {
-      e.notes.push_back(fmt::format(
-          "only the {} cached in private pools (CUDA graphs, MemPools) makes up the difference; "
-          "the regular allocator cannot use it",
-          B(f.private_pools)));
-      e.remedies.push_back(
-          {"private_pools", "",
-           "Free CUDA graphs that are no longer replayed, or let graphs share one memory pool "
-           "(torch.cuda.graph_pool_handle())",
-           fmt::format("{} sits cached in private pools", B(f.private_pools)), std::nullopt});
-    }
+        fmt::format("H + U = {} >= S = {} > H = {}", B(cached), B(f.tried), B(f.headroom)));
     AddExpandable(&e, f);
     if (IsXpu(e)) {
       // PyTorch's XPU allocator never splits by max_split_size and has no garbage collection:
@@ -411,14 +493,14 @@ OomExplanation Decide(const OomMessage& message) {
     AddSmallerBatch(&e, Sub(f.tried, f.headroom));
     return e;
   }
-  if (f.others && f.tried <= with_pools + *f.others) {
+  if (f.others && f.tried <= cached + *f.others) {
     e.verdict = OomVerdict::kOtherProcesses;
     e.summary = fmt::format(
         "other processes: {} held by other processes on this GPU; without it the {} request "
         "would have fit",
         B(*f.others), B(f.tried));
-    e.reasons.push_back(fmt::format("H + U + P + others = {} >= S = {} > H + U + P = {}",
-                                    B(with_pools + *f.others), B(f.tried), B(with_pools)));
+    e.reasons.push_back(fmt::format("H + U + others = {} >= S = {} > H + U = {}",
+                                    B(cached + *f.others), B(f.tried), B(cached)));
     std::string pids;
     for (const OomProcess& p : message.processes) {
       if (f.self_pid && p.pid == *f.self_pid) continue;
@@ -430,31 +512,45 @@ OomExplanation Decide(const OomMessage& message) {
          fmt::format("Stop or move the other processes on GPU {}{} (one job per GPU: "
                      "CUDA_VISIBLE_DEVICES), or check for leftover processes of earlier runs",
                      message.gpu ? *message.gpu : 0, pids.empty() ? "" : ": " + pids),
-         fmt::format("they hold {}; the job lacked {}", B(*f.others), B(f.tried - with_pools)),
+         fmt::format("they hold {}; the job lacked {}", B(*f.others), B(f.tried - cached)),
          std::nullopt});
     if (f.unallocated * 20 >= f.tried) AddExpandable(&e, f);
-    AddSmallerBatch(&e, f.tried - with_pools);
+    AddSmallerBatch(&e, f.tried - cached);
     return e;
   }
   // Shortage: even every byte free on the device and cached by PyTorch (and, when listed,
   // other processes' memory) would not hold the request. Whatever holds the rest of the card
-  // outside PyTorch's cache does not change that verdict; the report says what it can be.
+  // outside PyTorch's cache does not change that verdict; the report says what it can be. Nor
+  // does the private pools' cache: only their own graphs and pools allocate from it.
   e.verdict = OomVerdict::kShortage;
-  const std::uint64_t reachable = with_pools + f.others.value_or(0);
+  const std::uint64_t reachable = cached + f.others.value_or(0);
   const std::uint64_t missing = f.tried - reachable;
   e.summary = fmt::format(
       "shortage: the {} request exceeds the {} free on the device plus the {} PyTorch had "
       "cached{}; the job needs {} more",
-      B(f.tried), B(f.headroom), B(f.unallocated + f.private_pools),
+      B(f.tried), B(f.headroom), B(f.unallocated),
       f.others ? fmt::format(" and the {} other processes held", B(*f.others)) : std::string(),
       B(missing));
-  if (message.allowed && f.tried <= f.free + f.unallocated) {
-    e.summary += fmt::format(
-        " under the per-process memory fraction ({} allowed); the device itself had room",
-        B(*message.allowed));
+  e.reasons.push_back(
+      fmt::format("S = {} > H + U{} = {}", B(f.tried), f.others ? " + others" : "", B(reachable)));
+  if (f.private_pools > 0) {
+    e.reasons.push_back(fmt::format(
+        "the {} cached in private pools is not counted: the regular allocator cannot use it",
+        B(f.private_pools)));
+    if (f.tried <= reachable + f.private_pools) {
+      e.notes.push_back(fmt::format(
+          "the {} cached in private pools (CUDA graphs, MemPools) would cover the {} missing if "
+          "it were released to the regular allocator",
+          B(f.private_pools), B(missing)));
+      e.remedies.push_back(
+          {"private_pools", "",
+           "Free CUDA graphs that are no longer replayed (their private pool is released with "
+           "them), or let graphs share one memory pool (torch.cuda.graph_pool_handle())",
+           fmt::format("{} sits cached in private pools, more than the {} missing",
+                       B(f.private_pools), B(missing)),
+           std::nullopt});
+    }
   }
-  e.reasons.push_back(fmt::format("S = {} > H + U + P{} = {}", B(f.tried),
-                                  f.others ? " + others" : "", B(reachable)));
   // Memory outside PyTorch's cache that no listed process accounts for.
   const std::uint64_t unexplained = Sub(f.outside, f.others.value_or(0));
   if (unexplained > 0) {
@@ -537,20 +633,35 @@ Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
   tune.version = options.version;
   tune.threads = options.threads;
   tune.addresses = options.addresses;
+  tune.recorded_from = options.recorded_from;
   auto combined = [&](const std::string& conf) {
     if (options.current_conf.empty()) return conf;
     return options.current_conf + "," + conf;
   };
-  tune.settings.push_back(options.current_conf);
-  for (const Remedy& r : explanation->remedies) {
-    if (r.alloc_conf.empty()) continue;
-    const std::string conf = combined(r.alloc_conf);
-    // A remedy the chosen PyTorch cannot say in its conf string (per_process_memory_fraction
+  auto add = [&](const std::string& conf) {
+    // A setting the chosen PyTorch cannot say in its conf string (per_process_memory_fraction
     // before 2.9) stays untested rather than failing the others.
-    if (!model::ParseAllocatorConfig(conf, options.version).ok()) continue;
+    if (!model::ParseAllocatorConfig(conf, options.version).ok()) return;
     if (std::find(tune.settings.begin(), tune.settings.end(), conf) == tune.settings.end()) {
       tune.settings.push_back(conf);
     }
+  };
+  tune.settings.push_back(options.current_conf);
+  for (const Remedy& r : explanation->remedies) {
+    if (!r.alloc_conf.empty()) add(r.whole_setting ? r.alloc_conf : combined(r.alloc_conf));
+  }
+  // The search (`fragscope tune`'s grid) runs in the same replays. PyTorch's XPU allocator
+  // reads expandable_segments only, so of the search it tries the settings of that key alone.
+  std::vector<std::string> searched;
+  for (const std::string& conf : options.search) {
+    if (IsXpu(*explanation)) {
+      Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(conf, options.version);
+      model::AllocatorConfig only_expandable;
+      if (c.ok()) only_expandable.expandable_segments = c->expandable_segments;
+      if (!c.ok() || !(*c == only_expandable)) continue;
+    }
+    searched.push_back(conf);
+    add(conf);
   }
   Result<std::vector<TuneOutcome>> outcomes = Tune(requests, tune);
   if (!outcomes.ok()) return outcomes.status();
@@ -575,20 +686,58 @@ Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
   v.options = options;
   v.current = *check_of(options.current_conf);
   v.reproduced = v.current.oom;
+  auto worse = [&](const RemedyCheck& c) {
+    return c.oom && (!v.current.oom || c.oom_event < v.current.oom_event);
+  };
+  std::optional<std::uint64_t> best_fix;  // the lowest peak of a remedy setting that fits
   for (Remedy& r : explanation->remedies) {
-    if (!r.alloc_conf.empty()) r.check = check_of(combined(r.alloc_conf));
+    if (r.alloc_conf.empty()) continue;
+    r.check = check_of(r.whole_setting ? r.alloc_conf : combined(r.alloc_conf));
+    if (!r.check) continue;
+    r.check->worse = worse(*r.check);
+    if (!r.check->oom && (!best_fix || r.check->peak_reserved < *best_fix)) {
+      best_fix = r.check->peak_reserved;
+    }
   }
-  // Re-rank: measured fixes (lowest peak first), untestable remedies, settings that fail.
+  // The search's best setting (Tune ranks fits first, then the lowest peak) joins the remedies
+  // when it fits and no proposed setting fits with a peak as low: what `tune` finds is never
+  // missing here.
+  const Result<model::AllocatorConfig> current =
+      model::ParseAllocatorConfig(options.current_conf, options.version);
+  for (const TuneOutcome& o : *outcomes) {
+    if (std::find(searched.begin(), searched.end(), o.conf) == searched.end()) continue;
+    if (o.oom || (best_fix && *best_fix <= o.peak_reserved)) break;
+    const Result<model::AllocatorConfig> c = model::ParseAllocatorConfig(o.conf, options.version);
+    if (c.ok() && current.ok() && *c == *current) break;  // the job's own settings fit already
+    Remedy r;
+    r.id = "searched_setting";
+    r.alloc_conf = o.conf;
+    r.whole_setting = true;
+    r.action =
+        fmt::format("Set {}={}{}", ConfVariable(*explanation),
+                    o.conf.empty() ? "\"\" (PyTorch's defaults)" : o.conf,
+                    options.current_conf.empty() ? "" : " in place of the job's own setting");
+    r.why = fmt::format(
+        "the best of the {} settings `fragscope tune` tries by default, replayed with the "
+        "remedies: no proposed setting fits with a peak as low",
+        searched.size());
+    r.check = check_of(o.conf);
+    explanation->remedies.push_back(std::move(r));
+    break;
+  }
+  // Re-rank: measured fixes (lowest peak first), untestable remedies, settings that fail (the
+  // later OOM first), settings worse than the job's own.
   auto group = [](const Remedy& r) {
     if (!r.check) return 1;
-    return r.check->oom ? 2 : 0;
+    if (!r.check->oom) return 0;
+    return r.check->worse ? 3 : 2;
   };
   std::stable_sort(explanation->remedies.begin(), explanation->remedies.end(),
                    [&](const Remedy& a, const Remedy& b) {
                      const int ga = group(a), gb = group(b);
                      if (ga != gb) return ga < gb;
                      if (ga == 0) return a.check->peak_reserved < b.check->peak_reserved;
-                     if (ga == 2) return a.check->oom_event > b.check->oom_event;
+                     if (ga >= 2) return a.check->oom_event > b.check->oom_event;
                      return false;
                    });
   return v;

@@ -27,8 +27,12 @@ enum class OomVerdict : std::uint8_t {
   kShortage,        // free + cached-but-unallocated < the request, whoever holds the rest
   kOtherProcesses,  // would have fit without the memory other processes held
   kUndetermined,    // the message lacks a figure the decision needs (see missing)
+  /// A limit on this process's memory was the bound: reserved + request beyond the printed
+  /// "allowed" (a memory fraction), or the device reported far more free memory than the
+  /// request (a limit the message does not print).
+  kCap,
 };
-/// "fragmentation", "shortage", "other_processes", "undetermined".
+/// "fragmentation", "shortage", "other_processes", "undetermined", "cap".
 std::string_view OomVerdictName(OomVerdict verdict);
 
 /// The outcome of one replay under a remedy's setting (VerifyRemedies).
@@ -39,6 +43,9 @@ struct RemedyCheck {
   std::uint64_t peak_reserved = 0;
   /// (reserved - allocated) / reserved when the OOM happened; nullopt without an OOM.
   std::optional<double> fragmentation_at_oom;
+  /// Worse than the job's own settings: runs out of memory at an earlier request event than
+  /// they do, or at all when they fit.
+  bool worse = false;
 };
 
 struct Remedy {
@@ -47,6 +54,8 @@ struct Remedy {
   std::string action;                // what to do, one line
   std::string why;                   // the figures behind it
   std::optional<RemedyCheck> check;  // set by VerifyRemedies for allocator settings
+  /// alloc_conf is the whole setting (a search result), not something added to the job's own.
+  bool whole_setting = false;
 };
 
 /// The figures every verdict uses, in bytes (docs/explain.md, "Formulas").
@@ -77,7 +86,9 @@ struct OomExplanation {
   /// False when the figures contradict each other (R + F beyond T: a garbled message); then
   /// stranded and shortfall mean nothing.
   bool figures_agree = true;
-  std::uint64_t stranded = 0;      // U + P: cached by PyTorch, unusable for the request
+  /// U: cached by PyTorch outside private pools, free but not in one block for the request.
+  /// The private pools' cache P is not counted: only their own graphs and pools can use it.
+  std::uint64_t stranded = 0;
   std::uint64_t shortfall = 0;     // S - H: what the driver lacked
   std::vector<std::string> notes;  // caveats (rounded request, wording version, ...)
   std::vector<Remedy> remedies;    // best first
@@ -106,6 +117,12 @@ struct VerifyOptions {
   unsigned threads = 0;
   /// A snapshot's recorded segment addresses per device (TuneOptions::addresses).
   std::map<std::int32_t, model::RecordedAddresses> addresses;
+  /// Where each device's recorded requests begin (TuneOptions::recorded_from).
+  std::map<std::int32_t, std::size_t> recorded_from;
+  /// Whole settings searched beside the remedies, in the same replays (`fragscope tune`'s grid,
+  /// DefaultTuneGrid): the best that fits becomes a remedy when no proposed setting fits with a
+  /// peak as low. Empty: the remedies only.
+  std::vector<std::string> search;
 };
 
 /// What the replay under the job's own settings did, for the report.
@@ -128,12 +145,15 @@ struct ExplainReport {
   std::size_t verified_error = 0;  // index into errors of the verified one
 };
 
-/// Replays `requests` (a request trace) once with the current settings and once per remedy
-/// that proposes an allocator setting (appended to the current settings), fills each remedy's
-/// check, and re-ranks: settings that avoid the OOM first (lowest peak reserved first), then the
-/// remedies a replay cannot test (code changes) in their order, then settings that still run
-/// out of memory (the later OOM first). Errors: a trace the replayer rejects, a bad
-/// current_conf (kInvalidArgument).
+/// Replays `requests` (a request trace) once with the current settings, once per remedy that
+/// proposes an allocator setting (appended to the current settings) and once per setting of
+/// options.search, in one Tune call; fills each remedy's check, adds the search's best fitting
+/// setting as remedy "searched_setting" when no remedy fits with a peak as low, and re-ranks:
+/// settings that avoid the OOM first (lowest peak reserved first), then the remedies a replay
+/// cannot test (code changes) in their order, then settings that still run out of memory (the
+/// later OOM first), then those worse than the current settings (an earlier OOM). For an XPU
+/// message only expandable_segments of the search is tried (the XPU allocator reads no other
+/// key). Errors: a trace the replayer rejects, a bad current_conf (kInvalidArgument).
 Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
                                     const VerifyOptions& options, OomExplanation* explanation);
 

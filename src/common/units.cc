@@ -160,4 +160,14 @@ std::string SentenceBytes::Format(std::uint64_t steps) const {
 
 std::string FormatAddress(std::uint64_t addr) { return fmt::format("{:#x}", addr); }
 
+std::string FormatCount(std::uint64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 }  // namespace fragscope

@@ -59,6 +59,9 @@ class SentenceBytes {
   const char* name_ = "B";
 };
 
+/// A count with thousands separators: 1234567 -> "1,234,567" (event counts, indices, steps).
+std::string FormatCount(std::uint64_t n);
+
 /// "0x7f3a00000000".
 std::string FormatAddress(std::uint64_t addr);
 

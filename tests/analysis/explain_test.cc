@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include "analysis/tune.h"
 #include "common/units.h"
 
 namespace fragscope::analysis {
 namespace {
 
+constexpr std::uint64_t KiB = kKiB;
 constexpr std::uint64_t MiB = kMiB;
 constexpr std::uint64_t GiB = kGiB;
 
@@ -238,34 +240,83 @@ TEST(ExplainTest, ClassicFragmentationNotesTheVersion) {
   EXPECT_EQ(Find(e, "max_split_size_mb")->alloc_conf, "max_split_size_mb:256");
 }
 
-TEST(ExplainTest, PrivatePoolsCanTipTheVerdict) {
-  // S = 1.5 GiB; F + U = 0.6 + 0.4 = 1 GiB; with P = 1.2 GiB: 2.2 GiB.
+// The private pools' cache (CUDA graphs, MemPools) is printed inside "allocated" and outside
+// "reserved but unallocated"; the regular allocator cannot use it, so it never turns a shortage
+// into fragmentation, and the stranded figure is the message's own U.
+TEST(ExplainTest, PrivatePoolsDoNotTurnAShortageIntoFragmentation) {
+  // S = 1.5 GiB; F + U = 0.6 + 0.4 = 1 GiB: short, whatever the 1.2 GiB in private pools.
   OomMessage m = Newer(1536 * MiB, 40 * GiB, 612 * MiB, 37 * GiB, 410 * MiB);
   m.private_pools = 1228 * MiB;
-  const OomExplanation e = ExplainOom(m);
+  OomExplanation e = ExplainOom(m);
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_EQ(e.stranded, 410 * MiB);
+  EXPECT_EQ(Ids(e)[0], "private_pools");  // releasing them would cover the 514 MiB missing
+  // Far more in private pools than the request, as in real CUDA-graph jobs: still a shortage.
+  m = Newer(4 * GiB, 79 * GiB, 1147 * MiB, 74 * GiB + 512 * MiB, 2693 * MiB);
+  m.private_pools = 20306 * MiB;
+  e = ExplainOom(m);
+  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_EQ(e.stranded, 2693 * MiB);
+  // Within F + U it is fragmentation, with or without private pools.
+  m = Newer(GiB, 40 * GiB, 612 * MiB, 37 * GiB, 600 * MiB);
+  m.private_pools = 5 * GiB;
+  e = ExplainOom(m);
   EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);
-  EXPECT_EQ(e.stranded, 410 * MiB + 1228 * MiB);
-  EXPECT_EQ(Ids(e)[0], "private_pools");
+  EXPECT_EQ(e.stranded, 600 * MiB);
+  EXPECT_EQ(Find(e, "private_pools"), nullptr);
 }
 
-TEST(ExplainTest, MemoryFractionLimit) {
-  // Free 11.6 GiB, but only 11.1 - 10.5 GiB = 624 MiB allowed beyond reserved: H = 624 MiB.
+TEST(ExplainTest, MemoryFractionCapIsTheVerdictWhenReservedPlusRequestExceedsIt) {
+  // Classic: 10.5 GiB reserved + 1 GiB > 11.1 GiB allowed, with 11.6 GiB free on the device.
   OomMessage m = Classic(GiB, 22 * GiB, 11 * GiB + 600 * MiB, 10 * GiB, 10 * GiB + 500 * MiB);
   m.allowed = 11 * GiB + 100 * MiB;
   OomExplanation e = ExplainOom(m);
   EXPECT_EQ(e.figures->headroom, 624 * MiB);
-  EXPECT_EQ(e.verdict, OomVerdict::kFragmentation);  // 624 + 500 MiB >= 1 GiB
-  EXPECT_EQ(Find(e, "raise_memory_fraction"), nullptr);
-  // 1.5 GiB: H + U = 1124 MiB is not enough, the device's free memory would be: the limit is
-  // what stops it.
-  m.tried = 1536 * MiB;
-  e = ExplainOom(m);
-  EXPECT_EQ(e.verdict, OomVerdict::kShortage);
+  EXPECT_EQ(e.verdict, OomVerdict::kCap);
   EXPECT_EQ(Ids(e)[0], "raise_memory_fraction");
+  EXPECT_NE(e.summary.find("enough for the request"), std::string::npos) << e.summary;
+  m.tried = 1536 * MiB;
+  EXPECT_EQ(ExplainOom(m).verdict, OomVerdict::kCap);
+  // 2.x wording, the device itself nearly full (other processes): the cap is still the bound,
+  // not the 3.2 MiB free, and raising it alone is not enough.
+  OomMessage n = Newer(20 * MiB, 79 * GiB + 154 * MiB, 3 * MiB + 205 * KiB, 1020 * MiB, 40 * MiB);
+  n.allowed = GiB + 51 * MiB;
+  n.this_process = 2 * GiB + 113 * MiB;
+  n.processes.push_back({31544, 77 * GiB + 20 * MiB});
+  e = ExplainOom(n);
+  EXPECT_EQ(e.verdict, OomVerdict::kCap);
+  EXPECT_EQ(e.stranded, 40 * MiB);
+  EXPECT_EQ(Ids(e)[0], "raise_memory_fraction");
+  EXPECT_NE(e.summary.find("raising the cap alone does not make room"), std::string::npos);
+  EXPECT_NE(Find(e, "raise_memory_fraction")->action.find("torch.cuda."), std::string::npos);
+  // A cap the request stays within is not the bound: the usual verdicts.
+  n.allowed = 10 * GiB;
+  EXPECT_EQ(ExplainOom(n).verdict, OomVerdict::kFragmentation);
+  // XPU: the cap remedy names torch.xpu and no CUDA variable.
+  n.allowed = GiB + 51 * MiB;
+  n.backend = "XPU";
+  e = ExplainOom(n);
+  EXPECT_EQ(e.verdict, OomVerdict::kCap);
+  EXPECT_NE(Find(e, "raise_memory_fraction")->action.find("torch.xpu."), std::string::npos);
+  EXPECT_EQ(Find(e, "raise_memory_fraction")->action.find("PYTORCH_"), std::string::npos);
 }
 
-TEST(ExplainTest, EnoughFreeIsUndetermined) {
-  const OomExplanation e = ExplainOom(Newer(GiB, 16 * GiB, 2 * GiB, 10 * GiB, 0));
+// Far more free on the device than the request, and PyTorch failed: a limit (a memory fraction
+// set in code, which some 2.x wordings do not print), never "undetermined".
+TEST(ExplainTest, FarMoreFreeThanTheRequestIsALimit) {
+  OomExplanation e = ExplainOom(Newer(GiB, 16 * GiB, 2 * GiB, 10 * GiB, 0));
+  EXPECT_EQ(e.verdict, OomVerdict::kCap);
+  EXPECT_NE(e.summary.find("memory fraction set in code"), std::string::npos) << e.summary;
+  EXPECT_EQ(Ids(e)[0], "raise_memory_fraction");
+  e = ExplainOom(
+      Newer(4 * GiB, 23 * GiB + 655 * MiB, 10107 * MiB, 11 * GiB + 819 * MiB, 1434 * MiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kCap);
+  // The classic wording prints the fraction when it is set: a limit outside it.
+  e = ExplainOom(Classic(GiB, 16 * GiB, 3 * GiB, 10 * GiB, 10 * GiB));
+  EXPECT_EQ(e.verdict, OomVerdict::kCap);
+  EXPECT_NE(e.summary.find("figures do not show"), std::string::npos) << e.summary;
+  // Free about the request (within the printing's rounding and 2 MiB pages): undetermined.
+  e = ExplainOom(Newer(GiB, 16 * GiB, GiB + 4 * MiB, 10 * GiB, 0));
   EXPECT_EQ(e.verdict, OomVerdict::kUndetermined);
 }
 
@@ -350,6 +401,87 @@ TEST(VerifyRemediesTest, ReranksByTheReplay) {
   EXPECT_EQ(e.remedies[1].check->peak_reserved, 160 * MiB);
   EXPECT_FALSE(e.remedies[2].check);
   EXPECT_TRUE(e.remedies[4].check->oom);
+}
+
+// A remedy whose replay runs out of memory earlier than the job's own settings is marked worse
+// and ranked below every other remedy, the untestable code changes included.
+TEST(VerifyRemediesTest, ASettingThatFailsEarlierThanTodaysIsWorseAndLast) {
+  // 200 MiB device: 100 + 100 MiB fit exactly (99 MiB rounds up to a 100 MiB segment), and the
+  // 20 MiB after them does not. Under per_process_memory_fraction:0.99 (198 MiB) the second
+  // request already fails.
+  std::vector<Event> events;
+  std::uint64_t id = 0;
+  for (std::uint64_t size : {100 * MiB, 99 * MiB, 20 * MiB}) {
+    Event e;
+    e.action = Action::kAlloc;
+    e.addr = ++id;
+    e.size = size;
+    events.push_back(e);
+  }
+  OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  ASSERT_NE(Find(e, "garbage_collection_threshold"), nullptr);
+  VerifyOptions options;
+  options.capacity_bytes = 200 * MiB;
+  options.threads = 1;
+  Result<Verification> v = VerifyRemedies(events, options, &e);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_TRUE(v->current.oom);
+  EXPECT_EQ(v->current.oom_event, 2u);
+  const Remedy* gc = Find(e, "garbage_collection_threshold");
+  ASSERT_TRUE(gc->check && gc->check->oom);
+  EXPECT_EQ(gc->check->oom_event, 1u);
+  EXPECT_TRUE(gc->check->worse);
+  EXPECT_EQ(e.remedies.back().id, "garbage_collection_threshold");
+  EXPECT_FALSE(Find(e, "expandable_segments")->check->worse);  // fails where today's does
+  // When the job's own settings fit, any setting that runs out of memory is worse.
+  OomExplanation fits = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  events.pop_back();
+  v = VerifyRemedies(events, options, &fits);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->current.oom);
+  EXPECT_TRUE(Find(fits, "garbage_collection_threshold")->check->worse);
+  EXPECT_EQ(fits.remedies.back().id, "garbage_collection_threshold");
+}
+
+// `explain --trace` and `tune` share one search: a setting of tune's grid that fits is offered
+// when no proposed setting does.
+TEST(VerifyRemediesTest, TheSearchsBestSettingJoinsWhenNoRemedyFits) {
+  // A shortage verdict proposes no allocator setting (U < S/20), though the trace fits under
+  // expandable segments.
+  OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 117 * MiB, 3 * MiB));
+  ASSERT_EQ(e.verdict, OomVerdict::kShortage);
+  for (const Remedy& r : e.remedies) ASSERT_TRUE(r.alloc_conf.empty()) << r.id;
+  VerifyOptions options;
+  options.capacity_bytes = 160 * MiB;
+  options.threads = 1;
+  OomExplanation without = e;
+  ASSERT_TRUE(VerifyRemedies(FragmentedTrace(), options, &without).ok());
+  EXPECT_EQ(Find(without, "searched_setting"), nullptr);
+  options.search = DefaultTuneGrid();
+  Result<Verification> v = VerifyRemedies(FragmentedTrace(), options, &e);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_FALSE(e.remedies.empty());
+  const Remedy& found = e.remedies.front();
+  EXPECT_EQ(found.id, "searched_setting");
+  ASSERT_TRUE(found.check);
+  EXPECT_FALSE(found.check->oom);
+  // The same setting and peak as tune ranks first on the same device.
+  TuneOptions tune;
+  tune.capacity_bytes = 160 * MiB;
+  tune.threads = 1;
+  Result<std::vector<TuneOutcome>> ranked = Tune(FragmentedTrace(), tune);
+  ASSERT_TRUE(ranked.ok());
+  EXPECT_EQ(found.alloc_conf, ranked->front().conf);
+  EXPECT_EQ(found.check->peak_reserved, ranked->front().peak_reserved);
+  EXPECT_NE(found.action.find("PYTORCH_CUDA_ALLOC_CONF=" + found.alloc_conf), std::string::npos);
+  // A proposed setting that fits as low keeps the search's result out.
+  OomExplanation frag = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  ASSERT_TRUE(VerifyRemedies(FragmentedTrace(), options, &frag).ok());
+  const Remedy* expandable = Find(frag, "expandable_segments");
+  ASSERT_TRUE(expandable && expandable->check && !expandable->check->oom);
+  if (expandable->check->peak_reserved <= ranked->front().peak_reserved) {
+    EXPECT_EQ(Find(frag, "searched_setting"), nullptr);
+  }
 }
 
 TEST(VerifyRemediesTest, BadCurrentSettingsAreAnError) {

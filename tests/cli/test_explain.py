@@ -45,7 +45,13 @@ def explain_json(*args, stdin=None):
     ("classic_hint.txt", "fragmentation"),
     ("capacity_of_21.txt", "fragmentation"),
     ("capacity_of_22.txt", "fragmentation"),
-    ("private_pools.txt", "fragmentation"),
+    ("private_pools.txt", "shortage"),  # F + U < S: the private pools' cache is not reachable
+    ("private_pools_shortage.txt", "shortage"),
+    ("limit_allowed.txt", "cap"),  # R + S beyond the allowed memory fraction
+    ("cap_allowed.txt", "cap"),
+    ("cap_allowed_hip.txt", "cap"),
+    ("cap_allowed_xpu.txt", "cap"),
+    ("limit_unprinted.txt", "cap"),  # far more free than the request: an unprinted limit
     ("other_processes.txt", "other_processes"),
     ("container_self.txt", "fragmentation"),
     ("shortage.txt", "shortage"),
@@ -487,3 +493,95 @@ def test_larger_gpu_remedy_and_tune_minimum_agree_or_say_why(tmp_path):
     assert minimum == 230 * MiB
     notes = [n for n in e["notes"] if "the whole job fits on a GPU of" in n]
     assert notes and "230.0 MiB" in notes[0], e["notes"]
+
+
+@pytest.mark.parametrize("name,module,free_enough", [
+    ("cap_allowed.txt", "torch.cuda.", False),
+    ("cap_allowed_hip.txt", "torch.cuda.", True),
+    ("cap_allowed_xpu.txt", "torch.xpu.", True),
+    ("limit_allowed.txt", "torch.cuda.", True),
+])
+def test_memory_fraction_cap_is_the_verdict_with_its_remedy_first(name, module, free_enough):
+    e = explain_json(DATA + name)["errors"][0]
+    assert e["verdict"] == "cap"
+    f = e["figures"]
+    assert f["reserved_bytes"] + f["tried_bytes"] > f["allowed_bytes"]
+    first = e["remedies"][0]
+    assert first["id"] == "raise_memory_fraction"
+    assert module in first["action"]
+    assert "the device had room" in first["why"] if free_enough else "room" not in first["why"]
+    assert e["stranded_bytes"] == f["unallocated_bytes"]
+    text = run(DATA + name).stdout.decode()
+    assert "Verdict: cap: the process hit its allowed share" in text
+
+
+def test_far_more_free_than_the_request_is_a_limit_never_undetermined():
+    e = explain_json(DATA + "limit_unprinted.txt")["errors"][0]
+    assert e["verdict"] == "cap"
+    assert e["figures"]["allowed_bytes"] is None
+    assert "memory fraction set in code" in e["summary"]
+    assert e["remedies"][0]["id"] == "raise_memory_fraction"
+    assert e["missing"] == []
+
+
+def test_private_pools_never_turn_a_shortage_into_fragmentation():
+    e = explain_json(DATA + "private_pools_shortage.txt")["errors"][0]
+    f = e["figures"]
+    assert f["private_pools_bytes"] > 4 * f["tried_bytes"]
+    assert f["free_bytes"] + f["unallocated_bytes"] < f["tried_bytes"]
+    assert e["verdict"] == "shortage"
+    # Stranded is the message's own "reserved but unallocated" (2.63 GiB), not U + P.
+    assert e["stranded_bytes"] == f["unallocated_bytes"]
+    assert e["stranded_bytes"] == round(2.63 * (1 << 30))
+    assert e["remedies"][0]["id"] == "private_pools"
+
+
+def test_a_remedy_worse_than_todays_settings_is_marked_and_last(tmp_path):
+    # 200 MiB device: 100 + 100 MiB fit exactly (99 MiB rounds up to 100 MiB), the 20 MiB after
+    # them does not (event 2). The garbage-collection remedy's memory fraction 0.99 (198 MiB)
+    # fails already at event 1: worse than today's settings.
+    trace = tmp_path / "worse.jsonl"
+    lines = [{"format": "fragscope-trace", "version": 1, "kind": "request",
+              "producer": "test_explain.py",
+              "devices": [{"device": 0, "name": "virtual", "capacity_bytes": 200 * MiB}]}]
+    for i, size in enumerate([100 * MiB, 99 * MiB, 20 * MiB]):
+        lines.append({"action": "alloc", "addr": i + 1, "size": size})
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    doc = explain_json(MESSAGE, "--trace", str(trace), "--capacity", "200MiB",
+                       "--used-by-others", "0")
+    assert doc["verification"]["current"]["oom_event_index"] == 2
+    remedies = doc["errors"][0]["remedies"]
+    gc = [r for r in remedies if r["id"] == "garbage_collection_threshold"][0]
+    assert gc["replay"]["oom_event_index"] == 1
+    assert gc["replay"]["worse_than_current"] is True
+    assert remedies[-1]["id"] == "garbage_collection_threshold"
+    others = [r for r in remedies if r["replay"] and r is not gc]
+    assert all(r["replay"]["worse_than_current"] is False for r in others)
+    out = run(MESSAGE, "--trace", str(trace), "--capacity", "200MiB",
+              "--used-by-others", "0").stdout.decode()
+    assert "replay: worse than the current settings: OOM at request event 1, earlier than " \
+        "their event 2" in out
+
+
+def test_explain_trace_finds_what_tune_finds_on_the_sample(tmp_path):
+    # The bundled sample on a GPU too small for it under the defaults: the OOM message its
+    # replay prints, then explain --trace. Whatever tune ranks first must be offered, with the
+    # same peak, unless a proposed setting fits as low.
+    sample = "tests/data/sample/gpt_tiny_50steps.jsonl.gz"
+    replay = subprocess.run([BIN, "replay", sample, "--capacity", "520MiB", "--json"],
+                            cwd=SOURCE_DIR, capture_output=True, timeout=300)
+    tuned = subprocess.run([BIN, "tune", sample, "--capacity", "520MiB", "--json"],
+                           cwd=SOURCE_DIR, capture_output=True, timeout=600)
+    best = json.loads(tuned.stdout)["ranked"][0]
+    assert best["oom"] is False
+    ooms = json.loads(replay.stdout)["ooms"]
+    assert ooms and ooms[0]["message"]
+    msg = tmp_path / "oom.txt"
+    msg.write_text(ooms[0]["message"] + "\n")
+    doc = explain_json(str(msg), "--trace", sample)
+    fits = [r for r in doc["errors"][0]["remedies"] if r["replay"] and not r["replay"]["oom"]]
+    assert fits, "explain --trace misses the setting tune finds to fit"
+    assert min(r["replay"]["peak_reserved_bytes"] for r in fits) <= best["peak_reserved_bytes"]
+    # Event counts carry thousands separators in the text.
+    out = run(str(msg), "--trace", sample).stdout.decode()
+    assert f"({doc['verification']['request_events']:,} request events)" in out

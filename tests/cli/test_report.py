@@ -112,6 +112,12 @@ def test_replayed_oom_has_the_panel_and_verified_remedies(tmp_path):
                for f in d["frames"])
     checked = [x for x in d["explain"]["remedies"] if "check" in x]
     assert checked, "no remedy was replayed"
+    # On the sample at 520 MiB the proposed settings run out of memory earlier than the
+    # defaults do: the page marks them worse (and ranks them last), not just "still OOM".
+    assert all(isinstance(x["check"]["worse"], bool) for x in checked)
+    worse = [x for x in checked if x["check"]["worse"]]
+    assert worse and all(x["check"]["oom"] for x in worse)
+    assert d["explain"]["remedies"][-len(worse):] == worse
 
 
 def test_kept_maps_are_bounded(tmp_path):

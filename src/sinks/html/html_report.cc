@@ -163,7 +163,8 @@ json ExplanationJson(const analysis::OomExplanation& e) {
     if (r.check) {
       x["check"] = {{"oom", r.check->oom},
                     {"oom_step", r.check->oom_step},
-                    {"peak_reserved", r.check->peak_reserved}};
+                    {"peak_reserved", r.check->peak_reserved},
+                    {"worse", r.check->worse}};
     }
     remedies.push_back(std::move(x));
   }

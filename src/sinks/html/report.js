@@ -411,7 +411,7 @@
       box.append(el('h3', {}, 'What to do (fragscope explain)'), el('p', {}, e.summary));
       const t = el('table', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'remedy'), el('th', {}, 'setting'), el('th', {}, 'why'), el('th', {}, 'replayed')));
       e.remedies.forEach((r, i) => {
-        const chk = r.check ? (r.check.oom ? el('span', { class: 'bad' }, `still OOM at ${stepText(r.check.oom_step)}`) :
+        const chk = r.check ? (r.check.oom ? el('span', { class: 'bad' }, r.check.worse ? `worse than the current settings: OOM earlier, at ${stepText(r.check.oom_step)}` : `still OOM at ${stepText(r.check.oom_step)}`) :
           el('span', { class: 'ok' }, `fits, peak reserved ${bytes(r.check.peak_reserved)}`)) :
           (r.alloc_conf ? 'not replayed' : 'a code change: not replayable');
         t.append(el('tr', {}, el('td', {}, i + 1), el('td', {}, r.action), el('td', {}, r.alloc_conf ? el('code', {}, r.alloc_conf) : ''), el('td', {}, r.why), el('td', {}, chk)));

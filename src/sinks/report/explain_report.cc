@@ -48,10 +48,19 @@ std::string WordingText(const OomMessage& m) {
   return "no figure list";
 }
 
-std::string CheckText(const RemedyCheck& c) {
+// `current`: the replay under the job's own settings, when `c` is a remedy's.
+std::string CheckText(const RemedyCheck& c, const RemedyCheck* current = nullptr) {
   if (!c.oom) return fmt::format("replay: fits, peak reserved {}", FormatBytes(c.peak_reserved));
-  std::string s = fmt::format("replay: still OOM at request event {}", c.oom_event);
-  if (c.oom_step >= 0) s += fmt::format(" (step {})", c.oom_step);
+  std::string s = fmt::format("replay: {} at request event {}",
+                              c.worse ? "worse than the current settings: OOM" : "still OOM",
+                              FormatCount(c.oom_event));
+  if (c.oom_step >= 0)
+    s += fmt::format(" (step {})", FormatCount(static_cast<std::uint64_t>(c.oom_step)));
+  if (c.worse && current != nullptr) {
+    s += current->oom
+             ? fmt::format(", earlier than their event {}", FormatCount(current->oom_event))
+             : std::string(", where they fit");
+  }
   if (c.fragmentation_at_oom) {
     s += fmt::format(", {:.1f}% of reserved unallocated there", 100.0 * *c.fragmentation_at_oom);
   }
@@ -67,6 +76,7 @@ Json CheckJson(const std::optional<RemedyCheck>& c) {
   j["peak_reserved_bytes"] = c->peak_reserved;
   j["fragmentation_at_oom"] =
       c->fragmentation_at_oom ? Json(*c->fragmentation_at_oom) : Json(nullptr);
+  j["worse_than_current"] = c->worse;
   return j;
 }
 
@@ -142,19 +152,20 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
     }
     for (const std::string& note : e.notes) out += "  Note: " + TerminalSafe(note) + "\n";
     const bool verified = report.verification && report.verified_error == i;
+    const RemedyCheck* current = verified ? &report.verification->current : nullptr;
     out += verified ? "\n  Remedies, ranked by the replay:\n" : "\n  Remedies, best first:\n";
     for (std::size_t r = 0; r < e.remedies.size(); ++r) {
       const Remedy& x = e.remedies[r];
       out += fmt::format("    {}. {}\n", r + 1, x.action);
       out += fmt::format("       {}\n", x.why);
-      if (x.check) out += fmt::format("       {}\n", CheckText(*x.check));
+      if (x.check) out += fmt::format("       {}\n", CheckText(*x.check, current));
     }
     if (verified) {
       const analysis::Verification& v = *report.verification;
-      out +=
-          fmt::format("\n  Replay of {} ({} request events) on {} with {} used outside PyTorch:\n",
-                      v.source, v.request_events, FormatBytes(v.options.capacity_bytes),
-                      FormatBytes(v.options.used_by_others_bytes));
+      out += fmt::format(
+          "\n  Replay of {} ({} request events) on {} with {} used outside PyTorch:\n", v.source,
+          FormatCount(v.request_events), FormatBytes(v.options.capacity_bytes),
+          FormatBytes(v.options.used_by_others_bytes));
       out += fmt::format("    current settings ({}): {}\n",
                          v.options.current_conf.empty() ? "defaults" : v.options.current_conf,
                          CheckText(v.current));

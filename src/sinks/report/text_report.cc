@@ -27,15 +27,7 @@ using analysis::When;
 // ---------------------------------------------------------------------------------------------
 
 // 1234567 -> "1,234,567".
-std::string Grouped(std::uint64_t n) {
-  const std::string digits = std::to_string(n);
-  std::string out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
+std::string Grouped(std::uint64_t n) { return FormatCount(n); }
 
 // Prefixes every line of `text` with `prefix`.
 std::string Indent(std::string_view text, std::string_view prefix) {
