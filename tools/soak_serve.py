@@ -35,7 +35,6 @@ LINGER = 1.0  # serve --linger for the soak, seconds
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fragscope_agent  # noqa: E402
 
-PID_BASE = 3_000_000  # agent pids in the samples (distinct series; the daemon does not check)
 
 
 def start_daemon(binary, workdir, extra=()):
@@ -46,7 +45,9 @@ def start_daemon(binary, workdir, extra=()):
          "--interval", "1", "--history", os.path.join(workdir, "history.sqlite"),
          # Disconnected agents' series linger LINGER seconds (serve --linger); the soak checks
          # that they then leave.
-         "--linger", str(LINGER), *extra],
+         "--linger", str(LINGER),
+         # One UID sends every sample here: the history rate bound is not what the soak measures.
+         "--history-rate-per-uid", "64MiB", "--history-rate", "64MiB", *extra],
         stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.time() + 10
     port = None
@@ -107,7 +108,9 @@ def agent_worker(sock, first, count, rate, seconds, queue):
     failures = {}
 
     def one(i):
-        client = fragscope_agent.AgentClient(sock, job="soak", rank=i, pid=PID_BASE + i)
+        # The daemon records samples under their sender's pid (SO_PEERCRED): the agents of one
+        # worker process share it, so each agent is its own device (series GPU-soak-<i>).
+        client = fragscope_agent.AgentClient(sock, job="soak", rank=i)
         n = 0
         failed = 0
         start = time.monotonic()
@@ -120,7 +123,7 @@ def agent_worker(sock, first, count, rate, seconds, queue):
             # No forecast of the agent's own, as send_torch_state sends: the daemon runs its
             # forecaster on every sample (docs/forecast.md, "In the daemon").
             ok = client.send_sample({
-                "device_uuid": f"GPU-soak-{i % 8}", "step": k, "reserved_bytes": 1 << 30,
+                "device_uuid": f"GPU-soak-{i}", "step": k, "reserved_bytes": 1 << 30,
                 "allocated_bytes": k, "peak_allocated_bytes": (1 << 29) + k,
                 "largest_free_block": 1 << 20, "max_allocatable": 1 << 20,
                 "device_free_bytes": 1 << 32, "free_block_count": [0] * 20 + [k % 7]})
@@ -270,7 +273,7 @@ def main():
             # Every agent: what it sent is what the daemon counted for its series.
             lost = {}
             for i, n in sent.items():
-                got = value(final, "fragscope_process_samples_total", pid=str(PID_BASE + i))
+                got = value(final, "fragscope_process_samples_total", UUID=f"GPU-soak-{i}")
                 if got != n:
                     lost[i] = (n, got)
             if lost:

@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +27,10 @@
 
 namespace fragscope::cli {
 namespace {
+
+// The most of a /metrics body the probe reads: ten times the documented worst page
+// (docs/exporter.md, "Limits and safety"); an endpoint that sends more is not the daemon.
+constexpr std::size_t kMaxBodyBytes = 64 << 20;
 
 enum ProbeStatus { kOk = 0, kWarning = 1, kCritical = 2, kUnknown = 3 };
 constexpr std::string_view kStatusName[] = {"OK", "WARNING", "CRITICAL", "UNKNOWN"};
@@ -125,8 +133,18 @@ int Finish(const ProbeFlags& flags, ProbeStatus status, const std::string& messa
     WriteReport(out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
                 ReportForm::kJson);
   } else {
-    // One status line: the daemon's labels and the URL are escaped, newlines included.
-    std::string line = fmt::format("FRAGSCOPE {} - {}", kStatusName[status], message);
+    // One status line: the daemon's labels and the URL are escaped, newlines included. A '|'
+    // starts the performance data for Nagios, so one inside the text (a label value, the URL)
+    // is written %7C: the perfdata stay the part after the one separator we write.
+    std::string text;
+    for (char ch : message) {
+      if (ch == '|') {
+        text += "%7C";
+      } else {
+        text += ch;
+      }
+    }
+    std::string line = fmt::format("FRAGSCOPE {} - {}", kStatusName[status], text);
     if (!perf.empty()) line += " | " + fmt::format("{}", fmt::join(perf, " "));
     WriteReport(TerminalSafe(line) + "\n", ReportForm::kText);
   }
@@ -147,7 +165,53 @@ int RunProbe(const ProbeFlags& flags) {
   const auto usec = static_cast<long>(flags.timeout * 1e6);
   client.set_connection_timeout(usec / 1000000, usec % 1000000);
   client.set_read_timeout(usec / 1000000, usec % 1000000);
-  httplib::Result res = client.Get(path);
+  // --timeout bounds the whole exchange: httplib's timeouts are per read, so an endpoint that
+  // trickles a byte at a time would never end; a watchdog stops the client at the deadline.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<std::int64_t>(flags.timeout * 1e6));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  bool timed_out = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (cv.wait_until(lock, deadline, [&] { return done; })) return;
+    timed_out = true;
+    // Again and again until the request returns: a stop() before its socket exists is lost.
+    while (!cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done; })) {
+      client.stop();
+    }
+  });
+  std::string body;
+  bool too_big = false;
+  httplib::Result res = client.Get(path, [&](const char* data, std::size_t size) {
+    if (body.size() + size > kMaxBodyBytes) {
+      too_big = true;
+      return false;
+    }
+    body.append(data, size);
+    return std::chrono::steady_clock::now() < deadline;
+  });
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    if (!timed_out && std::chrono::steady_clock::now() >= deadline) timed_out = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (too_big) {
+    return Finish(flags, kUnknown,
+                  fmt::format("{} sent more than {} MiB: not a fragscope daemon's page", flags.url,
+                              kMaxBodyBytes >> 20),
+                  {}, {});
+  }
+  if (timed_out) {
+    return Finish(flags, kUnknown,
+                  fmt::format("cannot read {}: no whole answer within --timeout {} s (is "
+                              "`fragscope serve` running?)",
+                              flags.url, flags.timeout),
+                  {}, {});
+  }
   if (!res) {
     return Finish(flags, kUnknown,
                   fmt::format("cannot read {}: {} (is `fragscope serve` "
@@ -161,11 +225,11 @@ int RunProbe(const ProbeFlags& flags) {
   }
   std::map<std::string, Series> series;
   bool daemon_seen = false;
-  std::string_view body = res->body;
-  while (!body.empty()) {
-    const std::size_t nl = body.find('\n');
-    std::string_view line = body.substr(0, nl);
-    body = nl == std::string_view::npos ? std::string_view() : body.substr(nl + 1);
+  std::string_view rest = body;
+  while (!rest.empty()) {
+    const std::size_t nl = rest.find('\n');
+    std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     std::optional<Sample> s = ParseLine(line);
     if (!s) continue;
     if (s->name.rfind("fragscope_", 0) == 0) daemon_seen = true;
@@ -282,7 +346,8 @@ Command AddProbeCommand(CLI::App& app) {
   sub->add_option("--url", flags->url,
                   "The daemon's metrics (default http://127.0.0.1:9464/metrics)")
       ->type_name("URL");
-  sub->add_option("--timeout", flags->timeout, "Seconds to wait for the daemon (default 2)")
+  sub->add_option("--timeout", flags->timeout,
+                  "Seconds the whole exchange with the daemon may take (default 2)")
       ->check(CLI::Range(0.05, 60.0));
   sub->add_option("--warning-fragmentation", flags->warning_fragmentation,
                   "Fragmentation ratio that warns (default: none; the ratio alone is information)")

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -49,10 +50,16 @@ struct ServeFlags {
   std::int64_t max_connections_per_uid = 128;
   std::int64_t max_series = 512;
   std::int64_t max_series_per_connection = 16;
+  std::int64_t max_series_per_uid = 128;
+  bool allow_uid_sidecars = false;
   double frame_timeout_seconds = 10;
   std::int64_t http_max_connections = 64;
   double http_request_timeout_seconds = 5;
   std::string max_message = "64KiB";
+  std::string max_page = "6MiB";
+  std::string history_max = "1GiB";
+  std::string history_rate_per_uid = "128KiB";
+  std::string history_rate = "512KiB";
   double max_rate = 50;
   double burst = 100;
   std::string nvml_lib;   // empty: libnvidia-ml.so.1, then libnvidia-ml.so
@@ -102,11 +109,17 @@ alerts check FILE`) are evaluated every --interval against the latest samples an
 firing and resolved alerts run their hooks (an executable with the alert as JSON on stdin, or
 a webhook), rate-limited; --dry-run-hooks only logs what would be delivered.
 
+Identity comes from the kernel: the daemon reads each agent connection's pid and UID with
+SO_PEERCRED and records every sample under its sender's pid, whatever pid the sample names
+(--allow-uid-sidecars: or under another live process of the sender's UID). So no local user
+can make a series, an alert, a hook or a checkpoint request about another user's process.
+
 No local user can starve the daemon: HTTP requests have a deadline (--http-request-timeout)
 and connections a cap (--http-max-connections, the slowest make room); an agent frame must be
 complete --agent-frame-timeout after its first byte; one UID may hold at most
 --max-connections-per-uid connections; series are capped (--max-series,
---max-series-per-connection; the excess is counted in fragscope_agent_series_dropped_total).
+--max-series-per-connection, --max-series-per-uid, a fair share per UID at the cap; the
+excess is counted in fragscope_agent_series_dropped_total).
 A read-only or full history is logged and shown on /healthz ("degraded: ..."). Every limit,
 its default and its flag: docs/exporter.md, "Limits and safety".
 
@@ -189,7 +202,8 @@ class Daemon {
         registry_(agent::SeriesLimits{
             static_cast<std::size_t>(flags.max_series),
             static_cast<std::size_t>(flags.max_series_per_connection),
-            std::chrono::milliseconds(static_cast<std::int64_t>(flags.linger_seconds * 1000))}) {
+            std::chrono::milliseconds(static_cast<std::int64_t>(flags.linger_seconds * 1000)),
+            static_cast<std::size_t>(flags.max_series_per_uid)}) {
     hostname_ = flags.hostname.empty() ? Hostname() : flags.hostname;
     if (!hooks_.gpu_provider) {
       hooks_.gpu_provider = [] {
@@ -228,6 +242,7 @@ class Daemon {
       state.gpus = *gpus_;
     }
     state.agents = registry_.Entries();
+    state.max_process_bytes = max_page_bytes_;
     state.daemon.agents = registry_.Counters();
     state.daemon.version = FRAGSCOPE_VERSION;
     state.daemon.start_time_seconds = start_time_;
@@ -263,10 +278,12 @@ class Daemon {
     // Samples left out at the series limits: one line per interval, however many.
     const std::uint64_t dropped = registry_.Counters().series_dropped;
     if (dropped > series_dropped_logged_) {
-      Log(fmt::format(
-          "{} sample(s) of new series dropped at the series limits (--max-series {}, "
-          "--max-series-per-connection {}; fragscope_agent_series_dropped_total)",
-          dropped - series_dropped_logged_, flags_.max_series, flags_.max_series_per_connection));
+      Log(
+          fmt::format("{} sample(s) of new series dropped at the series limits (--max-series {}, "
+                      "--max-series-per-connection {}, --max-series-per-uid {}; "
+                      "fragscope_agent_series_dropped_total)",
+                      dropped - series_dropped_logged_, flags_.max_series,
+                      flags_.max_series_per_connection, flags_.max_series_per_uid));
       series_dropped_logged_ = dropped;
     }
     const int suppressed = suppressed_logs_.exchange(0);
@@ -288,6 +305,8 @@ class Daemon {
   }
 
   const ServeHooks& hooks() const { return hooks_; }
+  // REQUIRES: called before any thread that may call Render() starts.
+  void set_max_page_bytes(std::size_t bytes) { max_page_bytes_ = bytes; }
   // REQUIRES: called before any thread that may call Render() starts; `recorder` outlives it.
   void set_history(const SampleRecorder* recorder) { history_ = recorder; }
   // The HTTP server whose counters Render() shows; null before it exists and after it stops.
@@ -305,6 +324,7 @@ class Daemon {
   std::atomic<std::uint64_t> textfile_writes_{0};
   std::atomic<std::uint64_t> textfile_errors_{0};
   const SampleRecorder* history_ = nullptr;  // null: no --history
+  std::size_t max_page_bytes_ = 0;
   std::atomic<const prom::MetricsHttpServer*> http_{nullptr};
   std::atomic<int> log_budget_{kLogBudgetPerInterval};
   std::atomic<int> suppressed_logs_{0};
@@ -353,6 +373,31 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
                                 flags.max_message));
   }
 
+  auto size_flag = [](const std::string& name, const std::string& text, std::uint64_t least,
+                      std::uint64_t* out) {
+    Result<std::uint64_t> v = ParseSize(text);
+    if (!v.ok() || *v < least) {
+      return fmt::format("{} {}: expected a size of at least {} bytes (64KiB, 1GiB, ...)", name,
+                         text, least);
+    }
+    *out = *v;
+    return std::string();
+  };
+  std::uint64_t max_page = 0;
+  HistoryLimits history_limits;
+  for (const auto& [name, text, least, out] :
+       {std::tuple{"--max-page-bytes", flags.max_page, std::uint64_t{64 << 10}, &max_page},
+        std::tuple{"--history-max-bytes", flags.history_max, std::uint64_t{1 << 20},
+                   &history_limits.max_bytes},
+        std::tuple{"--history-rate-per-uid", flags.history_rate_per_uid, std::uint64_t{1 << 10},
+                   &history_limits.bytes_per_second_per_uid},
+        std::tuple{"--history-rate", flags.history_rate, std::uint64_t{1 << 10},
+                   &history_limits.bytes_per_second}}) {
+    if (std::string problem = size_flag(name, text, least, out); !problem.empty()) {
+      return BadInput(problem);
+    }
+  }
+
   // The node services, before any thread starts: a bad --alerts file or a damaged history is
   // a usage error, reported before the socket is taken.
   ServeHooks hooks = given_hooks;
@@ -361,7 +406,8 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   if (flags.history != "none") {
     Result<std::string> path = HistoryPath(flags.history);
     if (!path.ok()) return BadInput("--history: " + path.status().message());
-    Result<std::unique_ptr<SampleRecorder>> opened = SampleRecorder::Open(*path, Log);
+    Result<std::unique_ptr<SampleRecorder>> opened =
+        SampleRecorder::Open(*path, Log, history_limits);
     if (opened.ok()) {
       recorder = std::move(*opened);
     } else if (std::string problem = HistoryWriteProblem(*path); !problem.empty()) {
@@ -420,6 +466,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
 
   Daemon daemon(flags, hooks);
   daemon.set_history(recorder.get());
+  daemon.set_max_page_bytes(static_cast<std::size_t>(max_page));
   Log(fmt::format("fragscope {} starting on host {}", FRAGSCOPE_VERSION,
                   flags.hostname.empty() ? Hostname() : flags.hostname));
   daemon.RefreshGpus();
@@ -432,6 +479,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   agent_options.max_connections_per_uid = static_cast<std::size_t>(flags.max_connections_per_uid);
   agent_options.frame_timeout =
       std::chrono::milliseconds(static_cast<std::int64_t>(flags.frame_timeout_seconds * 1000));
+  agent_options.allow_uid_sidecars = flags.allow_uid_sidecars;
   agent_options.max_samples_per_second = flags.max_rate;
   agent_options.burst = flags.burst;
   agent_options.expiry =
@@ -607,6 +655,14 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
                   "Series one agent connection may add; more are dropped and counted")
       ->capture_default_str()
       ->check(IntegerAtLeast(1));
+  sub->add_option("--max-series-per-uid", flags->max_series_per_uid,
+                  "Series one user (UID, from the socket's peer credentials) may hold, lingering "
+                  "ones included; at --max-series each UID keeps its fair share")
+      ->capture_default_str()
+      ->check(IntegerAtLeast(1));
+  sub->add_flag("--allow-uid-sidecars", flags->allow_uid_sidecars,
+                "Let a process report for other live processes of its own UID (a sidecar); "
+                "without it every sample is recorded under its sender's pid");
   sub->add_option("--agent-frame-timeout", flags->frame_timeout_seconds,
                   "Seconds within which an agent frame must be complete after its first byte; "
                   "a slower one closes the connection")
@@ -632,6 +688,19 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
   sub->add_option("--burst", flags->burst, "Token bucket size: samples sent back to back")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1e6));
+  sub->add_option("--max-page-bytes", flags->max_page,
+                  "Bound on the process series of a /metrics page; each UID gets an equal share "
+                  "and a series beyond its UID's share is left out (counted)")
+      ->capture_default_str();
+  sub->add_option("--history-max-bytes", flags->history_max,
+                  "Size of the agent samples the history keeps; the oldest go first")
+      ->capture_default_str();
+  sub->add_option("--history-rate-per-uid", flags->history_rate_per_uid,
+                  "Bytes per second one user's samples may add to the history (5 s burst)")
+      ->capture_default_str();
+  sub->add_option("--history-rate", flags->history_rate,
+                  "Bytes per second all samples together may add to the history (5 s burst)")
+      ->capture_default_str();
   sub->add_option("--hostname", flags->hostname,
                   "Hostname label value (default: this machine's hostname)");
   sub->add_option("--nvml-lib", flags->nvml_lib,

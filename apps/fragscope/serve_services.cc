@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
@@ -140,15 +141,18 @@ gpu::NodeGpuInfo GpuSource::Collect() {
   return gpu::JoinGpuInfo(std::move(nvml), std::move(procfs));
 }
 
-Result<std::unique_ptr<SampleRecorder>> SampleRecorder::Open(const std::string& path, LogFn log) {
+Result<std::unique_ptr<SampleRecorder>> SampleRecorder::Open(const std::string& path, LogFn log,
+                                                             HistoryLimits limits) {
   sinks::HistoryOptions options;
   // NORMAL: a committed batch survives kill -9 of the daemon (the WAL is in the OS's hands);
   // only a power loss may take the last batches. One fsync per batch would cost more than a
   // tick on slow disks.
   options.sync_full = false;
+  options.retention.max_bytes = limits.max_bytes;
   Result<std::unique_ptr<sinks::HistoryStore>> store = sinks::HistoryStore::Open(path, options);
   if (!store.ok()) return store.status();
-  std::unique_ptr<SampleRecorder> recorder(new SampleRecorder(std::move(*store), std::move(log)));
+  std::unique_ptr<SampleRecorder> recorder(
+      new SampleRecorder(std::move(*store), std::move(log), limits));
   recorder->problem_ = HistoryWriteProblem(path);
   return recorder;
 }
@@ -158,9 +162,38 @@ std::string SampleRecorder::problem() const {
   return problem_;
 }
 
+bool SampleRecorder::Take(Bucket& b, double rate, double bytes,
+                          std::chrono::steady_clock::time_point now) {
+  const double capacity = 5 * rate;
+  if (b.refilled == std::chrono::steady_clock::time_point{}) {
+    b.tokens = capacity;
+  } else {
+    b.tokens = std::min(capacity,
+                        b.tokens + std::chrono::duration<double>(now - b.refilled).count() * rate);
+  }
+  b.refilled = now;
+  if (b.tokens < bytes) return false;
+  b.tokens -= bytes;
+  return true;
+}
+
 void SampleRecorder::Add(const agent::AgentSample& sample) {
+  // What the row will take (HistoryStore counts the same for retention): its strings, about
+  // 21 bytes per non-empty histogram bucket, 200 for the rest.
+  double bytes =
+      200.0 + static_cast<double>(sample.run.size() + sample.job.size() +
+                                  sample.architecture.size() + sample.device_uuid.size());
+  for (std::size_t b = 0; b < agent::kFreeBlockBuckets; ++b) {
+    if (sample.free_block_count[b] != 0 || sample.free_block_bytes[b] != 0) bytes += 21;
+  }
+  const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
-  if (queue_.size() >= kMaxQueuedSamples) {
+  // Per UID first, so a UID over its rate never takes the shared budget of the others.
+  if (queue_.size() >= kMaxQueuedSamples ||
+      !Take(per_uid_[sample.uid.value_or(0)], static_cast<double>(limits_.bytes_per_second_per_uid),
+            bytes, now) ||
+      !Take(total_, static_cast<double>(limits_.bytes_per_second), bytes, now)) {
+    if (queue_.size() < kMaxQueuedSamples) ++rate_dropped_;
     ++dropped_;
     ++dropped_total_;
     return;
@@ -171,14 +204,27 @@ void SampleRecorder::Add(const agent::AgentSample& sample) {
 void SampleRecorder::Flush() {
   std::vector<sinks::ReceivedSample> batch;
   std::uint64_t dropped = 0;
+  std::uint64_t rate_dropped = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     batch.swap(queue_);
     std::swap(dropped, dropped_);
+    std::swap(rate_dropped, rate_dropped_);
+    // Buckets of UIDs that have refilled completely carry no state worth keeping.
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(per_uid_, [&](const auto& kv) {
+      return now - kv.second.refilled > std::chrono::seconds(10);
+    });
   }
-  if (dropped > 0) {
-    log_(fmt::format("history: {} samples dropped (the queue of {} was full)", dropped,
-                     kMaxQueuedSamples));
+  if (dropped > rate_dropped) {
+    log_(fmt::format("history: {} samples dropped (the queue of {} was full)",
+                     dropped - rate_dropped, kMaxQueuedSamples));
+  }
+  if (rate_dropped > 0) {
+    log_(fmt::format(
+        "history: {} samples not written: over the history's write rate ({} KiB/s "
+        "per UID, {} KiB/s in all)",
+        rate_dropped, limits_.bytes_per_second_per_uid >> 10, limits_.bytes_per_second >> 10));
   }
   if (batch.empty()) return;
   const Status s = store_->AppendSamples(batch);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,9 +56,19 @@ class GpuSource {
 /// can.
 std::string HistoryWriteProblem(const std::string& path);
 
+/// What the daemon may write to the history (docs/history.md): bytes per second per UID (the
+/// sender's, from the kernel) and in total, each a token bucket holding 5 s of its rate, and
+/// the size retention keeps (HistoryStore's SampleRetention::max_bytes).
+struct HistoryLimits {
+  std::uint64_t bytes_per_second_per_uid = 128 << 10;
+  std::uint64_t bytes_per_second = 512 << 10;
+  std::uint64_t max_bytes = std::uint64_t{1} << 30;
+};
+
 class SampleRecorder {
  public:
-  static Result<std::unique_ptr<SampleRecorder>> Open(const std::string& path, LogFn log);
+  static Result<std::unique_ptr<SampleRecorder>> Open(const std::string& path, LogFn log,
+                                                      HistoryLimits limits = {});
   void Add(const agent::AgentSample& sample);
   void Flush();
   const std::string& path() const { return store_->path(); }
@@ -70,11 +81,21 @@ class SampleRecorder {
   std::string problem() const;
 
  private:
-  SampleRecorder(std::unique_ptr<sinks::HistoryStore> store, LogFn log)
-      : store_(std::move(store)), log_(std::move(log)) {}
+  SampleRecorder(std::unique_ptr<sinks::HistoryStore> store, LogFn log, HistoryLimits limits)
+      : store_(std::move(store)), log_(std::move(log)), limits_(limits) {}
+  struct Bucket {
+    double tokens = 0;
+    std::chrono::steady_clock::time_point refilled;
+  };
+  // Takes `bytes` from the bucket refilled at `rate`/s (holding 5 s of it); false if short.
+  static bool Take(Bucket& b, double rate, double bytes, std::chrono::steady_clock::time_point now);
   std::unique_ptr<sinks::HistoryStore> store_;
   LogFn log_;
+  HistoryLimits limits_;
   std::mutex mu_;
+  Bucket total_;                              // guarded by mu_
+  std::map<std::uint32_t, Bucket> per_uid_;   // guarded by mu_
+  std::uint64_t rate_dropped_ = 0;            // since the last Flush(); guarded by mu_
   std::vector<sinks::ReceivedSample> queue_;  // guarded by mu_
   std::uint64_t written_ = 0;
   std::uint64_t dropped_ = 0;  // since the last Flush(), for its log line; guarded by mu_

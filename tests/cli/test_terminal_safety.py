@@ -496,7 +496,7 @@ def test_serve_log_lines(tmp_path):
             assert proc.poll() is None, log_path.read_bytes()
             assert time.time() < deadline, log_path.read_bytes()
             time.sleep(0.05)
-        with fragscope_agent.AgentClient(sock, pid=501) as agent:
+        with fragscope_agent.AgentClient(sock) as agent:  # recorded under our pid (SO_PEERCRED)
             for step in range(0, 200, 10):
                 peak = (6 << 30) + step * (8 << 20)
                 assert agent.send_sample(fragscope_agent.sample_from_memory_stats(
@@ -512,13 +512,13 @@ def test_serve_log_lines(tmp_path):
             json.dumps({"pid": "x" + EVIL_NO_NUL, "device_uuid": uuid}).encode()))
         s.close()
         deadline = time.time() + 10
-        while b"forecast: pid 501" not in log_path.read_bytes() and time.time() < deadline:
+        while b"forecast: pid %d" % os.getpid() not in log_path.read_bytes() and time.time() < deadline:
             time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
     log = log_path.read_bytes()
-    assert b"forecast: pid 501 on GPU-\\xc2\\x9b31m\\xc2\\x85" in log, log
+    assert b"forecast: pid %d on GPU-" % os.getpid() + b"\\xc2\\x9b31m\\xc2\\x85" in log, log
     assert "\u00e9\u663e".encode() in log  # UTF-8 that is not a control stays as it is
     assert b"host\\x1b]0;pwned\\x07" in log
     problems = bad_bytes(log)

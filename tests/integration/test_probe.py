@@ -41,9 +41,9 @@ def test_probe_levels_follow_the_worst_process(daemon):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith("FRAGSCOPE OK - no training process")
     with fragscope_agent.AgentClient(daemon.sock, job="j", rank=0) as a, \
-            fragscope_agent.AgentClient(daemon.sock, job="j", rank=3, pid=4243) as b:
+            fragscope_agent.AgentClient(daemon.sock, job="j", rank=3) as b:  # another GPU
         send(daemon, a, forecast_level="ok", fragmentation_ratio=0.05)
-        send(daemon, b, forecast_level="warning", fragmentation_ratio=0.10, steps_to_oom=120)
+        send(daemon, b, device_uuid="GPU-other", forecast_level="warning", fragmentation_ratio=0.10, steps_to_oom=120)
         daemon.wait_metric("fragscope_process_forecast_level", 3, rank="3")
         out = probe(daemon)
         assert out.returncode == 1, out.stdout
@@ -53,14 +53,16 @@ def test_probe_levels_follow_the_worst_process(daemon):
         perf = line.split(" | ")[1].split(" ")
         assert perf[0] == "'risk'=3;3;4;0;4"
         assert perf[1] == "'fragmentation'=0.100;;;0;1"
-        send(daemon, b, step=6, forecast_level="critical", fragmentation_ratio=0.10)
+        send(daemon, b, device_uuid="GPU-other", step=6, forecast_level="critical",
+             fragmentation_ratio=0.10)
         daemon.wait_metric("fragscope_process_forecast_level", 4, rank="3")
         assert probe(daemon).returncode == 2
         js = json.loads(probe(daemon, "--json").stdout)
         assert js["status"] == "CRITICAL" and js["code"] == 2 and js["worst"]["rank"] == "3"
         # Fragmentation alone is information: OK risk stays OK (a threshold the user gives
         # makes it a level).
-        send(daemon, b, step=7, forecast_level="ok", fragmentation_ratio=0.35)
+        send(daemon, b, device_uuid="GPU-other", step=7, forecast_level="ok",
+             fragmentation_ratio=0.35)
         daemon.wait_metric("fragscope_process_forecast_level", 1, rank="3")
         out = probe(daemon)
         assert out.returncode == 0 and "fragmentation 0.35" in out.stdout, out.stdout
@@ -117,3 +119,120 @@ def test_scout_plugin_functions_against_a_live_daemon(daemon, tmp_path):
                                    FRAGSCOPE_METRICS_URL="http://127.0.0.1:9/metrics"),
                           capture_output=True, text=True, timeout=30)
     assert down.returncode == 1
+
+
+# --- hostile endpoints (issue 30, item 11) ----------------------------------------------------
+
+def serve_once(handler):
+    """A loopback listener that runs `handler(conn)` for each connection in a thread."""
+    import socket
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def loop():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=handler, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.getsockname()[1]}/metrics"
+
+
+def read_request(conn):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return
+        data += chunk
+
+
+def run_probe(url, *args, timeout=60):
+    import time
+    begin = time.monotonic()
+    out = subprocess.run([BIN, "probe", "--url", url, *args], capture_output=True, text=True,
+                         timeout=timeout)
+    return out, time.monotonic() - begin
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_timeout_bounds_the_whole_run_against_a_trickling_endpoint(where):
+    import time
+
+    def trickle(conn):
+        try:
+            read_request(conn)
+            if where == "body":
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(200):  # one byte every 0.1 s: each read is quick, the whole is not
+                conn.sendall(b"X-A: b\r\n"[:1] if where == "head" else b"#")
+                time.sleep(0.1)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    server, url = serve_once(trickle)
+    try:
+        out, took = run_probe(url, "--timeout", "1")
+        assert out.returncode == 3, out
+        assert out.stdout.startswith("FRAGSCOPE UNKNOWN - cannot read"), out.stdout
+        # The sanitizer build starts slower; the bound is the timeout plus start-up either way.
+        limit = 2.5 * (3 if os.environ.get("FRAGSCOPE_SANITIZED") else 1)
+        assert took < limit, f"probe --timeout 1 took {took:.2f} s against a trickling endpoint"
+    finally:
+        server.close()
+
+
+def test_an_endless_body_is_capped():
+    def endless(conn):
+        try:
+            read_request(conn)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+            block = b"# endless\n" * 100000
+            while True:
+                conn.sendall(block)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    server, url = serve_once(endless)
+    try:
+        out, took = run_probe(url, "--timeout", "30")
+        assert out.returncode == 3 and "sent more than 64 MiB" in out.stdout, out
+    finally:
+        server.close()
+
+
+def test_a_bar_in_a_label_value_cannot_reorder_the_perfdata():
+    page = ('fragscope_up{Hostname="h"} 1\n'
+            'fragscope_process_forecast_level{pid="7",rank="0",gpu="0| \'risk\'=0;3;4;0;4"} 3\n'
+            'fragscope_process_fragmentation_ratio{pid="7",rank="0",gpu="0| \'risk\'=0;3;4;0;4"}'
+            ' 0.1\n').encode()
+
+    def answer(conn):
+        try:
+            read_request(conn)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                         % len(page) + page)
+        finally:
+            conn.close()
+
+    server, url = serve_once(answer)
+    try:
+        out, _ = run_probe(url)
+        assert out.returncode == 1, out
+        line = out.stdout.strip()
+        assert line.count("|") == 1, line
+        assert line.split(" | ")[1].split(" ")[0] == "'risk'=3;3;4;0;4", line
+        assert "gpu 0%7C 'risk'=0;3;4;0;4" in line
+    finally:
+        server.close()

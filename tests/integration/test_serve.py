@@ -37,6 +37,9 @@ REQUIRE_TOOLS = os.environ.get("FRAGSCOPE_REQUIRE_TOOLS") == "1"
 # The daemon loads this instead of the host's libnvidia-ml unless a test says otherwise, so the
 # NVML-absent state is the same on a GPU host as on CI.
 NO_NVML = "/nonexistent/libnvidia-ml.so.1"
+# The daemon records a sample under its sender's pid (SO_PEERCRED), whatever pid it names: the
+# agents of these tests run in this process, so their series carry this pid.
+ME = os.getpid()
 
 
 def require_tool(name, package):
@@ -170,11 +173,11 @@ def test_torch_state_reaches_metrics(daemon):
                                 "allocated_bytes.all.current": 14 * MiB, "num_ooms": 0},
         memory_snapshot=lambda: [segment],
         get_device_properties=lambda d: types.SimpleNamespace(uuid=UUID[len("GPU-"):]))
-    with fragscope_agent.AgentClient(daemon.sock, pid=77) as agent:
+    with fragscope_agent.AgentClient(daemon.sock) as agent:
         assert agent.send_torch_state(12, torch=types.SimpleNamespace(cuda=cuda))
-        daemon.wait_metric("fragscope_process_step", 12, pid="77")
+        daemon.wait_metric("fragscope_process_step", 12, pid=str(ME))
         m = daemon.metrics()
-        labels = {"pid": "77", "UUID": UUID}
+        labels = {"pid": str(ME), "UUID": UUID}
         assert value(m, "fragscope_process_reserved_bytes", **labels) == 20 * MiB
         assert value(m, "fragscope_process_requested_bytes", **labels) == 14 * MiB - 5
         assert value(m, "fragscope_process_largest_free_block_bytes", **labels) == 6 * MiB
@@ -197,16 +200,16 @@ def leak_sample(step):
 def test_daemon_forecasts_for_agents_that_send_none(workdir):
     d = Daemon(workdir)
     try:
-        with fragscope_agent.AgentClient(d.sock, pid=501) as agent:
+        with fragscope_agent.AgentClient(d.sock) as agent:
             for step in range(0, 200, 10):
                 assert agent.send_sample(leak_sample(step))
-            d.wait_metric("fragscope_process_step", 190, pid="501")
+            d.wait_metric("fragscope_process_step", 190, pid=str(ME))
             m = d.metrics()
-            assert value(m, "fragscope_process_forecast_level", pid="501") >= 3
-            assert value(m, "fragscope_process_steps_to_oom", pid="501") > 0
+            assert value(m, "fragscope_process_forecast_level", pid=str(ME)) >= 3
+            assert value(m, "fragscope_process_steps_to_oom", pid=str(ME)) > 0
             # The calibrated risk, one gauge per horizon, once the forecaster has enough steps:
             # probabilities that grow with the horizon; a leak this fast is at risk within 500.
-            risk = [value(m, "fragscope_process_oom_risk", pid="501", horizon_steps=str(h))
+            risk = [value(m, "fragscope_process_oom_risk", pid=str(ME), horizon_steps=str(h))
                     for h in (50, 100, 500)]
             assert all(r is not None and 0.0 <= r <= 1.0 for r in risk), risk
             assert risk[0] <= risk[1] <= risk[2], risk
@@ -214,17 +217,17 @@ def test_daemon_forecasts_for_agents_that_send_none(workdir):
     finally:
         assert d.stop() == 0
     log = d.read_log()
-    assert re.search(r"forecast: pid 501 on GPU-\S+, step 1[5-9]0: (warning|critical): ~\d+ steps "
+    assert re.search(rf"forecast: pid {ME} on GPU-\S+, step 1[5-9]0: (warning|critical): ~\d+ steps "
                      r"to OOM: peak allocated grows", log), log
     # --no-forecast: the level stays what the agent sent (nothing: unknown).
     d = Daemon(workdir, "--no-forecast")
     try:
-        with fragscope_agent.AgentClient(d.sock, pid=502) as agent:
+        with fragscope_agent.AgentClient(d.sock) as agent:
             for step in range(0, 200, 10):
                 assert agent.send_sample(leak_sample(step))
-            d.wait_metric("fragscope_process_step", 190, pid="502")
-            assert value(d.metrics(), "fragscope_process_forecast_level", pid="502") == 0
-            assert value(d.metrics(), "fragscope_process_oom_risk", pid="502",
+            d.wait_metric("fragscope_process_step", 190, pid=str(ME))
+            assert value(d.metrics(), "fragscope_process_forecast_level", pid=str(ME)) == 0
+            assert value(d.metrics(), "fragscope_process_oom_risk", pid=str(ME),
                          horizon_steps="100") is None
     finally:
         assert d.stop() == 0
@@ -241,14 +244,14 @@ def test_help_teaches_with_examples():
 def test_samples_reach_metrics_and_promtool_accepts_them(daemon):
     status, ctype, body = daemon.get("/healthz")
     assert status == 200 and body == "ok\n"
-    with fragscope_agent.AgentClient(daemon.sock, job="llm-7b", rank=2, pid=4242) as agent:
+    with fragscope_agent.AgentClient(daemon.sock, job="llm-7b", rank=2) as agent:
         assert agent.send_sample(full_sample(step=4))
         assert agent.send_sample(full_sample(step=5))
         daemon.wait_metric("fragscope_agent_samples_received_total", 2)
         status, ctype, text = daemon.get("/metrics")
         assert ctype.startswith("text/plain; version=0.0.4")
         m = parse_metrics(text)
-        labels = {"pid": "4242", "rank": "2", "job_name": "llm-7b", "UUID": UUID,
+        labels = {"pid": str(ME), "rank": "2", "job_name": "llm-7b", "UUID": UUID,
                   "Hostname": "itest"}
         assert value(m, "fragscope_process_reserved_bytes", **labels) == 8 << 30
         assert value(m, "fragscope_process_allocated_bytes", **labels) == 6 << 30
@@ -296,12 +299,12 @@ def test_unknown_summary_is_derived_or_left_out_not_zero(daemon):
     # snapshot summary. Cached free and the ratio follow from their definitions; max
     # allocatable, largest free block and stranded bytes are unknown and have no series (they
     # used to read 0: "no fragmentation" and a max allocatable that fires the critical rule).
-    with fragscope_agent.AgentClient(daemon.sock, job="bare", pid=5151) as agent:
+    with fragscope_agent.AgentClient(daemon.sock, job="bare") as agent:
         assert agent.send_sample({"device_uuid": UUID, "step": 3, "reserved_bytes": 60 << 30,
                                   "allocated_bytes": 49 << 30})
         daemon.wait_metric("fragscope_agent_samples_received_total", 1)
         m = daemon.metrics()
-        labels = {"pid": "5151", "job_name": "bare", "UUID": UUID}
+        labels = {"pid": str(ME), "job_name": "bare", "UUID": UUID}
         assert value(m, "fragscope_process_reserved_bytes", **labels) == 60 << 30
         assert value(m, "fragscope_process_cached_free_bytes", **labels) == 11 << 30
         assert abs(value(m, "fragscope_process_fragmentation_ratio", **labels) - 11 / 60) < 1e-9
@@ -323,7 +326,7 @@ def test_unknown_path_is_404(daemon):
 
 
 def test_bad_agents_are_counted_and_good_ones_undisturbed(daemon):
-    good = fragscope_agent.AgentClient(daemon.sock, pid=7)
+    good = fragscope_agent.AgentClient(daemon.sock)
     assert good.send_sample(full_sample(step=1))
 
     def raw(data, wait_close=True):
@@ -350,7 +353,7 @@ def test_bad_agents_are_counted_and_good_ones_undisturbed(daemon):
                    "rate_limited"):
         daemon.wait_metric("fragscope_agent_samples_rejected_total", 1, reason=reason)
     assert good.send_sample(full_sample(step=2))
-    daemon.wait_metric("fragscope_process_step", 2, pid="7")
+    daemon.wait_metric("fragscope_process_step", 2, pid=str(ME))
     log = daemon.read_log()
     assert "field \"pid\": expected an integer" in log
     assert "(rate_limited)" in log
@@ -360,13 +363,13 @@ def test_bad_agents_are_counted_and_good_ones_undisturbed(daemon):
 def test_silent_agent_expires(workdir):
     d = Daemon(workdir, "--expiry", "0.5")
     try:
-        agent = fragscope_agent.AgentClient(d.sock, pid=99)
+        agent = fragscope_agent.AgentClient(d.sock)
         assert agent.send_sample(full_sample())
         d.wait_metric("fragscope_agent_series", 1)
         d.wait_metric("fragscope_agent_series", 0, timeout=5)
         # It comes back on its next sample (the client reconnects after the idle close).
         assert agent.send_sample(full_sample(step=6)) or agent.send_sample(full_sample(step=6))
-        d.wait_metric("fragscope_process_step", 6, pid="99")
+        d.wait_metric("fragscope_process_step", 6, pid=str(ME))
         agent.close()
     finally:
         assert d.stop() == 0
@@ -378,15 +381,15 @@ def test_a_disconnected_process_lingers_then_leaves(workdir):
     the counter of expired series counts it."""
     d = Daemon(workdir, "--linger", "1.5")
     try:
-        agent = fragscope_agent.AgentClient(d.sock, pid=77)
+        agent = fragscope_agent.AgentClient(d.sock)
         assert agent.send_sample(full_sample(step=9))
-        d.wait_metric("fragscope_process_step", 9, pid="77")
+        d.wait_metric("fragscope_process_step", 9, pid=str(ME))
         agent.close()
         closed = time.monotonic()
         time.sleep(0.5)
         m = d.metrics()
-        assert value(m, "fragscope_process_step", pid="77") == 9
-        assert value(m, "fragscope_process_forecast_level", pid="77") == 3
+        assert value(m, "fragscope_process_step", pid=str(ME)) == 9
+        assert value(m, "fragscope_process_forecast_level", pid=str(ME)) == 3
         d.wait_metric("fragscope_agent_series", 0, timeout=5)
         assert time.monotonic() - closed >= 1.4
         assert value(d.metrics(), "fragscope_agent_series_expired_total") == 1
@@ -399,14 +402,14 @@ def test_textfile_mode_writes_atomically(workdir):
     os.mkdir(textdir)
     d = Daemon(workdir, "--listen", "none", "--textfile-dir", textdir)
     try:
-        agent = fragscope_agent.AgentClient(d.sock, pid=1234)
+        agent = fragscope_agent.AgentClient(d.sock)
         assert agent.send_sample(full_sample(step=77))
         path = os.path.join(textdir, "fragscope.prom")
         deadline = time.time() + 5
         got = None
         while time.time() < deadline:
             if os.path.exists(path):
-                got = value(parse_metrics(open(path).read()), "fragscope_process_step", pid="1234")
+                got = value(parse_metrics(open(path).read()), "fragscope_process_step", pid=str(ME))
                 if got == 77:
                     break
             time.sleep(0.05)
@@ -455,10 +458,10 @@ def free_port():
 
 def test_prometheus_scrapes_the_daemon(daemon, workdir):
     prometheus = require_tool("prometheus", "prometheus")
-    agents = [fragscope_agent.AgentClient(daemon.sock, job="itest-job", rank=r, pid=5000 + r)
-              for r in range(2)]
-    for r, agent in enumerate(agents):
-        assert agent.send_sample(full_sample(step=10 + r, largest_free_block=(r + 1) << 20))
+    agents = [fragscope_agent.AgentClient(daemon.sock, job="itest-job", rank=r) for r in range(2)]
+    for r, agent in enumerate(agents):  # one process, two GPUs: two series
+        assert agent.send_sample(full_sample(step=10 + r, largest_free_block=(r + 1) << 20,
+                                             device_uuid=UUID if r == 0 else UUID[:-1] + "0"))
     prom_port = free_port()
     config = os.path.join(workdir, "prometheus.yml")
     with open(config, "w") as f:
@@ -495,13 +498,15 @@ scrape_configs:
             if len(result) == 2:
                 break
             for agent in agents:  # keep the series fresh
-                agent.send_sample(full_sample(step=10, largest_free_block=agent.defaults["rank"] + 1 << 20))
+                r = agent.defaults["rank"]
+                agent.send_sample(full_sample(step=10, largest_free_block=r + 1 << 20,
+                                              device_uuid=UUID if r == 0 else UUID[:-1] + "0"))
             time.sleep(0.5)
         got = {r["metric"]["rank"]: float(r["value"][1]) for r in result}
         assert got == {"0": float(1 << 20), "1": float(2 << 20)}, result
         # The scrape job's own labels sit beside ours: job="fragscope", instance=the daemon.
         assert all(r["metric"]["job"] == "fragscope" for r in result)
-        assert all(r["metric"]["UUID"] == UUID for r in result)
+        assert {r["metric"]["UUID"] for r in result} == {UUID, UUID[:-1] + "0"}
         up = query('up{job="fragscope"}')
         assert up and up[0]["value"][1] == "1"
         received = query("fragscope_agent_samples_received_total")
@@ -614,7 +619,7 @@ def test_gpu_facts_from_nvml_and_procfs_join_the_agent_series(workdir):
         m = d.metrics()
         assert value(m, "fragscope_gpu_memory_total_bytes", UUID=NODE2_GPU0) == 85899345920
         assert value(m, "fragscope_gpu_memory_used_bytes", UUID=NODE2_GPU0) == 21474836480
-        with fragscope_agent.AgentClient(d.sock, pid=4242) as agent:
+        with fragscope_agent.AgentClient(d.sock) as agent:
             assert agent.send_sample(full_sample(device_uuid=NODE2_GPU0))
             d.wait_metric("fragscope_agent_samples_received_total", 1)
             m = d.metrics()
@@ -629,7 +634,7 @@ def test_gpu_facts_from_nvml_and_procfs_join_the_agent_series(workdir):
 def test_samples_are_recorded_in_the_history(workdir):
     import sqlite3
     d = Daemon(workdir)
-    with fragscope_agent.AgentClient(d.sock, pid=77, run="nightly-3", job="j") as agent:
+    with fragscope_agent.AgentClient(d.sock, run="nightly-3", job="j") as agent:
         for step in range(3):
             assert agent.send_sample(full_sample(step=step, largest_request_bytes=5 << 20))
         d.wait_metric("fragscope_agent_samples_received_total", 3)
@@ -642,7 +647,7 @@ def test_samples_are_recorded_in_the_history(workdir):
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         db.close()
-    assert rows == [("nightly-3", 77, s, 8 << 30, 5 << 20) for s in range(3)]
+    assert rows == [("nightly-3", ME, s, 8 << 30, 5 << 20) for s in range(3)]
     # A damaged history is refused at start, and left as it was.
     bad = os.path.join(workdir, "bad.sqlite")
     with open(bad, "wb") as f:
@@ -679,7 +684,7 @@ hooks = ["record"]
 """)
     d = Daemon(workdir, "--alerts", config)
     try:
-        with fragscope_agent.AgentClient(d.sock, pid=31, rank=1, job="train; rm -rf /") as agent:
+        with fragscope_agent.AgentClient(d.sock, rank=1, job="train; rm -rf /") as agent:
             assert agent.send_sample(full_sample(step=9))  # forecast_level "warning"
             # The daemon logs the delivery after the hook exits; the hook's files exist (empty)
             # before it has written them, so waiting for them alone races.
@@ -752,7 +757,7 @@ def test_exporter_doc_lists_every_family(workdir):
                os.path.join(SOURCE_DIR, "tests/data/procfs/node2"), env=env)
     try:
         d.wait_metric("fragscope_nvml_available", 1)
-        with fragscope_agent.AgentClient(d.sock, pid=4242, rank=0, job="doc") as agent:
+        with fragscope_agent.AgentClient(d.sock, rank=0, job="doc") as agent:
             assert agent.send_sample(full_sample(device_uuid=NODE2_GPU0,
                                                  largest_request_bytes=5 << 20))
             d.wait_metric("fragscope_agent_series", 1)
@@ -787,12 +792,12 @@ def test_exporter_doc_lists_every_family(workdir):
 
 
 def committed_rows(path):
-    """(pid, step) of the samples another connection sees as committed. Read-only: this
+    """(stream key, step) of the samples another connection sees as committed. Read-only: this
     reader never writes to the database, nor checkpoints its WAL."""
     import sqlite3
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
     try:
-        return set(db.execute("SELECT pid, step FROM samples"))
+        return set(db.execute("SELECT CAST(substr(device_uuid, 5) AS INTEGER), step FROM samples"))
     finally:
         db.close()
 
@@ -815,11 +820,12 @@ def test_kill_9_keeps_every_committed_sample(workdir):
         stop = threading.Event()
 
         def stream(pid):
-            with fragscope_agent.AgentClient(d.sock, pid=pid, run=f"kill-{kill}") as agent:
+            # One process: the streams are told apart by their device ("GPU-<key>").
+            with fragscope_agent.AgentClient(d.sock, run=f"kill-{kill}") as agent:
                 step = 0
                 while not stop.is_set():
                     attempted.add((pid, step))
-                    agent.send_sample(full_sample(step=step))
+                    agent.send_sample(full_sample(step=step, device_uuid=f"GPU-{pid}"))
                     step += 1
                     time.sleep(0.001)
 
@@ -849,7 +855,7 @@ def test_kill_9_keeps_every_committed_sample(workdir):
         db = sqlite3.connect(history)
         try:
             assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-            after = set(db.execute("SELECT pid, step FROM samples"))
+            after = set(db.execute("SELECT CAST(substr(device_uuid, 5) AS INTEGER), step FROM samples"))
         finally:
             db.close()
         context = f"(kill {kill}, FRAGSCOPE_TEST_SEED={seed})"

@@ -254,7 +254,7 @@ def test_series_limits_drop_and_count_what_is_beyond_them(workdir):
         d.wait_metric("fragscope_agent_series", 10)
         # A known series still updates at the limit.
         assert flooder.send_sample(full_sample(step=77, device_uuid=flood_sample(0)["device_uuid"]))
-        d.wait_metric("fragscope_process_step", 77, pid="1", UUID=flood_sample(0)["device_uuid"])
+        d.wait_metric("fragscope_process_step", 77, pid=str(os.getpid()), UUID=flood_sample(0)["device_uuid"])
         time.sleep(0.5)  # a tick (--interval 0.2) logs the drops, once
         log = d.read_log()
         assert "dropped at the series limits" in log
@@ -293,7 +293,7 @@ def test_lingering_series_of_closed_connections_never_lock_out_a_live_agent(work
 def test_a_flood_of_new_devices_leaves_the_page_and_shutdown_bounded(workdir):
     """The issue's flood: new device UUIDs within the rate limit from many connections. At the
     default limits (512 series) the page stays a bounded size and SIGTERM is prompt."""
-    d = Daemon(workdir, "--max-connections-per-uid", "64")
+    d = Daemon(workdir, "--max-connections-per-uid", "64", "--max-series-per-uid", "512")
     try:
         clients = [fragscope_agent.AgentClient(d.sock, pid=1000 + k) for k in range(40)]
         n = 0
@@ -348,7 +348,7 @@ def test_a_read_only_history_is_reported_at_start_and_on_healthz(workdir, small_
         # It still serves the agents' samples.
         agent = fragscope_agent.AgentClient(d.sock, pid=5)
         assert agent.send_sample(full_sample(step=3))
-        d.wait_metric("fragscope_process_step", 3, pid="5")
+        d.wait_metric("fragscope_process_step", 3, pid=str(os.getpid()))
         agent.close()
     finally:
         assert d.stop() == 0
@@ -454,4 +454,62 @@ def test_a_closing_answer_survives_unread_input(workdir):
             assert len(body) == length, (len(body), length)
             s.close()
     finally:
+        assert d.stop() == 0
+
+
+def test_slow_readers_holding_every_slot_cannot_lock_out_scrapes(workdir):
+    """Issue 30, item 3: 64 connections ask for a multi-MB page and never read it. A scraper
+    still gets its page, every time: the most stalled writer gives up its slot."""
+    d = Daemon(workdir)
+    socks = []
+    try:
+        big = dict(job="j" * 200, free_block_count=[1] * 64, free_block_bytes=[1] * 64)
+        clients = [fragscope_agent.AgentClient(d.sock) for _ in range(4)]
+        for k, client in enumerate(clients):
+            for i in range(16):
+                assert client.send_sample(full_sample(device_uuid=f"GPU-{k}-{i}", **big))
+        d.wait_metric("fragscope_agent_series", 64)
+        page = timed_get(d.port, "/metrics")[1]
+        assert len(page) > 2 << 20, len(page)
+
+        def slow_reader():
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            s.settimeout(2)
+            s.connect(("127.0.0.1", d.port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            return s
+
+        ok = 0
+        for _ in range(15):
+            while len(socks) < 64:  # the slots the server closed are taken again at once
+                try:
+                    socks.append(slow_reader())
+                except OSError:
+                    break
+            time.sleep(0.1)
+            try:
+                status, body, took = timed_get(d.port, "/metrics", timeout=5)
+                ok += status == 200 and len(body) > 2 << 20
+            except OSError:
+                pass
+            alive = []
+            for s in socks:  # drop the ones the server closed
+                try:
+                    s.setblocking(False)
+                    if s.recv(1, socket.MSG_PEEK) == b"":
+                        s.close()
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    s.close()
+                    continue
+                alive.append(s)
+            socks = alive
+        assert ok == 15, f"{ok} of 15 scrapes got their page with 64 slow readers"
+        for client in clients:
+            client.close()
+    finally:
+        close_all(socks)
         assert d.stop() == 0

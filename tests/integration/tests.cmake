@@ -29,3 +29,12 @@ set_tests_properties(probe_integration PROPERTIES
   ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
   LABELS integration
   TIMEOUT 120)
+# Trust on a node (tests/integration/test_serve_trust.py): another UID (65534) tries to report
+# for, checkpoint and crowd out this user's processes; skipped when not run as root.
+add_test(NAME serve_trust
+  COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs
+          ${PROJECT_SOURCE_DIR}/tests/integration/test_serve_trust.py)
+set_tests_properties(serve_trust PROPERTIES
+  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+  LABELS integration
+  TIMEOUT 200)

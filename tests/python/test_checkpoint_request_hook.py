@@ -39,6 +39,8 @@ print(json.dumps({"stopped": None}), flush=True)
 
 def run_hook(env, *args):
     full = dict(os.environ)
+    # The daemon names the UID that reported the process (SO_PEERCRED); here: ours.
+    full["FRAGSCOPE_ALERT_UID"] = str(os.getuid())
     full.update(env)
     return subprocess.run([HOOK] + list(args), env=full, capture_output=True, text=True,
                           timeout=30)

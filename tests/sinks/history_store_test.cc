@@ -392,6 +392,8 @@ TEST(HistoryStoreTest, VersionOneDatabaseIsMigratedKeepingItsSamples) {
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
                          "ALTER TABLE samples DROP COLUMN largest_request_bytes; "
+                         "DROP TRIGGER samples_bytes_insert; DROP TRIGGER samples_bytes_delete; "
+                         "DELETE FROM counters WHERE name = 'sample_bytes'; "
                          "UPDATE schema_version SET version = 1",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
@@ -406,6 +408,8 @@ TEST(HistoryStoreTest, VersionOneDatabaseIsMigratedKeepingItsSamples) {
   EXPECT_EQ((*got)[0].sample.largest_request_bytes, 0u);  // not recorded before version 2
   EXPECT_EQ((*got)[0].sample.stranded_bytes, 21u);
   EXPECT_EQ((*got)[1].sample.largest_request_bytes, 22u);
+  // Version 3 counts the bytes of the samples it found.
+  EXPECT_GT(*store->SampleBytes(), 2u * 200);
 }
 
 TEST(HistoryStoreTest, RetentionByRowsIsIncremental) {
@@ -416,16 +420,63 @@ TEST(HistoryStoreTest, RetentionByRowsIsIncremental) {
   auto store = OpenOrDie(testing::MakeTempDir() + "/h.sqlite", o);
   std::vector<agent::AgentSample> batch;
   for (int i = 0; i < 200; ++i) batch.push_back(Sample("r", i));
-  ASSERT_TRUE(store->AppendSamples(batch, 1).ok());
-  EXPECT_EQ(*store->CountSamples(), 170u);  // one prune pass: at most 30 rows
-  ASSERT_TRUE(store->AppendSamples(std::span(batch).first(1), 1).ok());
-  EXPECT_EQ(*store->CountSamples(), 141u);
+  // Lower the limit under a full store: a backlog drains at most 30 rows a pass.
+  {
+    HistoryOptions keep = o;
+    keep.retention.max_rows = 0;
+    auto raw = OpenOrDie(store->path(), keep);
+    ASSERT_TRUE(raw->AppendSamples(batch, 1).ok());
+  }
+  EXPECT_EQ(*store->CountSamples(), 200u);
+  EXPECT_EQ(*store->PruneSamples(1), 30u);
+  EXPECT_EQ(*store->CountSamples(), 170u);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->PruneSamples(1).ok());
   EXPECT_EQ(*store->CountSamples(), 100u);
   EXPECT_EQ(*store->PruneSamples(1), 0u);
   // The oldest went first.
   Result<std::vector<ReceivedSample>> left = store->Samples({}, 1);
-  EXPECT_EQ((*left)[0].sample.step, 101);
+  EXPECT_EQ((*left)[0].sample.step, 100);
+}
+
+// Issue 30, item 2: pruning starts from the limit and outruns any inflow: an append of N rows
+// may delete 2N, so a batch larger than prune_batch_rows cannot grow the store past it.
+TEST(HistoryStoreTest, Issue30PruningOutrunsTheInflow) {
+  HistoryOptions o;
+  o.retention.max_age_s = 0;
+  o.retention.max_rows = 100;
+  o.retention.prune_batch_rows = 30;
+  auto store = OpenOrDie(testing::MakeTempDir() + "/h.sqlite", o);
+  std::vector<agent::AgentSample> batch;
+  for (int i = 0; i < 500; ++i) batch.push_back(Sample("r", i));
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(store->AppendSamples(batch, 1).ok());
+    EXPECT_EQ(*store->CountSamples(), 100u) << "round " << round;
+  }
+}
+
+// Issue 30, item 2: retention by size: rows of long strings cannot take the disk at a row count
+// that would be harmless for small ones.
+TEST(HistoryStoreTest, Issue30RetentionByBytes) {
+  HistoryOptions o;
+  o.retention.max_age_s = 0;
+  o.retention.max_rows = 0;
+  o.retention.max_bytes = 200'000;
+  auto store = OpenOrDie(testing::MakeTempDir() + "/h.sqlite", o);
+  std::vector<agent::AgentSample> batch;
+  for (int i = 0; i < 50; ++i) {
+    agent::AgentSample s = Sample("r", i);
+    s.job = std::string(256, 'j');
+    s.architecture = std::string(256, 'a');
+    s.device_uuid = std::string(256, 'u');
+    batch.push_back(s);
+  }
+  for (int round = 0; round < 10; ++round) ASSERT_TRUE(store->AppendSamples(batch, 1).ok());
+  const std::uint64_t bytes = *store->SampleBytes();
+  EXPECT_LE(bytes, 200'000u);
+  EXPECT_GT(bytes, 150'000u);  // it prunes to the limit, not far below
+  // Each row counts its strings: 200 + 3 * 256 + run and histogram.
+  const std::uint64_t rows = *store->CountSamples();
+  EXPECT_GE(bytes / rows, 200u + 3 * 256);
 }
 
 TEST(HistoryStoreTest, RetentionByAge) {

@@ -267,7 +267,9 @@ TEST_F(AgentServerTest, ManyConcurrentClientsLoseNoSample) {
       fds[static_cast<std::size_t>(c)] = Connect(options_.socket_path);
       for (int i = 0; i < kSamples; ++i) {
         SendAll(fds[static_cast<std::size_t>(c)],
-                SampleFrame(static_cast<std::uint32_t>(100 + c), "GPU-m", i));
+                // One process: the daemon records every sample under this pid (SO_PEERCRED),
+                // so each client is its own device.
+                SampleFrame(static_cast<std::uint32_t>(100 + c), "GPU-m" + std::to_string(c), i));
       }
     });
   }
@@ -364,6 +366,42 @@ TEST(AgentRegistryLimitsTest, ALingeringSeriesWhoseProcessReconnectsIsLiveAgain)
   EXPECT_EQ(registry.Expire(t0 + std::chrono::seconds(10), std::chrono::seconds(60)), 0u);
   // Its new connection owns it: the per-connection cap of 1 is reached.
   EXPECT_FALSE(registry.Admits(7, "b", 12));
+}
+
+// Issue 30, items 1 and 2: a series belongs to the UID that made it; at the cap each UID keeps
+// its fair share and no UID evicts another's series, lingering ones included.
+TEST(AgentRegistryLimitsTest, Issue30SeriesBelongToTheirUidAndTheCapIsShared) {
+  AgentRegistry registry(SeriesLimits{4, 8, std::chrono::seconds(60), 8});
+  const auto t0 = Clock::now();
+  auto sample = [](std::uint32_t uid, std::uint32_t pid, const std::string& uuid) {
+    AgentSample s;
+    s.uid = uid;
+    s.pid = pid;
+    s.device_uuid = uuid;
+    return s;
+  };
+  ASSERT_TRUE(registry.Accept(sample(1000, 10, "victim-oom"), 1, t0));
+  registry.ConnectionClosed(1, t0);  // lingers
+  // Another UID floods: it fills the free places, then evicts nothing of the victim's.
+  for (int i = 0; i < 10; ++i) {
+    registry.Accept(sample(2000, 20, "x" + std::to_string(i)), 2, t0);
+  }
+  std::vector<AgentEntry> entries = registry.Entries();
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].sample.device_uuid, "victim-oom");
+  // Nor may it update or take over the victim's key.
+  EXPECT_FALSE(registry.Accept(sample(2000, 10, "victim-oom"), 2, t0));
+  // The victim, under its share (2 of 4), takes a place of the heaviest UID at the cap.
+  EXPECT_TRUE(registry.Admits(11, "victim-2", 3, 1000));
+  EXPECT_TRUE(registry.Accept(sample(1000, 11, "victim-2"), 3, t0));
+  // At its share it only replaces its own lingering series (the OOM one), then nothing.
+  EXPECT_TRUE(registry.Accept(sample(1000, 11, "victim-3"), 3, t0));
+  EXPECT_FALSE(registry.Accept(sample(1000, 11, "victim-4"), 3, t0));
+  entries = registry.Entries();
+  std::size_t victims = 0;
+  for (const AgentEntry& e : entries) victims += e.sample.uid == 1000u;
+  EXPECT_EQ(victims, 2u);
+  EXPECT_EQ(entries.size(), 4u);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ AlertObservation ObserveSample(const agent::AgentSample& s, const gpu::NodeGpuIn
   AlertObservation o;
   o.labels["device_uuid"] = s.device_uuid;
   o.labels["pid"] = std::to_string(s.pid);
+  if (s.uid) o.labels["uid"] = std::to_string(*s.uid);  // the sender's, from the kernel
   o.labels["rank"] = std::to_string(s.rank);
   o.labels["job"] = s.job;
   o.labels["run"] = s.run;
@@ -178,6 +179,7 @@ std::vector<std::string> NotificationEnvironment(const AlertNotification& n) {
       "FRAGSCOPE_ALERT_DEVICE_UUID=" + series("device_uuid"),
       "FRAGSCOPE_ALERT_GPU=" + series("gpu"),
       "FRAGSCOPE_ALERT_PID=" + series("pid"),
+      "FRAGSCOPE_ALERT_UID=" + series("uid"),
       "FRAGSCOPE_ALERT_RANK=" + series("rank"),
       "FRAGSCOPE_ALERT_JOB=" + series("job"),
       "FRAGSCOPE_ALERT_RUN=" + series("run"),

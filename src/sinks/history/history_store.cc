@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -98,6 +99,24 @@ END;
     // 1 -> 2: the agent protocol's largest_request_bytes (0 in samples stored before it).
     R"sql(
 ALTER TABLE samples ADD COLUMN largest_request_bytes INTEGER NOT NULL DEFAULT 0;
+)sql",
+    // 2 -> 3: the bytes the samples take, kept by triggers, for retention by size (a row's
+    // strings and histogram plus 200 bytes for its numbers, index entries and page overhead).
+    R"sql(
+INSERT INTO counters(name, value) SELECT 'sample_bytes', coalesce(sum(
+  200 + length(CAST(run AS BLOB)) + length(CAST(job AS BLOB)) +
+  length(CAST(architecture AS BLOB)) + length(CAST(device_uuid AS BLOB)) + length(free_blocks)),
+  0) FROM samples;
+CREATE TRIGGER samples_bytes_insert AFTER INSERT ON samples BEGIN
+  UPDATE counters SET value = value + 200 + length(CAST(NEW.run AS BLOB)) +
+    length(CAST(NEW.job AS BLOB)) + length(CAST(NEW.architecture AS BLOB)) +
+    length(CAST(NEW.device_uuid AS BLOB)) + length(NEW.free_blocks) WHERE name = 'sample_bytes';
+END;
+CREATE TRIGGER samples_bytes_delete AFTER DELETE ON samples BEGIN
+  UPDATE counters SET value = value - 200 - length(CAST(OLD.run AS BLOB)) -
+    length(CAST(OLD.job AS BLOB)) - length(CAST(OLD.architecture AS BLOB)) -
+    length(CAST(OLD.device_uuid AS BLOB)) - length(OLD.free_blocks) WHERE name = 'sample_bytes';
+END;
 )sql",
 };
 static_assert(std::size(kMigrations) == kHistorySchemaVersion);
@@ -797,14 +816,24 @@ Status HistoryStore::AppendSamples(std::span<const ReceivedSample> samples) {
   FRAGSCOPE_RETURN_IF_ERROR(Exec("COMMIT"));
   // The samples are committed; a failed prune (e.g. another writer holds the lock past the
   // busy timeout) is retried by the next append, so it is not reported as a failed append.
-  (void)PruneSamples(NowUs());
+  // Each pass may delete twice what was just added, so pruning outruns any inflow.
+  (void)PruneSamples(NowUs(), 2 * static_cast<std::uint64_t>(samples.size()));
   return Status::Ok();
 }
 
-Result<std::uint64_t> HistoryStore::PruneSamples(std::int64_t now_us) {
+Result<std::uint64_t> HistoryStore::SampleBytes() {
+  Result<sqlite3_stmt*> p = Prepare("SELECT value FROM counters WHERE name = 'sample_bytes'");
+  if (!p.ok()) return p.status();
+  Stmt s(*p);
+  if (sqlite3_step(s.get()) != SQLITE_ROW) return Error("reading the samples' size");
+  return s.UInt(0);
+}
+
+Result<std::uint64_t> HistoryStore::PruneSamples(std::int64_t now_us, std::uint64_t min_rows) {
   const SampleRetention& r = options_.retention;
-  if (r.max_age_s <= 0 && r.max_rows == 0) return std::uint64_t{0};
-  const std::int64_t budget = r.prune_batch_rows == 0 ? 1 : std::int64_t{r.prune_batch_rows};
+  if (r.max_age_s <= 0 && r.max_rows == 0 && r.max_bytes == 0) return std::uint64_t{0};
+  const std::int64_t budget = static_cast<std::int64_t>(
+      std::max<std::uint64_t>({1, r.prune_batch_rows, std::min<std::uint64_t>(min_rows, 1 << 30)}));
   std::uint64_t deleted = 0;
   FRAGSCOPE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto prune = [&]() -> Status {
@@ -830,6 +859,29 @@ Result<std::uint64_t> HistoryStore::PruneSamples(std::int64_t now_us) {
       s.BindU(2, r.max_rows);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("pruning samples over the limit");
       deleted += static_cast<std::uint64_t>(sqlite3_changes(db_));
+    }
+    // By size: the oldest rows go, a chunk at a time, until the samples fit max_bytes.
+    while (r.max_bytes > 0 && budget - static_cast<std::int64_t>(deleted) > 0) {
+      Result<std::uint64_t> bytes = SampleBytes();
+      if (!bytes.ok()) return bytes.status();
+      if (*bytes <= r.max_bytes) break;
+      Result<std::uint64_t> rows = CountSamples();
+      if (!rows.ok()) return rows.status();
+      if (*rows == 0) break;
+      // The excess over the average row: about the rows to go, so the store ends near the
+      // limit, not far below it.
+      const std::uint64_t average = std::max<std::uint64_t>(1, *bytes / *rows);
+      const auto chunk = static_cast<std::int64_t>(
+          std::min<std::uint64_t>(1000, (*bytes - r.max_bytes) / average + 1));
+      Result<sqlite3_stmt*> p =
+          Prepare("DELETE FROM samples WHERE id IN (SELECT id FROM samples ORDER BY id LIMIT ?)");
+      if (!p.ok()) return p.status();
+      Stmt s(*p);
+      s.Bind(1, std::min<std::int64_t>(chunk, budget - static_cast<std::int64_t>(deleted)));
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("pruning samples over the size");
+      const auto n = static_cast<std::uint64_t>(sqlite3_changes(db_));
+      if (n == 0) break;
+      deleted += n;
     }
     return Status::Ok();
   };

@@ -30,14 +30,18 @@ namespace fragscope::sinks {
 /// PRAGMA application_id of a fragscope history ("FrgS").
 inline constexpr std::int32_t kHistoryApplicationId = 0x46726753;
 /// The schema version this build writes; older databases are migrated on open.
-inline constexpr int kHistorySchemaVersion = 2;
+inline constexpr int kHistorySchemaVersion = 3;
 
-/// How long agent samples are kept. Pruning runs after each AppendSamples, in its own short
-/// transaction, and deletes at most `prune_batch_rows` rows each time, so a write never waits
-/// for a long delete; a backlog (e.g. after lowering the limits) drains over a few appends.
+/// How long agent samples are kept, by age, rows and bytes (oldest first). Pruning runs after
+/// each AppendSamples, in its own short transaction, and deletes at most max(prune_batch_rows,
+/// twice the rows just appended) rows, so a write never waits for a long delete and pruning
+/// always outruns the inflow; a backlog (e.g. after lowering the limits) drains over a few
+/// appends.
 struct SampleRetention {
   std::int64_t max_age_s = 14 * 24 * 3600;  // by received time; 0: no age limit
   std::uint64_t max_rows = 5'000'000;       // 0: no row limit
+  /// The samples' size: each row's strings and histogram plus 200 bytes (0: no size limit).
+  std::uint64_t max_bytes = std::uint64_t{1} << 30;
   std::uint32_t prune_batch_rows = 10'000;
 };
 
@@ -105,9 +109,12 @@ class HistoryStore {
   Result<std::uint64_t> CountSamples(const SampleFilter& filter = {});
   /// Samples matching `filter`, oldest first; `limit` 0: all.
   Result<std::vector<ReceivedSample>> Samples(const SampleFilter& filter, std::size_t limit = 0);
-  /// One pruning pass (what AppendSamples runs): deletes up to prune_batch_rows samples older
-  /// than max_age_s before `now_us` or beyond max_rows; returns how many were deleted.
-  Result<std::uint64_t> PruneSamples(std::int64_t now_us);
+  /// One pruning pass (what AppendSamples runs): deletes up to max(prune_batch_rows, min_rows)
+  /// samples older than max_age_s before `now_us`, beyond max_rows or beyond max_bytes, oldest
+  /// first; returns how many were deleted.
+  Result<std::uint64_t> PruneSamples(std::int64_t now_us, std::uint64_t min_rows = 0);
+  /// The samples' size as retention counts it (SampleRetention::max_bytes).
+  Result<std::uint64_t> SampleBytes();
 
   /// PRAGMA integrity_check; OK when it reports "ok".
   Status IntegrityCheck();

@@ -1,6 +1,7 @@
 // Prometheus text exposition (exposition.h; docs/exporter.md lists every metric).
 #include "sinks/prometheus/exposition.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -79,6 +80,10 @@ class Family {
     AddRendered(RenderLabels(labels), v);
   }
 
+  // Bytes of samples so far, and dropping the samples added after a size() (a rollback).
+  std::size_t size() const { return body_.size(); }
+  void Truncate(std::size_t size) { body_.resize(size); }
+
   void Emit(std::string* out) const {
     *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name_, EscapeHelp(help_), name_, type_);
     *out += body_;
@@ -103,6 +108,174 @@ Labels GpuLabels(const gpu::GpuInfo& g, const std::string& hostname) {
           {"device", g.device_minor ? fmt::format("nvidia{}", *g.device_minor) : std::string()},
           {"modelName", g.name.empty() ? g.model : g.name},
           {"Hostname", hostname}};
+}
+
+// The process series (the agents' samples, joined with their GPU by UUID) into `out`; returns
+// how many series were left out at the page bound.
+std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
+  std::string& out = *out_ptr;
+  const std::string& host = state.hostname;
+  std::map<std::string_view, const gpu::GpuInfo*> by_uuid;
+  for (const gpu::GpuInfo& g : state.gpus.gpus) by_uuid[g.uuid] = &g;
+  struct Gauge {
+    Family family;
+    std::uint64_t agent::AgentSample::*field;
+  };
+  // The block-level summary: a series only when the figure is known (sent by the agent or
+  // derived when the sample was decoded), so no dashboard or rule reads unknown as 0.
+  struct KnownGauge {
+    Family family;
+    std::optional<std::uint64_t> agent::AgentSample::*field;
+  };
+  Gauge gauges[] = {
+      {{"fragscope_process_reserved_bytes", "gauge",
+        "Bytes the caching allocator holds from the driver (reserved_bytes.all.current)."},
+       &agent::AgentSample::reserved_bytes},
+      {{"fragscope_process_allocated_bytes", "gauge",
+        "Bytes in live tensors, rounded block sizes (allocated_bytes.all.current)."},
+       &agent::AgentSample::allocated_bytes},
+      {{"fragscope_process_active_bytes", "gauge",
+        "Bytes in active blocks (active_bytes.all.current)."},
+       &agent::AgentSample::active_bytes},
+      {{"fragscope_process_requested_bytes", "gauge",
+        "Bytes the program asked for, unrounded (requested_bytes.all.current)."},
+       &agent::AgentSample::requested_bytes},
+      {{"fragscope_process_peak_reserved_bytes", "gauge",
+        "Highest reserved_bytes since the process started or reset its peaks."},
+       &agent::AgentSample::peak_reserved_bytes},
+      {{"fragscope_process_peak_allocated_bytes", "gauge",
+        "Highest allocated_bytes since the process started or reset its peaks."},
+       &agent::AgentSample::peak_allocated_bytes},
+      {{"fragscope_process_largest_request_bytes", "gauge",
+        "Largest allocation request since the agent's previous sample (0: not reported)."},
+       &agent::AgentSample::largest_request_bytes},
+  };
+  KnownGauge known_gauges[] = {
+      {{"fragscope_process_cached_free_bytes", "gauge",
+        "Reserved but unallocated bytes: free blocks inside the allocator's segments."},
+       &agent::AgentSample::cached_free_bytes},
+      {{"fragscope_process_largest_free_block_bytes", "gauge",
+        "Largest free block inside the allocator's segments."},
+       &agent::AgentSample::largest_free_block},
+      {{"fragscope_process_max_allocatable_bytes", "gauge",
+        "Largest single allocation that would succeed now (docs/metrics.md)."},
+       &agent::AgentSample::max_allocatable},
+      {{"fragscope_process_stranded_bytes", "gauge",
+        "Free bytes in gaps too small to serve any request seen (docs/metrics.md)."},
+       &agent::AgentSample::stranded_bytes},
+  };
+  Family retries("fragscope_process_alloc_retries_total", "counter",
+                 "Allocations that failed once and succeeded after freeing cached blocks "
+                 "(num_alloc_retries).");
+  Family ooms("fragscope_process_ooms_total", "counter",
+              "Out-of-memory errors the allocator raised (num_ooms).");
+  Family frag("fragscope_process_fragmentation_ratio", "gauge",
+              "Fragmentation of the free memory, 0..1 (docs/metrics.md).");
+  Family blocks("fragscope_process_free_blocks", "gauge",
+                "Free blocks by size bucket (size_bucket: [lower, upper) bytes; size_min_bytes: "
+                "lower bound).");
+  Family block_bytes("fragscope_process_free_block_bytes", "gauge",
+                     "Bytes in free blocks by size bucket.");
+  Family level("fragscope_process_forecast_level", "gauge",
+               "The agent's OOM forecast: 0 unknown, 1 ok, 2 watch, 3 warning, 4 critical.");
+  Family steps("fragscope_process_steps_to_oom", "gauge",
+               "Training steps until the forecast expects an out-of-memory error (absent when "
+               "none is expected).");
+  Family risk("fragscope_process_oom_risk", "gauge",
+              "The daemon's calibrated OOM risk: P(an out-of-memory error within the next "
+              "horizon_steps steps), 0..1 (docs/forecast.md, \"OOM risk\"; absent until known).");
+  Family samples("fragscope_process_samples_total", "counter",
+                 "Samples accepted for this process and device since its series appeared.");
+  Family step("fragscope_process_step", "gauge", "The training step of the latest sample.");
+  Family last("fragscope_process_last_sample_timestamp_seconds", "gauge",
+              "When the daemon received the latest sample, in seconds since the Unix epoch.");
+  // Each UID's share of the page (docs/exporter.md, "Limits and safety"): a series that would
+  // take its UID past max_process_bytes / (UIDs with series) is left out, whole.
+  std::map<std::uint32_t, std::size_t> used_by_uid;
+  for (const agent::AgentEntry& e : state.agents) used_by_uid[e.sample.uid.value_or(0)] = 0;
+  const std::size_t share =
+      state.max_process_bytes == 0
+          ? 0
+          : state.max_process_bytes / std::max<std::size_t>(1, used_by_uid.size());
+  std::vector<Family*> all;
+  for (Gauge& gauge : gauges) all.push_back(&gauge.family);
+  for (KnownGauge& gauge : known_gauges) all.push_back(&gauge.family);
+  for (Family* f : {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &risk, &samples,
+                    &step, &last}) {
+    all.push_back(f);
+  }
+  std::vector<std::size_t> before(all.size());
+  std::size_t omitted = 0;
+  for (const agent::AgentEntry& e : state.agents) {
+    const agent::AgentSample& s = e.sample;
+    std::size_t begin_bytes = 0;
+    for (std::size_t k = 0; k < all.size(); ++k) begin_bytes += before[k] = all[k]->size();
+    const auto it = by_uuid.find(s.device_uuid);
+    const gpu::GpuInfo* g = it == by_uuid.end() ? nullptr : it->second;
+    Labels labels = {
+        {"gpu", g ? Optional(g->index) : std::string()},
+        {"UUID", s.device_uuid},
+        {"pci_bus_id", g ? g->pci_bus_id : std::string()},
+        {"device",
+         g && g->device_minor ? fmt::format("nvidia{}", *g->device_minor) : std::string()},
+        {"modelName", g ? (g->name.empty() ? g->model : g->name) : std::string()},
+        {"Hostname", host},
+        {"pid", fmt::format("{}", s.pid)},
+        {"rank", s.rank >= 0 ? fmt::format("{}", s.rank) : std::string()},
+        {"job_name", s.job},
+    };
+    const std::string rendered = RenderLabels(labels);
+    for (Gauge& gauge : gauges) gauge.family.AddRendered(rendered, s.*gauge.field);
+    for (KnownGauge& gauge : known_gauges) {
+      if (const std::optional<std::uint64_t>& v = s.*gauge.field; v) {
+        gauge.family.AddRendered(rendered, *v);
+      }
+    }
+    retries.AddRendered(rendered, s.num_alloc_retries);
+    ooms.AddRendered(rendered, s.num_ooms);
+    if (s.fragmentation_ratio) frag.AddRendered(rendered, *s.fragmentation_ratio);
+    std::string bucket_labels;
+    for (int b = 0; b < agent::kFreeBlockBuckets; ++b) {
+      const auto i = static_cast<std::size_t>(b);
+      // Only buckets that hold blocks: the 31 always-present ones were three quarters of a
+      // page, the scrape's main cost (docs/exporter.md, "Limits and safety").
+      if (s.free_block_count[i] == 0 && s.free_block_bytes[i] == 0) continue;
+      bucket_labels = rendered;
+      bucket_labels +=
+          fmt::format("{}size_bucket=\"{}\",size_min_bytes=\"{}\"", rendered.empty() ? "" : ",",
+                      SizeBucketLabel(b), b == 0 ? 0 : std::uint64_t{1} << b);
+      blocks.AddRendered(bucket_labels, s.free_block_count[i]);
+      block_bytes.AddRendered(bucket_labels, s.free_block_bytes[i]);
+    }
+    level.AddRendered(rendered, static_cast<std::uint64_t>(s.forecast_level));
+    if (s.steps_to_oom) steps.AddRendered(rendered, *s.steps_to_oom);
+    for (const auto& [horizon, p] : s.oom_risk) {
+      risk.AddRendered(
+          fmt::format("{}{}horizon_steps=\"{}\"", rendered, rendered.empty() ? "" : ",", horizon),
+          p);
+    }
+    samples.AddRendered(rendered, e.samples);
+    if (s.step >= 0) step.AddRendered(rendered, s.step);
+    last.AddRendered(rendered, static_cast<double>(e.received_unix_ms) / 1000.0);
+    if (share > 0) {
+      std::size_t end_bytes = 0;
+      for (const Family* f : all) end_bytes += f->size();
+      std::size_t& used = used_by_uid[s.uid.value_or(0)];
+      if (used + (end_bytes - begin_bytes) > share) {
+        for (std::size_t k = 0; k < all.size(); ++k) all[k]->Truncate(before[k]);
+        ++omitted;
+      } else {
+        used += end_bytes - begin_bytes;
+      }
+    }
+  }
+  for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
+  for (const KnownGauge& gauge : known_gauges) gauge.family.Emit(&out);
+  for (const Family* f : {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &risk,
+                          &samples, &step, &last}) {
+    f->Emit(&out);
+  }
+  return omitted;
 }
 
 }  // namespace
@@ -137,6 +310,8 @@ std::string RenderExposition(const NodeState& state) {
   const std::string& host = state.hostname;
   std::string out;
   out.reserve(64 * 1024);
+  std::string processes;
+  const std::size_t omitted = RenderProcesses(state, &processes);
 
   // Daemon.
   {
@@ -192,11 +367,22 @@ std::string RenderExposition(const NodeState& state) {
                    "Process series dropped because their agent disconnected or went silent.");
     expired.Add({{"Hostname", host}}, c.series_expired);
     expired.Emit(&out);
-    Family dropped("fragscope_agent_series_dropped_total", "counter",
-                   "Agent samples not stored because they would have made a new series beyond "
-                   "the series limits (--max-series, --max-series-per-connection).");
+    Family dropped(
+        "fragscope_agent_series_dropped_total", "counter",
+        "Agent samples not stored because they would have made a new series beyond "
+        "the series limits (--max-series, --max-series-per-connection, --max-series-per-uid).");
     dropped.Add({{"Hostname", host}}, c.series_dropped);
     dropped.Emit(&out);
+    Family relabeled("fragscope_agent_samples_relabeled_total", "counter",
+                     "Agent samples that named a pid other than their sender's (SO_PEERCRED) "
+                     "and were recorded under the sender's pid.");
+    relabeled.Add({{"Hostname", host}}, c.samples_relabeled);
+    relabeled.Emit(&out);
+    Family left_out("fragscope_agent_series_omitted", "gauge",
+                    "Process series not on this page because their UID's share of the page "
+                    "bound was used (--max-page-bytes).");
+    left_out.Add({{"Hostname", host}}, static_cast<std::uint64_t>(omitted));
+    left_out.Emit(&out);
     Family writes("fragscope_textfile_writes_total", "counter",
                   "Textfile-collector files written (--textfile-dir).");
     writes.Add({{"Hostname", host}}, state.daemon.textfile_writes);
@@ -286,139 +472,7 @@ std::string RenderExposition(const NodeState& state) {
     }
   }
 
-  // Processes: the agents' samples, joined with their GPU by UUID.
-  {
-    std::map<std::string_view, const gpu::GpuInfo*> by_uuid;
-    for (const gpu::GpuInfo& g : node.gpus) by_uuid[g.uuid] = &g;
-    struct Gauge {
-      Family family;
-      std::uint64_t agent::AgentSample::*field;
-    };
-    // The block-level summary: a series only when the figure is known (sent by the agent or
-    // derived when the sample was decoded), so no dashboard or rule reads unknown as 0.
-    struct KnownGauge {
-      Family family;
-      std::optional<std::uint64_t> agent::AgentSample::*field;
-    };
-    Gauge gauges[] = {
-        {{"fragscope_process_reserved_bytes", "gauge",
-          "Bytes the caching allocator holds from the driver (reserved_bytes.all.current)."},
-         &agent::AgentSample::reserved_bytes},
-        {{"fragscope_process_allocated_bytes", "gauge",
-          "Bytes in live tensors, rounded block sizes (allocated_bytes.all.current)."},
-         &agent::AgentSample::allocated_bytes},
-        {{"fragscope_process_active_bytes", "gauge",
-          "Bytes in active blocks (active_bytes.all.current)."},
-         &agent::AgentSample::active_bytes},
-        {{"fragscope_process_requested_bytes", "gauge",
-          "Bytes the program asked for, unrounded (requested_bytes.all.current)."},
-         &agent::AgentSample::requested_bytes},
-        {{"fragscope_process_peak_reserved_bytes", "gauge",
-          "Highest reserved_bytes since the process started or reset its peaks."},
-         &agent::AgentSample::peak_reserved_bytes},
-        {{"fragscope_process_peak_allocated_bytes", "gauge",
-          "Highest allocated_bytes since the process started or reset its peaks."},
-         &agent::AgentSample::peak_allocated_bytes},
-        {{"fragscope_process_largest_request_bytes", "gauge",
-          "Largest allocation request since the agent's previous sample (0: not reported)."},
-         &agent::AgentSample::largest_request_bytes},
-    };
-    KnownGauge known_gauges[] = {
-        {{"fragscope_process_cached_free_bytes", "gauge",
-          "Reserved but unallocated bytes: free blocks inside the allocator's segments."},
-         &agent::AgentSample::cached_free_bytes},
-        {{"fragscope_process_largest_free_block_bytes", "gauge",
-          "Largest free block inside the allocator's segments."},
-         &agent::AgentSample::largest_free_block},
-        {{"fragscope_process_max_allocatable_bytes", "gauge",
-          "Largest single allocation that would succeed now (docs/metrics.md)."},
-         &agent::AgentSample::max_allocatable},
-        {{"fragscope_process_stranded_bytes", "gauge",
-          "Free bytes in gaps too small to serve any request seen (docs/metrics.md)."},
-         &agent::AgentSample::stranded_bytes},
-    };
-    Family retries("fragscope_process_alloc_retries_total", "counter",
-                   "Allocations that failed once and succeeded after freeing cached blocks "
-                   "(num_alloc_retries).");
-    Family ooms("fragscope_process_ooms_total", "counter",
-                "Out-of-memory errors the allocator raised (num_ooms).");
-    Family frag("fragscope_process_fragmentation_ratio", "gauge",
-                "Fragmentation of the free memory, 0..1 (docs/metrics.md).");
-    Family blocks("fragscope_process_free_blocks", "gauge",
-                  "Free blocks by size bucket (size_bucket: [lower, upper) bytes; size_min_bytes: "
-                  "lower bound).");
-    Family block_bytes("fragscope_process_free_block_bytes", "gauge",
-                       "Bytes in free blocks by size bucket.");
-    Family level("fragscope_process_forecast_level", "gauge",
-                 "The agent's OOM forecast: 0 unknown, 1 ok, 2 watch, 3 warning, 4 critical.");
-    Family steps("fragscope_process_steps_to_oom", "gauge",
-                 "Training steps until the forecast expects an out-of-memory error (absent when "
-                 "none is expected).");
-    Family risk("fragscope_process_oom_risk", "gauge",
-                "The daemon's calibrated OOM risk: P(an out-of-memory error within the next "
-                "horizon_steps steps), 0..1 (docs/forecast.md, \"OOM risk\"; absent until known).");
-    Family samples("fragscope_process_samples_total", "counter",
-                   "Samples accepted for this process and device since its series appeared.");
-    Family step("fragscope_process_step", "gauge", "The training step of the latest sample.");
-    Family last("fragscope_process_last_sample_timestamp_seconds", "gauge",
-                "When the daemon received the latest sample, in seconds since the Unix epoch.");
-    for (const agent::AgentEntry& e : state.agents) {
-      const agent::AgentSample& s = e.sample;
-      const auto it = by_uuid.find(s.device_uuid);
-      const gpu::GpuInfo* g = it == by_uuid.end() ? nullptr : it->second;
-      Labels labels = {
-          {"gpu", g ? Optional(g->index) : std::string()},
-          {"UUID", s.device_uuid},
-          {"pci_bus_id", g ? g->pci_bus_id : std::string()},
-          {"device",
-           g && g->device_minor ? fmt::format("nvidia{}", *g->device_minor) : std::string()},
-          {"modelName", g ? (g->name.empty() ? g->model : g->name) : std::string()},
-          {"Hostname", host},
-          {"pid", fmt::format("{}", s.pid)},
-          {"rank", s.rank >= 0 ? fmt::format("{}", s.rank) : std::string()},
-          {"job_name", s.job},
-      };
-      const std::string rendered = RenderLabels(labels);
-      for (Gauge& gauge : gauges) gauge.family.AddRendered(rendered, s.*gauge.field);
-      for (KnownGauge& gauge : known_gauges) {
-        if (const std::optional<std::uint64_t>& v = s.*gauge.field; v) {
-          gauge.family.AddRendered(rendered, *v);
-        }
-      }
-      retries.AddRendered(rendered, s.num_alloc_retries);
-      ooms.AddRendered(rendered, s.num_ooms);
-      if (s.fragmentation_ratio) frag.AddRendered(rendered, *s.fragmentation_ratio);
-      std::string bucket_labels;
-      for (int b = 0; b < agent::kFreeBlockBuckets; ++b) {
-        const auto i = static_cast<std::size_t>(b);
-        // Only buckets that hold blocks: the 31 always-present ones were three quarters of a
-        // page, the scrape's main cost (docs/exporter.md, "Limits and safety").
-        if (s.free_block_count[i] == 0 && s.free_block_bytes[i] == 0) continue;
-        bucket_labels = rendered;
-        bucket_labels +=
-            fmt::format("{}size_bucket=\"{}\",size_min_bytes=\"{}\"", rendered.empty() ? "" : ",",
-                        SizeBucketLabel(b), b == 0 ? 0 : std::uint64_t{1} << b);
-        blocks.AddRendered(bucket_labels, s.free_block_count[i]);
-        block_bytes.AddRendered(bucket_labels, s.free_block_bytes[i]);
-      }
-      level.AddRendered(rendered, static_cast<std::uint64_t>(s.forecast_level));
-      if (s.steps_to_oom) steps.AddRendered(rendered, *s.steps_to_oom);
-      for (const auto& [horizon, p] : s.oom_risk) {
-        risk.AddRendered(
-            fmt::format("{}{}horizon_steps=\"{}\"", rendered, rendered.empty() ? "" : ",", horizon),
-            p);
-      }
-      samples.AddRendered(rendered, e.samples);
-      if (s.step >= 0) step.AddRendered(rendered, s.step);
-      last.AddRendered(rendered, static_cast<double>(e.received_unix_ms) / 1000.0);
-    }
-    for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
-    for (const KnownGauge& gauge : known_gauges) gauge.family.Emit(&out);
-    for (const Family* f : {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &risk,
-                            &samples, &step, &last}) {
-      f->Emit(&out);
-    }
-  }
+  out += processes;
   return out;
 }
 

@@ -42,6 +42,10 @@ struct NodeState {
   gpu::NodeGpuInfo gpus;
   std::vector<agent::AgentEntry> agents;
   DaemonStats daemon;
+  /// Bound on the bytes of the process series; 0: none. Each UID holding series gets an equal
+  /// share; a series that would take its UID past its share is left out whole (and counted in
+  /// fragscope_agent_series_omitted), so one user's long labels cannot crowd out the others.
+  std::size_t max_process_bytes = 0;
 };
 
 /// The text exposition (ends with a newline; Content-Type: kContentType).

@@ -39,6 +39,7 @@ struct Connection {
   bool draining = false;  // answer sent, our side shut: discarding input until EOF or deadline
   Clock::time_point ready_since;  // when it became ready for the current request
   Clock::time_point deadline;     // of the request (reading) or of the answer (writing)
+  Clock::time_point progress;     // when the client last took a byte of its answer
 };
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
@@ -188,6 +189,31 @@ void MetricsHttpServer::Run() {
     c.writing = true;
     c.close_after = close;
     c.deadline = now + options_.write_timeout;
+    c.progress = now;
+  };
+  // The writer that has gone longest without taking a byte (conns.end() if none): the one a
+  // slow reader's slot or buffer is taken from.
+  auto most_stalled_writer = [&](const Connection* spare) {
+    auto stalled = conns.end();
+    for (auto it = conns.begin(); it != conns.end(); ++it) {
+      if (!it->second.writing || &it->second == spare) continue;
+      if (stalled == conns.end() || it->second.progress < stalled->second.progress) stalled = it;
+    }
+    return stalled;
+  };
+  // Bytes held for the answers being written, each shared page once.
+  auto buffered_bytes = [&] {
+    std::size_t total = 0;
+    std::vector<const std::string*> pages;
+    for (const auto& [fd, c] : conns) {
+      if (!c.writing) continue;
+      total += c.out.size();
+      if (c.page && std::find(pages.begin(), pages.end(), c.page.get()) == pages.end()) {
+        pages.push_back(c.page.get());
+        total += c.page->size();
+      }
+    }
+    return total;
   };
 
   // If `c.in` holds a whole request head, consumes it and starts the answer; returns whether
@@ -270,6 +296,14 @@ void MetricsHttpServer::Run() {
       if (!page || now - page_rendered >= options_.page_max_age) {
         page = std::make_shared<const std::string>(render_());
         page_rendered = now;
+        // A new page beside the old ones slow readers still hold: past the bound, the most
+        // stalled of them go (their pages with them), never this scraper.
+        while (buffered_bytes() + page->size() > options_.max_buffered_bytes) {
+          auto stalled = most_stalled_writer(&c);
+          if (stalled == conns.end()) break;
+          ++evicted_;
+          close_conn(stalled);
+        }
       }
       std::string answer_head = Answer(200, "OK", kContentType, std::string(), true, close);
       const std::string_view zero = "Content-Length: 0\r\n";
@@ -304,6 +338,7 @@ void MetricsHttpServer::Run() {
                                MSG_NOSIGNAL | MSG_DONTWAIT | (in_head && c.page ? MSG_MORE : 0));
       if (n > 0) {
         c.sent += static_cast<std::size_t>(n);
+        c.progress = now;
         continue;
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
@@ -386,13 +421,19 @@ void MetricsHttpServer::Run() {
                 oldest = it;
               }
             }
-            if (oldest == conns.end()) {  // every connection is being answered: refuse
+            // Every connection is being answered: the one that has gone longest without
+            // taking a byte makes room (a scraper reads at once; a slow reader does not).
+            if (oldest == conns.end()) oldest = most_stalled_writer(nullptr);
+            if (oldest == conns.end()) {
               ::close(fd);
               continue;
             }
             ++evicted_;
             close_conn(oldest);
           }
+          // What the kernel may hold for a client that does not read (no autotuning past it).
+          ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options_.send_buffer_bytes,
+                       sizeof(options_.send_buffer_bytes));
           Connection c;
           c.fd = fd;
           ready_for_request(c, now);

@@ -11,7 +11,11 @@
 // `max_request_bytes` (431). At most `max_connections` are open at once; when a new one
 // arrives at the cap, the oldest connection still waiting for its request is closed to make
 // room (a scraper's request arrives at once, so it is the slow clients that go). An answer
-// must be taken by the client within `write_timeout`. /metrics requests that arrive within
+// must be taken by the client within `write_timeout`. Slow readers cannot lock scrapers out: the
+// kernel buffers at most `send_buffer_bytes` per connection, the answers held for connections
+// still being written pin at most `max_buffered_bytes` (pages are shared; beyond it, or when
+// every slot is taken by a connection being answered, the writer that has gone longest
+// without taking a byte is closed to make room). /metrics requests that arrive within
 // `page_max_age` of a render share its page: a crowd of scrapes costs one render.
 //
 // Thread safety: Start/Stop from one thread; the callbacks run on the server thread, one at a
@@ -39,6 +43,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds write_timeout{5000};
   std::size_t max_request_bytes = 8192;
+  /// SO_SNDBUF of each connection: what the kernel holds for a client that does not read.
+  int send_buffer_bytes = 256 * 1024;
+  /// Bytes of answers held for connections being written (distinct pages counted once).
+  std::size_t max_buffered_bytes = 64 << 20;
   /// /metrics requests within this long of a render share its page (one render, one copy);
   /// so a page is at most this old when it is sent.
   std::chrono::milliseconds page_max_age{250};
@@ -54,7 +62,7 @@ struct HealthAnswer {
 /// Cumulative counters of the server (read from any thread).
 struct HttpServerStats {
   std::uint64_t connections_accepted = 0;
-  std::uint64_t connections_evicted = 0;  // closed at the cap to make room
+  std::uint64_t connections_evicted = 0;  // closed at the cap, or over the buffer bound
   std::uint64_t requests_timed_out = 0;   // request not whole by its deadline
   std::uint64_t requests_refused = 0;     // bad request, body, head too large
 };

@@ -46,6 +46,9 @@ struct AgentCounters {
   std::uint64_t connections_open = 0;  // gauge
   std::uint64_t series_expired = 0;    // entries dropped (disconnect or silence)
   std::uint64_t series_dropped = 0;    // samples refused: a new series beyond a series cap
+  /// Samples that named a pid other than their sender's and were recorded under the sender's
+  /// (identity comes from SO_PEERCRED, agent_server.h).
+  std::uint64_t samples_relabeled = 0;
 };
 
 /// Bounds on the series the registry keeps, so a flood of new (pid, device) keys within the
@@ -58,7 +61,18 @@ struct SeriesLimits {
   /// rather than nothing. 0: they leave at the close. A lingering series is the first to
   /// give its place to a new one at the total cap, so lingering never locks a live agent out.
   Clock::duration linger{};
+  /// Series one UID (the sender's, from the kernel) may hold, lingering ones included.
+  std::size_t max_series_per_uid = 128;
 };
+
+// Who owns a series: the UID that made it (AgentSample::uid; 0 when unknown). A series is only
+// ever updated, moved to another connection or evicted by a sample of its own UID, with one
+// exception that makes the cap fair: at max_series, a UID holding fewer series than its fair
+// share (max_series / the number of UIDs holding series, itself included) takes the place of
+// the oldest lingering, else least recently updated, series of the UID holding the most. A UID
+// at or above its share can only replace one of its own lingering series. So one user can
+// neither fill the cap against the others nor evict their series, lingering OOM series
+// included.
 
 class AgentRegistry {
  public:
@@ -70,9 +84,12 @@ class AgentRegistry {
   /// it is counted in series_dropped and false returned. A known key is always updated.
   bool Accept(const AgentSample& sample, std::uint64_t connection_id, Clock::time_point now);
   /// Whether Accept would store a sample of this key from this connection now.
-  bool Admits(std::uint32_t pid, const std::string& device_uuid, std::uint64_t connection_id) const;
+  bool Admits(std::uint32_t pid, const std::string& device_uuid, std::uint64_t connection_id,
+              std::uint32_t uid = 0) const;
   /// Counts a sample not stored at a series limit (when the caller checked Admits first).
   void CountSeriesDropped();
+  /// Counts a sample whose claimed pid was replaced by its sender's.
+  void CountRelabeled();
   const SeriesLimits& limits() const { return limits_; }
   void CountRejected(RejectReason reason);
   void CountConnectionAccepted();
@@ -91,12 +108,19 @@ class AgentRegistry {
 
  private:
   mutable std::mutex mu_;
+  using Key = std::pair<std::uint32_t, std::string>;
+  using Iterator = std::map<Key, AgentEntry>::iterator;
   void Forget(std::uint64_t connection_id);  // one series of it left; REQUIRES: mu_ held
-  bool EvictOldestLingering();               // REQUIRES: mu_ held
+  // Removes a series and its counts; REQUIRES: mu_ held.
+  Iterator Erase(Iterator it);
+  // Whether a sample of `key` from `uid` on `connection_id` may be stored; with `make_room`,
+  // evicts the series whose place it takes (class comment). REQUIRES: mu_ held.
+  bool Room(const Key& key, std::uint32_t uid, std::uint64_t connection_id, bool make_room);
 
   SeriesLimits limits_;
-  std::map<std::pair<std::uint32_t, std::string>, AgentEntry> entries_;
-  std::map<std::uint64_t, std::size_t> series_by_connection_;
+  std::map<Key, AgentEntry> entries_;
+  std::map<std::uint64_t, std::size_t> series_by_connection_;  // live series per connection
+  std::map<std::uint32_t, std::size_t> series_by_uid_;         // all series per UID
   AgentCounters counters_;
 };
 

@@ -23,8 +23,12 @@ namespace fragscope::agent {
 inline constexpr int kFreeBlockBuckets = 64;
 
 struct AgentSample {
-  // Who.
+  // Who. In the daemon `pid` is the sender's own process id as the kernel gives it
+  // (SO_PEERCRED), or, with --allow-uid-sidecars, another live process of the sender's UID:
+  // never a number the sample alone claims (docs/live-monitoring.md, "Trust on a node").
   std::uint32_t pid = 0;
+  /// The sender's UID from the kernel (SO_PEERCRED); set by the daemon, never sent on the wire.
+  std::optional<std::uint32_t> uid;
   std::int32_t rank = -1;          // -1: not a distributed job / unknown
   std::string job;                 // job name (e.g. the scheduler's job id); may be empty
   std::string run;                 // run name (history key); may be empty

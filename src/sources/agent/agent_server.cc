@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,11 +31,22 @@ struct Connection {
   double tokens = 0;
   Clock::time_point refilled;
   Clock::time_point last_activity;
-  uid_t uid = 0;
+  uid_t uid = 0;                    // the peer's, from SO_PEERCRED
+  pid_t pid = 0;                    // the peer's, from SO_PEERCRED (> 0)
+  bool relabel_logged = false;      // a sample naming another pid was logged once
   bool in_frame = false;            // some bytes of a frame have arrived, not all
   Clock::time_point frame_started;  // when its first byte did
   std::uint64_t frames = 0;         // frames cut out of the stream so far
 };
+
+// The effective UID of process `pid` (the owner of /proc/PID), or nullopt when it does not
+// exist or cannot be seen.
+std::optional<uid_t> ProcessUid(const std::string& proc_root, std::uint32_t pid) {
+  struct stat st {};
+  const std::string path = fmt::format("{}/{}", proc_root, pid);
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
+  return st.st_uid;
+}
 
 }  // namespace
 
@@ -222,10 +234,31 @@ void AgentServer::Run() {
                                sample.status().message())});
         return false;
       }
+      // Identity from the kernel: the sender's own pid, or a live process of its own UID when
+      // sidecars are allowed; any other pid the sample names is replaced by the sender's.
+      sample->uid = static_cast<std::uint32_t>(c.uid);
+      if (sample->pid != static_cast<std::uint32_t>(c.pid)) {
+        const bool sidecar = options_.allow_uid_sidecars &&
+                             ProcessUid(options_.proc_root, sample->pid) == std::optional(c.uid);
+        if (!sidecar) {
+          registry_->CountRelabeled();
+          if (!c.relabel_logged) {
+            c.relabel_logged = true;
+            log(fmt::format(
+                "agent connection {} (pid {}, UID {}) sent samples for pid {}: recorded as pid "
+                "{} (a process reports for itself{})",
+                c.id, c.pid, c.uid, sample->pid, c.pid,
+                options_.allow_uid_sidecars ? ", or for a live process of its own UID"
+                                            : "; --allow-uid-sidecars lets it report for "
+                                              "processes of its own UID"));
+          }
+          sample->pid = static_cast<std::uint32_t>(c.pid);
+        }
+      }
       // A sample that would make a series beyond the limits is counted and left out: not
       // forecast, stored, recorded or alerted on. The connection stays (its known series
       // still update); the daemon logs the count once per interval.
-      if (!registry_->Admits(sample->pid, sample->device_uuid, c.id)) {
+      if (!registry_->Admits(sample->pid, sample->device_uuid, c.id, *sample->uid)) {
         registry_->CountSeriesDropped();
         continue;
       }
@@ -263,10 +296,18 @@ void AgentServer::Run() {
             ::close(fd);
             continue;
           }
+          // Who is at the other end, from the kernel. Without credentials, or with a pid the
+          // daemon's PID namespace cannot see (0), nothing it sends could be attributed.
           ucred cred{};
           socklen_t cred_len = sizeof(cred);
-          const uid_t uid =
-              ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0 ? cred.uid : 0;
+          if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 || cred.pid <= 0) {
+            registry_->CountConnectionRefused();
+            log(fmt::format("agent connection refused: no peer credentials ({})",
+                            cred.pid <= 0 ? "pid outside this PID namespace" : Errno(errno)));
+            ::close(fd);
+            continue;
+          }
+          const uid_t uid = cred.uid;
           if (per_uid[uid] >= options_.max_connections_per_uid) {
             registry_->CountConnectionRefused();
             log(fmt::format("agent connection from UID {} refused: already {} connections per UID",
@@ -283,6 +324,7 @@ void AgentServer::Run() {
           c.refilled = now;
           c.last_activity = now;
           c.uid = uid;
+          c.pid = cred.pid;
           conns.emplace(fd, std::move(c));
           registry_->CountConnectionAccepted();
         }

@@ -8,6 +8,13 @@
 // Connections beyond the limit, in total or for one peer UID, are refused. When a connection ends
 // its series leave the registry; series silent longer than the expiry are dropped too.
 //
+// Identity comes from the kernel, never from a sample: each connection's peer pid and UID are
+// read with SO_PEERCRED when it is accepted (a connection whose credentials cannot be read,
+// or whose pid is not visible in the daemon's PID namespace, is refused). A sample's `pid`
+// is replaced by the peer's pid, unless `allow_uid_sidecars` is set and the sample names a live
+// process of the peer's own UID (a sidecar reporting for the job it watches). So no sender can
+// make a series, an alert, a hook or a checkpoint request about another user's process.
+//
 // Socket file: the parent directory is created (0755) when missing; an existing socket that
 // nobody listens on is replaced; a live socket or any other kind of file at the path is an
 // error (never clobbered). Stop() removes the socket file if it is still the one we made.
@@ -41,6 +48,11 @@ struct AgentServerOptions {
   /// Connections one peer UID (SO_PEERCRED) may hold at once, so one user cannot take every
   /// slot from the others.
   std::size_t max_connections_per_uid = 128;
+  /// Let a connection report for another live process of its own UID (a sidecar); off: every
+  /// sample is the sender's own.
+  bool allow_uid_sidecars = false;
+  /// Where the processes are (tests point it elsewhere); only read with allow_uid_sidecars.
+  std::string proc_root = "/proc";
   /// A frame must be complete this long after its first byte arrived; bytes trickled in do
   /// not extend it. Slower closes the connection (counted as `truncated`).
   std::chrono::milliseconds frame_timeout{10000};
