@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "common/terminal_text.h"
 #include "common/units.h"
 #include "fragscope/risk.h"

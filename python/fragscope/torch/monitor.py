@@ -77,8 +77,9 @@ def _vgpu():
 
 def _honoured_request(path):
     """True for a checkpoint request the monitor acts on: a regular file (not a link) owned by
-    root or by this process's user. Another local user cannot make the job stop (docs/
-    live-monitoring.md, "Who may do what")."""
+    root, by this process's user, or by the owner of its folder when only that user may write
+    there (the node daemon's request folder). Another local user cannot make the job stop
+    (docs/live-monitoring.md, "Trust on a node")."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -86,11 +87,20 @@ def _honoured_request(path):
     if not stat.S_ISREG(st.st_mode):
         _log("{} is not a regular file: not a checkpoint request".format(path))
         return False
-    if st.st_uid not in (0, os.getuid()):
-        _log("{} belongs to uid {}, neither root nor this job's user: ignored".format(
-            path, st.st_uid))
-        return False
-    return True
+    if st.st_uid in (0, os.getuid()):
+        return True
+    # The daemon's hook writes as the daemon's user (DynamicUser under the shipped unit) into a
+    # request folder only that user may write: its files count, a stranger's never do.
+    try:
+        folder = os.lstat(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        folder = None
+    if (folder is not None and stat.S_ISDIR(folder.st_mode) and folder.st_uid == st.st_uid
+            and not folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        return True
+    _log("{} belongs to uid {}, neither root, this job's user nor the owner of a request "
+         "folder only it may write: ignored".format(path, st.st_uid))
+    return False
 
 
 def read_recommendation(run_dir):
