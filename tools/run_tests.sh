@@ -13,13 +13,13 @@ passed=0
 failed=0
 status=0
 
-count_ctest() {  # "100% tests passed, 0 tests failed out of 57"
+count_ctest() {  # "100% tests passed, 0 tests failed out of 57", or (CTest 4) "100% tests passed out of 57"
   local line
-  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -1)
+  line=$(grep -E 'tests passed(, [0-9]+ tests? failed)? out of [0-9]+' "$1" | tail -1)
   if [[ -z "$line" ]]; then failed=$((failed + 1)); status=1; return; fi
-  local f t
-  f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
-  t=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  local f=0 t
+  if [[ "$line" =~ ([0-9]+)\ tests?\ failed ]]; then f=${BASH_REMATCH[1]}; fi
+  t=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   passed=$((passed + t - f))
   failed=$((failed + f))
 }
