@@ -82,24 +82,23 @@ def wheel(tmp_path_factory):
     return wheels[0]
 
 
-@pytest.fixture(scope="session")
-def installed(wheel, tmp_path_factory):
-    inst = Installed(str(tmp_path_factory.mktemp("installed")))
-    _venv(inst.venv, see_user_env=True)
+def _install(wheel, tmp_path_factory, name, see_user_env):
+    inst = Installed(str(tmp_path_factory.mktemp(name)))
+    _venv(inst.venv, see_user_env=see_user_env)
     proc = subprocess.run([inst.python, "-m", "pip", "install", "--no-deps", "--no-index",
                            "--disable-pip-version-check", wheel],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return inst
+
+
+@pytest.fixture(scope="session")
+def installed(wheel, tmp_path_factory):
+    """The wheel in a venv that sees the user env's torch and frameworks."""
+    return _install(wheel, tmp_path_factory, "installed", see_user_env=True)
 
 
 @pytest.fixture(scope="session")
 def bare(wheel, tmp_path_factory):
     """The wheel in a venv with no torch at all."""
-    inst = Installed(str(tmp_path_factory.mktemp("bare")))
-    _venv(inst.venv, see_user_env=False)
-    proc = subprocess.run([inst.python, "-m", "pip", "install", "--no-deps", "--no-index",
-                           "--disable-pip-version-check", wheel],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return inst
+    return _install(wheel, tmp_path_factory, "bare", see_user_env=False)
