@@ -42,9 +42,12 @@ constexpr std::string_view kTuneDescription =
 constexpr std::string_view kTuneFooter =
     R"(Replays the trace through the caching-allocator simulator once per setting, in parallel,
 on a device of --capacity bytes, and ranks the settings: runs without an out-of-memory error
-first, then the lowest peak reserved memory, then the lowest waste at the high-water mark
-((peak reserved - peak allocated) / peak reserved); settings that run out of memory rank by how
-far they got. Prints the table and the recommended
+first, then (with --min-capacity) the smallest device a setting fits on, then the lowest peak
+reserved memory, then the lowest peak allocated (the requests are
+the same in every run: what a setting's rounding adds to them is waste, which brings an OOM
+closer when requests grow), then the fewest keys set; settings that run out of memory rank by
+how far they got. "waste" is (peak reserved - peak requested) / peak reserved: memory no
+request asked for, rounding included. Prints the table and the recommended
 PYTORCH_CUDA_ALLOC_CONF line with its saving against PyTorch's defaults.
 
 The default grid has 72 settings: expandable_segments False/True x max_split_size_mb
@@ -207,6 +210,7 @@ int RunTune(const TuneFlags& flags) {
       r["oom_step"] = o.oom && o.oom_step >= 0 ? Json(o.oom_step) : Json(nullptr);
       r["peak_reserved_bytes"] = o.peak_reserved;
       r["peak_allocated_bytes"] = o.peak_allocated;
+      r["peak_requested_bytes"] = o.peak_requested;
       r["waste_at_peak"] = o.waste_at_peak;
       r["num_alloc_retries"] = o.num_alloc_retries;
       r["num_device_alloc"] = o.num_device_alloc;
@@ -265,6 +269,11 @@ int RunTune(const TuneFlags& flags) {
             other.oom_event,
             other.oom_step >= 0 ? fmt::format(" (step {})", other.oom_step) : std::string(),
             FormatBytes(best.peak_reserved));
+      }
+      if (best.min_capacity && other.min_capacity && *best.min_capacity < *other.min_capacity) {
+        return fmt::format("  Fits on a device of {}; {} need {}: {} more headroom on this one.\n",
+                           FormatBytes(*best.min_capacity), name, FormatBytes(*other.min_capacity),
+                           FormatBytes(*other.min_capacity - *best.min_capacity));
       }
       const std::uint64_t saved =
           other.peak_reserved > best.peak_reserved ? other.peak_reserved - best.peak_reserved : 0;

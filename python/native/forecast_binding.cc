@@ -154,6 +154,7 @@ void BindForecast(py::module_& m) {
           d["oom_step"] = o.oom_step;
           d["peak_reserved"] = o.peak_reserved;
           d["peak_allocated"] = o.peak_allocated;
+          d["peak_requested"] = o.peak_requested;
           d["waste_at_peak"] = o.waste_at_peak;
           d["num_alloc_retries"] = o.num_alloc_retries;
           d["min_capacity"] =

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -86,12 +87,15 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
     if (reserved < o.peak_reserved) continue;
     o.peak_reserved = reserved;
     o.peak_allocated = static_cast<std::uint64_t>(st.allocated_bytes[0].peak);
+    o.peak_requested = static_cast<std::uint64_t>(st.requested_bytes[0].peak);
     o.num_alloc_retries = static_cast<std::uint64_t>(st.num_alloc_retries);
     o.num_device_alloc = static_cast<std::uint64_t>(st.num_device_alloc);
   }
-  o.waste_at_peak = o.peak_reserved == 0 ? 0.0
-                                         : static_cast<double>(o.peak_reserved - o.peak_allocated) /
-                                               static_cast<double>(o.peak_reserved);
+  o.waste_at_peak =
+      o.peak_reserved == 0
+          ? 0.0
+          : static_cast<double>(o.peak_reserved - std::min(o.peak_requested, o.peak_reserved)) /
+                static_cast<double>(o.peak_reserved);
   return r;
 }
 
@@ -132,6 +136,18 @@ Result<std::optional<std::uint64_t>> MinCapacity(const std::vector<Event>& event
       hi = mid;
   }
   return std::optional<std::uint64_t>(hi);
+}
+
+// How many keys a setting string sets ("" = none): "a:1,b:2" sets two.
+std::size_t KeysSet(std::string_view conf) {
+  std::size_t keys = 0;
+  for (std::size_t begin = 0; begin <= conf.size();) {
+    std::size_t end = conf.find(',', begin);
+    if (end == std::string_view::npos) end = conf.size();
+    if (conf.substr(begin, end - begin).find_first_not_of(" \t") != std::string_view::npos) ++keys;
+    begin = end + 1;
+  }
+  return keys;
 }
 
 }  // namespace
@@ -303,8 +319,16 @@ Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
     if (x.oom != y.oom) return !x.oom;
     // Among settings that run out of memory, the one that gets furthest is the better guess.
     if (x.oom && x.oom_event != y.oom_event) return x.oom_event > y.oom_event;
+    // The smallest device a setting fits on is its headroom on this one (find_min_capacity).
+    if (x.min_capacity != y.min_capacity) {
+      if (!x.min_capacity || !y.min_capacity) return x.min_capacity.has_value();
+      return *x.min_capacity < *y.min_capacity;
+    }
     if (x.peak_reserved != y.peak_reserved) return x.peak_reserved < y.peak_reserved;
-    return x.waste_at_peak < y.waste_at_peak;
+    // Same requests, same peak reserved: what a setting's rounding adds to the blocks bought
+    // nothing here, and it brings an OOM closer when the requests grow.
+    if (x.peak_allocated != y.peak_allocated) return x.peak_allocated < y.peak_allocated;
+    return KeysSet(x.conf) < KeysSet(y.conf);  // the smallest change that does as well
   });
   std::vector<TuneOutcome> ranked;
   for (std::size_t i : order) ranked.push_back(outcomes[i]);

@@ -1,6 +1,7 @@
 // Tune: replays one request trace under many allocator settings in parallel and ranks them:
-// runs without an OOM first, then the lowest peak reserved, then the lowest waste at the
-// high-water mark. Optionally finds, by bisection, the smallest device each setting fits on.
+// runs without an OOM first, then the lowest peak reserved, then the fewest bytes no request
+// asked for (rounding), then the smallest change. Optionally finds, by bisection, the smallest
+// device each setting fits on.
 //
 // Thread safety: Tune() runs its own worker threads over a read-only copy of the events.
 #ifndef FRAGSCOPE_ANALYSIS_TUNE_H_
@@ -47,9 +48,11 @@ struct TuneOutcome {
   bool oom = false;
   std::uint64_t oom_event = 0;  // request event index of the first OOM
   std::int64_t oom_step = -1;
-  std::uint64_t peak_reserved = 0;  // reserved_bytes.all.peak (up to the OOM, if any)
-  std::uint64_t peak_allocated = 0;
-  double waste_at_peak = 0;  // (peak reserved − peak allocated) / peak reserved
+  std::uint64_t peak_reserved = 0;   // reserved_bytes.all.peak (up to the OOM, if any)
+  std::uint64_t peak_allocated = 0;  // block sizes: requests after the setting's rounding
+  std::uint64_t peak_requested = 0;  // the sizes the program asked for
+  // (peak reserved − peak requested) / peak reserved: rounding counts as waste, as it is
+  double waste_at_peak = 0;
   std::uint64_t num_alloc_retries = 0;
   std::uint64_t num_device_alloc = 0;
   std::optional<std::uint64_t> min_capacity;  // smallest device without OOM; unset: none to 1 PiB
@@ -66,8 +69,12 @@ std::vector<std::string> DefaultTuneGrid(
     model::ConfigVersion version = model::ConfigVersion::kNewest);
 
 /// Replays `events` (a request trace) under each setting. Outcomes come back ranked: no OOM
-/// first, then peak reserved, then waste_at_peak, then the order given; settings that run out
-/// of memory rank by how far they got (a later OOM first). Errors: a setting
+/// first, then (with find_min_capacity) the smallest device a setting fits on, then peak
+/// reserved, then peak allocated (the requests are the same in every run, so
+/// a higher figure is bytes a setting's rounding adds: they buy nothing here and bring an OOM
+/// closer when requests grow), then the fewest keys set (the smallest change that does as
+/// well), then the order given; settings that run out of memory rank by how far they got (a
+/// later OOM first). Errors: a setting
 /// that does not parse (kInvalidArgument naming it), or a trace the replayer rejects.
 Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events, const TuneOptions& options);
 

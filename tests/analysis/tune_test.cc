@@ -103,5 +103,41 @@ TEST(TuneTest, TheMinimumCapacityIsOneSizeForEveryDevice) {
   EXPECT_EQ(*tuned->front().min_capacity, 26 * MiB);
 }
 
+// Three requests just over 3 MiB share one 20 MiB segment under both settings, so the peak
+// reserved is the same; roundup_power2_divisions:4 rounds each up to 3.5 MiB. Those bytes buy
+// nothing here and would bring an OOM closer as requests grow: the setting without them ranks
+// first, whichever order they are given in (before, the lower reserved-minus-allocated of the
+// rounding setting ranked it first).
+TEST(TuneTest, RoundingThatBuysNothingRanksBelowTheSettingWithoutIt) {
+  const std::vector<Event> three = {Alloc(0, 1, 3 * MiB + 1), Alloc(0, 2, 3 * MiB + 1),
+                                    Alloc(0, 3, 3 * MiB + 1)};
+  TuneOptions o = OneSetting();
+  o.settings = {"roundup_power2_divisions:4", ""};
+  Result<std::vector<TuneOutcome>> ranked = Tune(three, o);
+  ASSERT_TRUE(ranked.ok()) << ranked.status().ToString();
+  ASSERT_EQ(ranked->size(), 2u);
+  EXPECT_EQ((*ranked)[0].peak_reserved, (*ranked)[1].peak_reserved);
+  EXPECT_EQ((*ranked)[0].conf, "");
+  EXPECT_LT((*ranked)[0].peak_allocated, (*ranked)[1].peak_allocated);
+  // The requests, the same in both, are what waste is measured against: rounding is waste, so
+  // the two waste the same (reserved minus allocated called the rounding setting thriftier).
+  EXPECT_EQ((*ranked)[0].peak_requested, 3 * (3 * MiB + 1));
+  EXPECT_EQ((*ranked)[1].peak_requested, 3 * (3 * MiB + 1));
+  EXPECT_DOUBLE_EQ((*ranked)[1].waste_at_peak, (*ranked)[0].waste_at_peak);
+}
+
+// Outcomes equal in every figure: the smallest change wins, whatever order they come in.
+TEST(TuneTest, AmongEqualOutcomesTheFewestKeysRankFirst) {
+  const std::vector<Event> one = {Alloc(0, 1, 4 * MiB)};
+  TuneOptions o = OneSetting();
+  o.settings = {"max_split_size_mb:64,garbage_collection_threshold:0.5", "max_split_size_mb:64",
+                ""};
+  Result<std::vector<TuneOutcome>> ranked = Tune(one, o);
+  ASSERT_TRUE(ranked.ok()) << ranked.status().ToString();
+  ASSERT_EQ(ranked->size(), 3u);
+  EXPECT_EQ((*ranked)[0].conf, "");
+  EXPECT_EQ((*ranked)[1].conf, "max_split_size_mb:64");
+}
+
 }  // namespace
 }  // namespace fragscope::analysis
