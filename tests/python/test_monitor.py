@@ -385,6 +385,19 @@ def test_lightning_adapter_saves_with_the_trainer_and_stops_it(monkeypatch, tmp_
     assert e.value.code == 75
 
 
+def test_the_lightning_callback_suits_both_packages_when_both_are_installed(monkeypatch,
+                                                                           tmp_path):
+    # Each Trainer accepts only its own package's Callback class (lightning.pytorch or
+    # pytorch_lightning); a user may have both installed.
+    new = _install(monkeypatch, "lightning.pytorch", "Callback")
+    old = _install(monkeypatch, "pytorch_lightning", "Callback")
+    cb = monitor_adapters.lightning_callback(Fake(tmp_path, {}, every=10).m)
+    assert isinstance(cb, new) and isinstance(cb, old)
+    monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
+    cb = monitor_adapters.lightning_callback(Fake(tmp_path, {}, every=10).m)
+    assert isinstance(cb, old) and not isinstance(cb, new)
+
+
 def test_huggingface_adapter_sets_should_save_and_should_training_stop(monkeypatch, tmp_path):
     Base = _install(monkeypatch, "transformers", "TrainerCallback")
     f = Fake(tmp_path, {30: "critical"}, every=15)
@@ -471,3 +484,15 @@ def test_empty_cache_first_then_act_if_the_level_stays(tmp_path):
     assert f.m.step(20) is False
     assert f.m.step(30) is True  # still at the level later: act
     assert saved == [30] and emptied == [True] and shrunk == [10]
+
+
+def test_the_restart_hint_names_the_store_workaround_only_where_it_applies():
+    hint = mon.restart_hint
+    under = {"TORCHELASTIC_RESTART_COUNT": "0"}
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in hint(under, "2.13.0+cpu")
+    assert "#135712" in hint(under, "2.5.1")
+    assert hint(under, "2.4.1") == "" and hint(under, "1.13.1") == ""
+    assert hint({}, "2.13.0") == ""  # not under torchrun
+    assert hint(dict(under, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"), "2.13.0") == ""
+    assert hint(under, "nightly") == ""
+

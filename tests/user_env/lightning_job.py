@@ -1,7 +1,8 @@
 """Two Lightning ranks (torchrun, gloo) on virtual GPUs under fragscope's Monitor; rank 1's batches
 grow until the default allocator settings fragment its 48 MiB (docs/live-monitoring.md)."""
-import os, random, sys  # noqa: E401
-import lightning as L, torch  # noqa: E401
+import importlib, os, random, sys  # noqa: E401
+import torch
+L = importlib.import_module(os.environ.get("FRAGSCOPE_TEST_LIGHTNING", "lightning"))  # or pytorch_lightning
 from fragscope.torch import Monitor, virtual_gpu
 from fragscope.torch.monitor_adapters import lightning_callback
 
@@ -29,8 +30,8 @@ saved = sorted((f for f in os.listdir(run_dir) if f.endswith(".ckpt")), key=lamb
 try:
     trainer.fit(Net(), torch.utils.data.DataLoader(Growing(), batch_size=None),
                 ckpt_path=os.path.join(run_dir, saved[-1]) if saved else None)
-except torch.cuda.OutOfMemoryError:
-    sys.exit("fragscope-test: rank {} out of memory at step {}".format(rank, trainer.global_step))
+except torch.cuda.OutOfMemoryError as e:
+    sys.exit("fragscope-test: rank {} out of memory at step {}: {}".format(rank, trainer.global_step, e))
 print("fragscope-test: rank {} finished at step {} with {!r}".format(rank, trainer.global_step, gpu.alloc_conf))
 if monitor:
     monitor.exit_if_stopped()

@@ -171,6 +171,32 @@ def apply_recommendation(run_dir, environ=None, torch_version=None):
     return conf
 
 
+def restart_hint(environ=None, torch_version=None):
+    """What to tell a user whose job the monitor stops for a torchrun restart, or "": since
+    PyTorch 2.5 a restarted worker can read the previous attempt's rendezvous keys and fail to
+    connect (PyTorch issue #135712) unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 is set (with
+    `--rdzv-backend c10d`); docs/live-monitoring.md, "Launch with restarts left"."""
+    environ = os.environ if environ is None else environ
+    if "TORCHELASTIC_RESTART_COUNT" not in environ:  # not under torchrun
+        return ""
+    if environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "") not in ("", "0"):
+        return ""
+    if torch_version is None:
+        import torch
+        torch_version = torch.__version__
+    version = torch_version
+    try:
+        major, minor = (int(x) for x in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return ""
+    if (major, minor) < (2, 5):
+        return ""
+    return ("torch {}: if the restart fails to connect its ranks (\"connectFullMesh failed\", "
+            "\"Connection refused\"), launch torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+            "and --rdzv-backend c10d (PyTorch issue #135712; docs/live-monitoring.md)".format(
+                version))
+
+
 def recommend_alloc_conf(torch_version=None):
     """(setting, how) — the PYTORCH_CUDA_ALLOC_CONF for the requests seen so far: with a virtual
     GPU, `fragscope tune`'s replay of its request trace under the default grid, with the
@@ -614,10 +640,14 @@ class Monitor:
             self._write(rec)
         self._barrier()
         self.stopped = True
-        _log("step {}: saved={}; recommended PYTORCH_CUDA_ALLOC_CONF={} ({}); {}".format(
-            step, rec["checkpoint_saved"], conf, how,
+        _log("step {}: saved={}; recommended PYTORCH_CUDA_ALLOC_CONF={} ({}{}); {}".format(
+            step, rec["checkpoint_saved"], rec["alloc_conf"], rec["how"],
+            "" if rec["rank"] == self.rank else ", from rank {}".format(rec["rank"]),
             "exiting with {} for torchrun to restart".format(self.exit_code)
             if self.action == "exit" else "stopping"))
+        hint = restart_hint()
+        if hint:
+            _log(hint)
         if self.action == "exit":
             sys.stdout.flush()
             sys.exit(self.exit_code)

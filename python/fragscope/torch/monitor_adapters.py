@@ -56,11 +56,21 @@ def lightning_callback(monitor):
     batch, the ranks agreeing through the strategy (all_gather, reduce_boolean_decision); at the
     agreed level it saves with trainer.save_checkpoint on every rank and sets
     trainer.should_stop (the Trainer then ends fit() cleanly: call monitor.exit_if_stopped())."""
-    Callback = _base((("lightning.pytorch", "Callback"), ("pytorch_lightning", "Callback")),
-                     "PyTorch Lightning")
+    # Both packages may be installed, and each Trainer accepts only its own Callback class: the
+    # callback derives from every one present, so it works with `lightning` and with
+    # `pytorch_lightning` alike.
+    bases = []
+    for module in ("lightning.pytorch", "pytorch_lightning"):
+        try:
+            bases.append(getattr(importlib.import_module(module), "Callback"))
+        except (ImportError, AttributeError):
+            pass
+    if not bases:
+        _base((("lightning.pytorch", "Callback"), ("pytorch_lightning", "Callback")),
+              "PyTorch Lightning")  # raises, naming what is missing
     monitor.action = "stop"
 
-    class FragscopeLightningCallback(Callback):
+    class FragscopeLightningCallback(*bases):
         def __init__(self):
             super().__init__()
             self.monitor = monitor
