@@ -25,6 +25,7 @@ class Net(L.LightningModule):  # noqa: E302
     def configure_optimizers(self): return torch.optim.SGD(self.parameters(), lr=0.01)  # noqa: E301,E704
 
 trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=steps, logger=False, enable_progress_bar=False,
+                    default_root_dir=run_dir, enable_checkpointing=False,
                     enable_model_summary=False, callbacks=[lightning_callback(monitor)] if monitor else [])
 saved = sorted((f for f in os.listdir(run_dir) if f.endswith(".ckpt")), key=lambda f: int(f[14:-5]))
 try:
