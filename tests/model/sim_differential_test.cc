@@ -12,6 +12,7 @@
 #include "model/device_memory.h"
 #include "testing/flat_layout.h"
 #include "testing/reference_allocator.h"
+#include "testing/test_util.h"
 
 namespace fragscope {
 namespace {
@@ -90,10 +91,11 @@ int RunTrace(std::uint64_t seed, int ops) {
   return ooms;
 }
 
-// Thousands of short traces: many different early states.
+// Thousands of short traces: many different early states (400 under the sanitizers).
 TEST(SimDifferentialTest, TwoThousandShortTraces) {
   int ooms = 0;
-  for (std::uint64_t seed = 1; seed <= 2000; ++seed) {
+  const auto seeds = static_cast<std::uint64_t>(testing::Repetitions(2000));
+  for (std::uint64_t seed = 1; seed <= seeds; ++seed) {
     const int n = RunTrace(seed, 150);
     ASSERT_GE(n, 0) << "seed " << seed;
     ooms += n;
