@@ -186,6 +186,9 @@ def _patch_torch_cuda(gpu):
         "set_per_process_memory_fraction": (
             lambda fraction, device=None: (_device_arg(device),
                                            gpu.set_per_process_memory_fraction(fraction))[1]),
+        # The virtual GPU is device 0 (tools that read the allocator's state ask for it first,
+        # e.g. fragscope_agent.send_torch_state); is_available() stays False.
+        "current_device": lambda: 0,
         "_lazy_init": lazy_init,
     }
     saved = []
