@@ -584,6 +584,11 @@ def test_memory_per_device_is_bounded(tmp_path):
     code, err, rss, took, _ = run_limited(["replay", path], timeout_s=90)
     assert code == 0, err[-2000:]
     assert rss < bounds.rss(1600 * MiB), rss
+    # analyze keeps three size-class counts per device (request windows, size profile): each
+    # made all 3,776 counts up front (579 MB peak before; 174 MB now).
+    code, err, rss, took, _ = run_limited(["analyze", path], timeout_s=90)
+    assert code == 0, err[-2000:]
+    assert rss < bounds.rss(256 * MiB) and took < bounds.seconds(10), (rss, took)
 
 
 # ---- Issue 30 item 8: linear JSON -----------------------------------------------------------
@@ -604,3 +609,4 @@ def test_json_output_is_linear_in_the_labels(tmp_path):
         assert code == 0, err[-2000:]
         assert out > 150_000 * 10
         assert took < bounds.seconds(6), (command, took)
+
