@@ -610,3 +610,76 @@ def test_json_output_is_linear_in_the_labels(tmp_path):
         assert out > 150_000 * 10
         assert took < bounds.seconds(6), (command, took)
 
+
+# ---- Issue 30 item 7: report bounds ---------------------------------------------------------
+
+def many_device_ooms(devices, blocks, ooms=16):
+    """An allocator trace: each of `devices` devices fills one segment with `blocks` blocks of
+    2 MiB, then runs out of memory `ooms` times. Every OOM keeps a map of `blocks` blocks."""
+    lines = ['{"format":"fragscope-trace","version":1,"kind":"allocator","devices":[%s]}' %
+             ",".join('{"device":%d,"capacity_bytes":%d}' % (d, blocks * 2 * MiB)
+                      for d in range(devices))]
+    base = 1 << 40
+    for d in range(devices):
+        lines.append('{"action":"segment_alloc","addr":%d,"size":%d,"pool":"large","device":%d}'
+                     % (base, blocks * 2 * MiB, d))
+        for b in range(blocks):
+            lines.append('{"action":"alloc","addr":%d,"size":%d,"device":%d}' %
+                         (base + b * 2 * MiB, 2 * MiB, d))
+        for _ in range(ooms):
+            lines.append('{"action":"oom","size":%d,"device_free":0,"device":%d}' % (4 * MiB, d))
+    import gzip
+    return gzip.compress(("\n".join(lines) + "\n").encode(), 9)
+
+
+def test_report_counts_the_maps_before_each_oom_against_max_map_blocks(tmp_path):
+    # 1.6 MB of gzip: 256 devices of 1,000 blocks, 16 OOMs each. Before: every map before an OOM
+    # was kept whatever --max-map-blocks said (1000 here): 346 MB RSS and a 17 MiB page.
+    path = write(tmp_path, "ooms.jsonl.gz", many_device_ooms(256, 1000))
+    out = tmp_path / "r.html"
+    for budget in (["--max-map-blocks", "1000"], []):  # and the default, 400,000
+        code, err, rss, took, _ = run_limited(["report", path, "-o", str(out)] + budget,
+                                              timeout_s=60)
+        one_line_exit_2(code, err)
+        assert "the memory maps the report must keep" in err, err
+        assert "more than --max-map-blocks %s;" % (budget[1] if budget else "400000") in err
+        assert "nothing was written" in err and "--device N" in err, err
+        assert rss < bounds.rss(100 * MiB) and took < bounds.seconds(10), (rss, took)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ooms.jsonl.gz"]
+    # One device's maps fit: the page is written, and every map it holds counted.
+    code, err, rss, _, _ = run_limited(["report", path, "-o", str(out), "--device", "3",
+                                        "--max-map-blocks", "20000"], timeout_s=60)
+    assert code == 0, err[-2000:]
+    assert out.stat().st_size < 1 * MiB
+    assert rss < bounds.rss(100 * MiB), rss
+
+
+def test_report_reads_no_simulated_trace_back_by_name(tmp_path):
+    # Before, `report` of a request trace wrote the simulated trace to
+    # OUT.simulated.jsonl.PID.tmp and opened it again by that name: anyone who may write the
+    # output's directory could put a link there (the report then failed, and the planted link
+    # was removed) or replace the file between the write and the read. Now no file is written:
+    # a link planted at that name (made by the child itself, so it has the right pid) is never
+    # looked at.
+    trace = tmp_path / "requests.jsonl"
+    trace.write_text(
+        '{"format":"fragscope-trace","version":1,"kind":"request","devices":[{"device":0,'
+        '"capacity_bytes":%d}]}\n' % (64 * MiB) +
+        "".join('{"action":"alloc","addr":%d,"size":%d}\n' % (i + 1, 8 * MiB)
+                for i in range(10)))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out.html"
+
+    def plant():
+        os.symlink(str(victim), "%s.simulated.jsonl.%d.tmp" % (out, os.getpid()))
+
+    proc = subprocess.run([BIN, "report", str(trace), "-o", str(out)], capture_output=True,
+                          text=True, preexec_fn=plant, timeout=bounds.seconds(60))
+    assert proc.returncode == 0, proc.stderr
+    assert "Out of memory" in proc.stderr, proc.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    planted = [n for n in names if ".simulated.jsonl." in n]
+    assert len(planted) == 1 and os.path.islink(tmp_path / planted[0]), names
+    assert sorted(set(names) - set(planted)) == ["out.html", "requests.jsonl", "victim.txt"]
+    assert victim.read_text() == "keep me\n"
