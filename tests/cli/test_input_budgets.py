@@ -568,6 +568,52 @@ def test_a_clamped_capacity_and_its_oom_say_what_they_are(tmp_path):
     assert "verdict: real shortage" in text, text
 
 
+def address_space_holes_trace():
+    """One device said to hold 2^60 bytes (replayed as the modelled 32 TiB): 32 allocations of
+    1 TiB fill the address space, every other one is freed, then 2 TiB are asked for. The
+    allocator releases its 16 free segments and retries: the device has 16 TiB free, but the
+    address space only 1 TiB holes."""
+    tib = 1 << 40
+    lines = ['{"format":"fragscope-trace","version":1,"kind":"request","devices":[{"device":0,'
+             '"capacity_bytes":%d}]}' % (1 << 60)]
+    lines += ['{"action":"alloc","addr":%d,"size":%d}' % (i + 1, tib) for i in range(32)]
+    lines += ['{"action":"free_requested","addr":%d}' % (i + 1) for i in range(0, 32, 2)]
+    lines.append('{"action":"alloc","addr":100,"size":%d}' % (2 * tib))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_an_oom_at_the_address_space_cap_says_so_in_replay_and_report(tmp_path):
+    # The simulated OOMs at the modelled address space, in both commands: the clamped capacity's
+    # shortage (before: 'fragmentation' with about 1 EiB free), and a segment refused for want
+    # of address space while the device had memory free (named as the model's limit).
+    clamp = "device 0: a capacity of up to 1073741824.00 GiB is more than the simulator models " \
+            "(32768.00 GiB of cudaMalloc'd segments); replayed as 32768.00 GiB"
+    refusal = "device 0: 1 segment allocation found device memory free but no room in the " \
+              "simulator's modelled address space (32768.00 GiB of segments): the simulated " \
+              "OOM there is that limit of the model, not a shortage or fragmentation of device " \
+              "memory"
+    shortage = write(tmp_path, "shortage.jsonl", huge_capacity_trace(1, 12))
+    holes = write(tmp_path, "holes.jsonl", address_space_holes_trace())
+    for path, notes in ((shortage, [clamp]), (holes, [clamp, refusal])):
+        replay = subprocess.run([BIN, "replay", path], capture_output=True, text=True,
+                                timeout=bounds.seconds(60))
+        assert replay.returncode == 1, replay.stderr  # a simulated OOM
+        assert "OUT OF MEMORY" in replay.stdout and "EiB" not in replay.stdout
+        page = tmp_path / "r.html"
+        report = subprocess.run([BIN, "report", path, "-o", str(page)], capture_output=True,
+                                text=True, timeout=bounds.seconds(60))
+        assert report.returncode == 0, report.stderr
+        html = page.read_text()
+        for note in notes:
+            assert "note: " + note in replay.stdout, replay.stdout
+            assert note in html, note
+        assert "EiB" not in report.stderr and "EiB" not in html
+    # The clamped device's OOM is a shortage of those 32 TiB, in the report's verdict too.
+    report = subprocess.run([BIN, "report", shortage, "-o", str(tmp_path / "s.html")],
+                            capture_output=True, text=True, timeout=bounds.seconds(60))
+    assert "on device 0: real shortage" in report.stderr, report.stderr
+
+
 def test_memory_per_device_is_bounded(tmp_path):
     # 4,096 devices, 20 steps of one allocation each, 0.46 MB of gzip: every device's free-block
     # index held all 3,776 size classes up front (replay peaked at 3.0 GB; now 1.2 GB).
