@@ -5,8 +5,9 @@ For --seconds, it writes random hostile inputs — pickles built from memo refer
 lists and dicts (each reference costs two bytes and may stand for millions of objects), deep
 nesting, long strings, many small objects, traces with huge or endless event streams and long
 call sites, one string shared by thousands of frames, settings or annotations, devices of
-absurd capacity (issue 30) — compressed or not, and runs `fragscope analyze` and `fragscope
-convert --to json` on each (and `replay` on the capacity shape) under the default budgets (plus
+absurd capacity, many devices each running out of memory (issue 30) — compressed or not, and
+runs `fragscope analyze` and `fragscope convert --to json` on each (and `replay` on the
+capacity shape, `report` on the OOM one) under the default budgets (plus
 a --max-memory cap). Every run must:
 
 * end with exit 0 (the input happened to be valid) or 2 (refused), never a signal or another
@@ -207,10 +208,34 @@ def huge_capacity_trace(rng):
         yield "".join(lines).encode()
 
 
+def device_ooms_trace(rng):
+    """Issue 30 item 7: many devices, each filling a segment with many blocks and running out of
+    memory up to 16 times (each OOM keeps a map of every block in the report); `report` runs
+    on it (check_one)."""
+    devices = pick(rng, [16, 256, 1024])
+    blocks = pick(rng, [100, 1000, 4000])
+    mib = 1 << 20
+    yield ('{"format":"fragscope-trace","version":1,"kind":"allocator","devices":[%s]}\n' %
+           ",".join('{"device":%d,"capacity_bytes":%d}' % (d, blocks * 2 * mib)
+                    for d in range(devices))).encode()
+    base = 1 << 40
+    for d in range(devices):
+        lines = ['{"action":"segment_alloc","addr":%d,"size":%d,"pool":"large","device":%d}\n' %
+                 (base, blocks * 2 * mib, d)]
+        for b in range(blocks):
+            lines.append('{"action":"alloc","addr":%d,"size":%d,"device":%d}\n' %
+                         (base + b * 2 * mib, 2 * mib, d))
+        for _ in range(rng.randint(1, 16)):
+            lines.append('{"action":"oom","size":%d,"device_free":0,"device":%d}\n' %
+                         (4 * mib, d))
+        yield "".join(lines).encode()
+
+
 SHAPES = [("shared", shared_reference_pickle), ("deep", deep_pickle),
           ("strings", long_strings_pickle), ("random", random_pickle),
           ("events", many_events_trace), ("call_sites", long_call_sites_trace),
-          ("shared_strings", shared_string_pickle), ("capacity", huge_capacity_trace)]
+          ("shared_strings", shared_string_pickle), ("capacity", huge_capacity_trace),
+          ("device_ooms", device_ooms_trace)]
 
 
 def write_input(rng, shape, path):
@@ -272,6 +297,12 @@ def check_one(binary, path, out_dir, timeout):
              "--max-output", str(OUTPUT_CAP)]]
     if "capacity" in os.path.basename(path):  # the simulator's own memory (issue 30 item 5)
         runs.append(["replay", path, "--max-memory", str(MEMORY_CAP)])
+    page = os.path.join(out_dir, "out.html")
+    if os.path.exists(page):
+        os.remove(page)
+    if "device_ooms" in os.path.basename(path):  # the report's maps (issue 30 item 7)
+        runs.append(["report", path, "-o", page, "--max-memory", str(MEMORY_CAP),
+                     "--max-map-blocks", str(random.Random(path).choice([1000, 400000]))])
     for args in runs:
         got = run(binary, args, timeout)
         what = " ".join(args[:1])
@@ -284,12 +315,14 @@ def check_one(binary, path, out_dir, timeout):
         if rss > MEMORY_CAP + RSS_ALLOWANCE:
             problems.append("{}: peak RSS {} MiB above {} MiB".format(
                 what, rss >> 20, (MEMORY_CAP + RSS_ALLOWANCE) >> 20))
-    left = sorted(f for f in os.listdir(out_dir) if f != "out.json")
+    left = sorted(f for f in os.listdir(out_dir) if f not in ("out.json", "out.html"))
     if left:
         problems.append("convert left {}".format(left))
     if os.path.exists(out) and os.path.getsize(out) > OUTPUT_CAP:
         problems.append("convert wrote {} bytes, above --max-output".format(
             os.path.getsize(out)))
+    if os.path.exists(page) and os.path.getsize(page) > 64 << 20:
+        problems.append("report wrote {} bytes, above --max-size".format(os.path.getsize(page)))
     return problems
 
 

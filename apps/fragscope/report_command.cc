@@ -1,11 +1,8 @@
 #include "report_command.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
@@ -177,11 +174,6 @@ Status VerifyFirstOom(const ReportCommandFlags& flags, const ReportRequests& req
   return Status::Ok();
 }
 
-// A file next to `output` that no one else writes.
-std::string TempNear(const std::string& output, std::string_view what) {
-  return fmt::format("{}.{}.{}.tmp", output, what, static_cast<long>(::getpid()));
-}
-
 int RunReport(const ReportCommandFlags& flags) {
   analysis::AnalysisOptions options;
   if (flags.device >= 0) options.device = flags.device;
@@ -213,32 +205,44 @@ int RunReport(const ReportCommandFlags& flags) {
   frame_options.stranded_threshold = options.stranded_threshold;
   frame_options.stranded_quantile = options.stranded_quantile;
 
-  // Analyzes an allocator trace or snapshot at `path` while recording its layouts.
+  // The layouts of the events an analysis accepts (of the input, or of its replay). The
+  // recorder is made at the first event, with that trace's header (its allocator settings: the
+  // rounding rules the analyzer's model uses too). Its budget (--max-map-blocks) ends the
+  // analysis as soon as the maps it must keep outgrow it.
   std::vector<Frame> call_sites;
   std::vector<analysis::DeviceFrames> frames;
-  auto analyze_with_frames = [&](const std::string& path) -> Result<analysis::AnalysisResult> {
-    // Made at the first event, with the input's header (its allocator settings: the rounding
-    // rules the analyzer's model uses too).
-    std::unique_ptr<analysis::LayoutRecorder> recorder;
-    Status recorder_status;
-    Result<analysis::AnalysisResult> analyzed = AnalyzeInput(
-        path, options, TraceLimits{}, 1,
-        [&](const TraceHeader& header, const Event& e, bool start_state) {
-          if (recorder == nullptr && recorder_status.ok()) {
-            Result<std::unique_ptr<analysis::LayoutRecorder>> created =
-                analysis::LayoutRecorder::Create(header, frame_options);
-            if (!created.ok()) {
-              recorder_status = created.status();
-              return;
-            }
-            recorder = std::move(*created);
-          }
-          if (recorder != nullptr) recorder->Consume(e, start_state);
-        },
-        &call_sites);
-    if (!analyzed.ok()) return analyzed.status();
+  std::unique_ptr<analysis::LayoutRecorder> recorder;
+  Status recorder_status;  // a header whose settings the recorder refuses
+  auto record = [&](const TraceHeader& header, const Event& e, bool start_state) -> Status {
+    if (recorder == nullptr && recorder_status.ok()) {
+      Result<std::unique_ptr<analysis::LayoutRecorder>> created =
+          analysis::LayoutRecorder::Create(header, frame_options);
+      if (!created.ok()) {
+        recorder_status = created.status();
+        return Status::Ok();
+      }
+      recorder = std::move(*created);
+    }
+    return recorder != nullptr ? recorder->Consume(e, start_state) : Status::Ok();
+  };
+  auto finish_recording = [&]() -> Status {
     if (!recorder_status.ok()) return recorder_status;
-    frames = recorder != nullptr ? recorder->Finish() : std::vector<analysis::DeviceFrames>{};
+    frames.clear();
+    if (recorder != nullptr) {
+      Result<std::vector<analysis::DeviceFrames>> finished = recorder->Finish();
+      if (!finished.ok()) return finished.status().WithPrefix(flags.path);
+      frames = std::move(*finished);
+    }
+    recorder.reset();
+    return Status::Ok();
+  };
+  // Analyzes an allocator trace or snapshot at `path` while recording its layouts.
+  auto analyze_with_frames = [&](const std::string& path) -> Result<analysis::AnalysisResult> {
+    recorder.reset();
+    Result<analysis::AnalysisResult> analyzed =
+        AnalyzeInput(path, options, TraceLimits{}, 1, record, &call_sites);
+    if (!analyzed.ok()) return analyzed.status();
+    if (Status s = finish_recording(); !s.ok()) return s;
     return analyzed;
   };
 
@@ -259,8 +263,9 @@ int RunReport(const ReportCommandFlags& flags) {
     if (analyzed->kind != TraceKind::kRequest) result = std::move(*analyzed);
   }
   if (!result) {
-    // A request trace (or a snapshot under other settings): replayed as `replay` does; the
-    // simulated allocator trace goes to a temporary file, read again for the layouts.
+    // A request trace (or a snapshot under other settings): replayed as `replay` does, with
+    // the layouts recorded from the simulated events as they are analyzed (no file in between:
+    // nothing another user could replace before it is read again).
     ReplayRequest request;
     request.path = flags.path;
     request.capacity = *capacity;
@@ -268,17 +273,14 @@ int RunReport(const ReportCommandFlags& flags) {
     request.alloc_conf = flags.alloc_conf;
     request.version = TorchVersion(flags.torch_version);
     request.options = options;
-    request.emit = TempNear(flags.output, "simulated.jsonl");
-    request.emit_named_by_user = false;
+    // `record` runs on the analysis thread (the only one that feeds it), done when this returns.
+    request.tap = record;
+    call_sites.clear();  // simulated events name no call site
+    recorder.reset();
     Result<ReplayRun> replayed = ReplayInput(request);
-    if (!replayed.ok()) {
-      std::filesystem::remove(request.emit);
-      return BadInput(replayed.status().message());
-    }
+    if (!replayed.ok()) return BadInput(replayed.status().message());
+    if (Status s = finish_recording(); !s.ok()) return BadInput(s.message());
     run = std::move(*replayed);
-    Result<analysis::AnalysisResult> simulated = analyze_with_frames(request.emit);
-    std::filesystem::remove(request.emit);
-    if (!simulated.ok()) return BadInput(simulated.status().message());
     result = std::move(run->result);
   }
   if (flags.device >= 0 && result->devices.empty()) {

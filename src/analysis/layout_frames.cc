@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "analysis/metrics.h"
 #include "analysis/size_profile.h"
 #include "model/memory_model.h"
@@ -103,14 +105,65 @@ struct LayoutRecorder::Impl {
     period *= 2;
   }
 
-  bool OverBudget() const {
+  // Drops every periodic frame (when thinning no longer frees anything: each device is down to
+  // its first one) and doubles the period.
+  void DropPeriodic() {
+    for (auto& [index, d] : devices) {
+      std::erase_if(d.frames.frames, [&](const LayoutFrame& f) {
+        if (f.reason != FrameReason::kPeriodic) return false;
+        held_blocks -= f.blocks;
+        --periodic;
+        return true;
+      });
+    }
+    period *= 2;
+  }
+
+  bool TooManyPeriodic() const {
     std::size_t most = 0;
     for (const auto& [index, d] : devices) {
       std::size_t n = 0;
       for (const LayoutFrame& f : d.frames.frames) n += f.reason == FrameReason::kPeriodic;
       most = std::max(most, n);
     }
-    return most > options.max_frames || (held_blocks > options.max_blocks && periodic > 1);
+    return most > options.max_frames;
+  }
+
+  // Frees periodic frames until every kept map fits max_blocks, or none is left: thins them
+  // while that frees something, then drops them all.
+  void MakeRoom() {
+    while (held_blocks > options.max_blocks && periodic > 0) {
+      const std::uint64_t before = held_blocks;
+      const std::size_t before_periodic = periodic;
+      Thin();
+      if (held_blocks == before && periodic == before_periodic) DropPeriodic();
+    }
+  }
+
+  // After a map that is never thinned (before an OOM, at a peak, at the end) was kept on
+  // `device`: room is made for it, else the recording is refused (status) and every map is
+  // released.
+  Status Fit(std::int32_t device, FrameReason reason) {
+    MakeRoom();
+    if (held_blocks <= options.max_blocks) return Status::Ok();
+    status = Status::LimitExceeded(fmt::format(
+        "the memory maps the report must keep (the layout before each of a device's first {} "
+        "OOMs, at its peak and at the end, on {} device{}) reached {} blocks with the map {} "
+        "of device {}, more than --max-map-blocks {}; nothing was written. Raise "
+        "--max-map-blocks (the page grows with it), or report one device at a time with "
+        "--device N",
+        kMaxOomDiagnoses, devices.size(), devices.size() == 1 ? "" : "s", held_blocks,
+        reason == FrameReason::kBeforeOom ? "before an OOM"
+        : reason == FrameReason::kPeak    ? "at its peak"
+                                          : "at the end",
+        device, options.max_blocks));
+    for (auto& [index, d] : devices) {
+      d.frames.frames = {};
+      d.peak.reset();
+    }
+    held_blocks = 0;
+    periodic = 0;
+    return status;
   }
 
   void RecordPeriodic() {
@@ -121,15 +174,17 @@ struct LayoutRecorder::Impl {
       ++periodic;
       d.frames.frames.push_back(std::move(f));
     }
-    while (OverBudget()) {
+    while (TooManyPeriodic()) {
       const std::uint64_t before = held_blocks;
       const std::size_t before_periodic = periodic;
       Thin();
       if (held_blocks == before && periodic == before_periodic) break;
     }
+    MakeRoom();
   }
 
-  void Consume(const Event& e, bool start_state) {
+  Status Consume(const Event& e, bool start_state) {
+    if (!status.ok()) return status;
     if (e.action == Action::kStep) step = e.step;
     if (e.time_us >= 0) time_us = e.time_us;
     const bool wanted =
@@ -144,6 +199,7 @@ struct LayoutRecorder::Impl {
           LayoutFrame f = Capture(d, FrameReason::kBeforeOom);
           held_blocks += f.blocks;
           d.frames.frames.push_back(std::move(f));
+          if (Status s = Fit(e.device, FrameReason::kBeforeOom); !s.ok()) return s;
         }
         if (e.action == Action::kAlloc) {
           if (model::AllocatorRules::PoolFor(rules.RoundSize(e.size)) == Pool::kSmall) {
@@ -158,15 +214,19 @@ struct LayoutRecorder::Impl {
           const std::uint64_t allocated = model.FindDevice(e.device)->allocated();
           if (allocated > d.peak_bytes + d.peak_bytes / 100) {
             d.peak_bytes = allocated;
+            if (d.peak) held_blocks -= d.peak->blocks;
             d.peak = Capture(d, FrameReason::kPeak);
             d.peak->event_index = events + 1;  // after this event
+            held_blocks += d.peak->blocks;
+            if (Status s = Fit(e.device, FrameReason::kPeak); !s.ok()) return s;
           }
         }
       }
     }
     ++events;
-    if (start_state) return;  // no moment inside the rebuild is a frame
+    if (start_state) return Status::Ok();  // no moment inside the rebuild is a frame
     if (events % period == 0) RecordPeriodic();
+    return Status::Ok();
   }
 
   model::AllocatorRules rules;
@@ -179,6 +239,7 @@ struct LayoutRecorder::Impl {
   std::uint64_t period;
   std::uint64_t held_blocks = 0;
   std::size_t periodic = 0;  // periodic frames of all devices
+  Status status;             // the budget's refusal (Fit): nothing more is recorded
 };
 
 LayoutRecorder::LayoutRecorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -192,15 +253,27 @@ Result<std::unique_ptr<LayoutRecorder>> LayoutRecorder::Create(const TraceHeader
       new LayoutRecorder(std::make_unique<Impl>(*rules, options)));
 }
 
-void LayoutRecorder::Consume(const Event& event, bool start_state) {
-  impl_->Consume(event, start_state);
+Status LayoutRecorder::Consume(const Event& event, bool start_state) {
+  return impl_->Consume(event, start_state);
 }
 
-std::vector<DeviceFrames> LayoutRecorder::Finish() {
+Result<std::vector<DeviceFrames>> LayoutRecorder::Finish() {
+  if (!impl_->status.ok()) return impl_->status;
+  // The final layouts first, each counted against the budget as it is taken.
+  std::map<std::int32_t, LayoutFrame> ends;
+  for (auto& [index, d] : impl_->devices) {
+    if (d.frames.stopped) continue;
+    LayoutFrame end = impl_->Capture(d, FrameReason::kEnd);
+    impl_->held_blocks += end.blocks;
+    ends.emplace(index, std::move(end));
+    if (Status s = impl_->Fit(index, FrameReason::kEnd); !s.ok()) return s;
+  }
   std::vector<DeviceFrames> out;
   for (auto& [index, d] : impl_->devices) {
     if (d.peak) d.frames.frames.push_back(std::move(*d.peak));
-    if (!d.frames.stopped) d.frames.frames.push_back(impl_->Capture(d, FrameReason::kEnd));
+    if (auto end = ends.find(index); end != ends.end()) {
+      d.frames.frames.push_back(std::move(end->second));
+    }
     std::stable_sort(
         d.frames.frames.begin(), d.frames.frames.end(),
         [](const LayoutFrame& a, const LayoutFrame& b) { return a.event_index < b.event_index; });

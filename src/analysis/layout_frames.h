@@ -8,8 +8,11 @@
 //   * a frame at the high-water mark of allocated bytes (taken again whenever allocated bytes
 //     exceed the last one taken by more than 1%: within 1% of the true peak);
 //   * the final layout.
-// The blocks held by all frames are bounded by `max_blocks`: periodic frames are thinned out
-// (as above) until the rest fit. The stranded flag uses the analyzer's rule (a free block below
+// The blocks held by all frames of all devices -- periodic, before each OOM, at each peak and
+// at the end -- are bounded by `max_blocks`: periodic frames are thinned out (as above, then
+// dropped) until the rest fit; when the frames that are never dropped do not fit, the
+// recording is refused (kLimitExceeded naming --max-map-blocks) as soon as they outgrow it,
+// and every frame is released. The stranded flag uses the analyzer's rule (a free block below
 // its pool's threshold: a fixed threshold, else the quantile of recent requests).
 //
 // Thread safety: none; one thread feeds events.
@@ -70,14 +73,17 @@ class LayoutRecorder {
   ~LayoutRecorder();
 
   /// Applies one event (of an allocator trace; others are counted only). An event the model
-  /// rejects stops that device's recording (DeviceFrames::stopped); it never fails the caller.
+  /// rejects stops that device's recording (DeviceFrames::stopped); it does not fail the
+  /// caller. Fails (kLimitExceeded, and every later call with it) when the frames that are never
+  /// dropped hold more than max_blocks blocks.
   /// `start_state`: the event rebuilds a snapshot's state before its recorded history
   /// (TraceAnalyzer::ConsumeStartState): the moments between two such events never existed,
   /// so no frame is taken among them; the state they leave is the history's first moment.
-  void Consume(const Event& event, bool start_state = false);
+  Status Consume(const Event& event, bool start_state = false);
 
-  /// Adds the final frames and returns every device's frames, by device index.
-  std::vector<DeviceFrames> Finish();
+  /// Adds the final frames and returns every device's frames, by device index. Fails as
+  /// Consume does, counting the final frames too.
+  Result<std::vector<DeviceFrames>> Finish();
 
  private:
   struct Impl;

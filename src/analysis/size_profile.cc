@@ -14,17 +14,19 @@ std::uint64_t QuantileRank(double q, std::uint64_t n) {
 }
 }  // namespace
 
-RequestWindow::RequestWindow(std::size_t capacity) : ring_(std::max<std::size_t>(capacity, 1)) {}
+RequestWindow::RequestWindow(std::size_t capacity)
+    : capacity_(std::max<std::size_t>(capacity, 1)) {}
 
 void RequestWindow::Add(std::uint64_t size) {
-  if (count_ == ring_.size()) {
-    classes_.Add(model::SizeClass(ring_[next_]), -1);
-  } else {
+  if (ring_.size() < capacity_) {  // filling: the ring grows with what it holds
+    ring_.push_back(size);
     ++count_;
+  } else {
+    classes_.Add(model::SizeClass(ring_[next_]), -1);
+    ring_[next_] = size;
+    if (++next_ == ring_.size()) next_ = 0;
   }
-  ring_[next_] = size;
   classes_.Add(model::SizeClass(size), 1);
-  if (++next_ == ring_.size()) next_ = 0;
 }
 
 std::uint64_t RequestWindow::Quantile(double q) const {

@@ -26,7 +26,8 @@ class RequestWindow {
   std::size_t size() const { return count_; }
 
  private:
-  std::vector<std::uint64_t> ring_;
+  std::size_t capacity_;
+  std::vector<std::uint64_t> ring_;  // grows to capacity_, then overwritten from next_
   std::size_t next_ = 0;
   std::size_t count_ = 0;
   model::ClassCounts classes_;

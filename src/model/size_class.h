@@ -4,6 +4,7 @@
 #ifndef FRAGSCOPE_MODEL_SIZE_CLASS_H_
 #define FRAGSCOPE_MODEL_SIZE_CLASS_H_
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <vector>
@@ -34,12 +35,16 @@ constexpr std::uint64_t ClassFloor(int c) {
 /// Counts per size class, with a total per group of 64 classes (one octave): Add is two
 /// increments, PrefixSum and FindByRank scan at most 59 group totals and 64 counts. Adds run for
 /// every request; the queries once per timeline window (a Fenwick tree, as before, made the
-/// adds cost 12 dependent steps each for queries nobody asked for in between).
+/// adds cost 12 dependent steps each for queries nobody asked for in between). A group's 64
+/// counts are made when a size of it is first added: requests span a few octaves, and every
+/// device of a trace keeps three of these (all 3,776 counts up front were 30 KB each, most of
+/// the memory per device of a 4,096-device trace; issue 30 item 5).
 class ClassCounts {
  public:
-  ClassCounts() : counts_(kNumSizeClasses, 0), groups_(kGroups, 0) {}
   void Add(int c, std::int64_t delta) {
-    counts_[static_cast<std::size_t>(c)] += static_cast<std::uint64_t>(delta);
+    std::vector<std::uint64_t>& counts = counts_[static_cast<std::size_t>(c >> kSubClassBits)];
+    if (counts.empty()) counts.assign(kSubClasses, 0);
+    counts[static_cast<std::size_t>(c & (kSubClasses - 1))] += static_cast<std::uint64_t>(delta);
     groups_[static_cast<std::size_t>(c >> kSubClassBits)] += static_cast<std::uint64_t>(delta);
   }
   /// Sum over classes [0, c).
@@ -47,7 +52,14 @@ class ClassCounts {
     std::uint64_t sum = 0;
     const int full = c >> kSubClassBits;
     for (int g = 0; g < full; ++g) sum += groups_[static_cast<std::size_t>(g)];
-    for (int i = full << kSubClassBits; i < c; ++i) sum += counts_[static_cast<std::size_t>(i)];
+    if (full < kGroups) {
+      const std::vector<std::uint64_t>& counts = counts_[static_cast<std::size_t>(full)];
+      if (!counts.empty()) {
+        for (int i = 0; i < (c & (kSubClasses - 1)); ++i) {
+          sum += counts[static_cast<std::size_t>(i)];
+        }
+      }
+    }
     return sum;
   }
   /// The smallest class c such that PrefixSum(c + 1) > rank (rank counts from 0), or
@@ -60,17 +72,19 @@ class ClassCounts {
       rank -= n;
     }
     if (g == kGroups) return kNumSizeClasses;
-    int c = g << kSubClassBits;
-    for (; counts_[static_cast<std::size_t>(c)] <= rank; ++c) {
-      rank -= counts_[static_cast<std::size_t>(c)];
+    // The group holds more than `rank` counts, so its counts were made.
+    const std::vector<std::uint64_t>& counts = counts_[static_cast<std::size_t>(g)];
+    int i = 0;
+    for (; counts[static_cast<std::size_t>(i)] <= rank; ++i) {
+      rank -= counts[static_cast<std::size_t>(i)];
     }
-    return c;
+    return (g << kSubClassBits) + i;
   }
 
  private:
   static constexpr int kGroups = kNumSizeClasses / kSubClasses;
-  std::vector<std::uint64_t> counts_;
-  std::vector<std::uint64_t> groups_;
+  std::array<std::vector<std::uint64_t>, kGroups> counts_;  // empty: every count is 0
+  std::array<std::uint64_t, kGroups> groups_{};
 };
 static_assert(kNumSizeClasses % kSubClasses == 0);
 

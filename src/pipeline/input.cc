@@ -98,6 +98,10 @@ Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
     if (!*next) break;
     ++events;
     if (Status st = consume(e); !st.ok()) {
+      if (st.code() == StatusCode::kLimitExceeded) {  // a budget: no later event is wanted
+        progress.Clear();
+        return st.WithPrefix(reader.Where());
+      }
       if (++skipped <= kMaxNotes) {
         notes->push_back(fmt::format("{}: {}; event skipped", reader.Where(), st.message()));
       }
@@ -354,7 +358,7 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
 
 Result<analysis::AnalysisResult> AnalyzeInput(
     const std::string& path, const analysis::AnalysisOptions& options, const TraceLimits& limits,
-    unsigned threads, const std::function<void(const TraceHeader&, const Event&, bool)>& tap,
+    unsigned threads, const std::function<Status(const TraceHeader&, const Event&, bool)>& tap,
     std::vector<Frame>* call_sites) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
@@ -382,14 +386,14 @@ Result<analysis::AnalysisResult> AnalyzeInput(
         [&](const Event& e) {
           const bool start = snapshot.last_was_start();
           Status s = start ? analyzer.ConsumeStartState(e) : analyzer.Consume(e);
-          if (s.ok() && tap) tap(reader.header(), e, start);
+          if (s.ok() && tap) s = tap(reader.header(), e, start);
           return s;
         },
         &notes);
   } else if (tap) {
     read = ReadAllEvents(reader, [&](const Event& e) {
       Status s = analyzer.Consume(e);
-      if (s.ok()) tap(reader.header(), e, false);
+      if (s.ok()) s = tap(reader.header(), e, false);
       return s;
     });
   } else {

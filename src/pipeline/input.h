@@ -34,8 +34,10 @@ Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits
 
 /// Reads every event of a snapshot into `consume`. A consumer error does not stop the read: the
 /// event is skipped and a note naming the trace entry goes to `notes` (the first 20, then a
-/// count), so that an inconsistent file is analyzed as far as it can be. `consume` can tell the
-/// rebuilt start state from the recorded history with reader.last_was_start().
+/// count), so that an inconsistent file is analyzed as far as it can be; except kLimitExceeded
+/// (a budget the consumer keeps), which ends the read with that error, prefixed by the entry.
+/// `consume` can tell the rebuilt start state from the recorded history with
+/// reader.last_was_start().
 Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
                                          const std::function<Status(const Event&)>& consume,
                                          std::vector<std::string>* notes);
@@ -104,12 +106,13 @@ std::string RebuiltPeaksNote();
 /// and the timeline come from the recorded history and the final state (AnalyzeSnapshotEvents).
 /// `tap` (optional) sees every event the analyzer accepted, after it, with the input's header
 /// (`report` records layouts) and whether it rebuilt a snapshot's start state (true: it is not
-/// a moment of the recorded run); with a tap a trace is analyzed on this thread. `call_sites`
+/// a moment of the recorded run); with a tap a trace is analyzed on this thread. An error from
+/// the tap ends the read with it (a snapshot's too, when it is kLimitExceeded). `call_sites`
 /// (optional) receives the input's call-site table (the ids of Event::frame).
 Result<analysis::AnalysisResult> AnalyzeInput(
     const std::string& path, const analysis::AnalysisOptions& options,
     const TraceLimits& limits = {}, unsigned threads = 0,
-    const std::function<void(const TraceHeader&, const Event&, bool)>& tap = {},
+    const std::function<Status(const TraceHeader&, const Event&, bool)>& tap = {},
     std::vector<Frame>* call_sites = nullptr);
 
 }  // namespace fragscope::pipeline

@@ -230,7 +230,10 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     if (Status s = start ? analyzer.ConsumeStartState(e) : analyzer.Consume(e); !s.ok()) {
       return Status::Internal("the simulator produced an event the model rejects: " + s.message());
     }
-    return writer ? writer->Write(e) : Status::Ok();
+    if (writer) {
+      if (Status s = writer->Write(e); !s.ok()) return s;
+    }
+    return request.tap ? request.tap(out_header, e, start) : Status::Ok();
   };
   const model::OomPolicy policy = request.continue_after_oom || snapshot != nullptr
                                       ? model::OomPolicy::kContinue

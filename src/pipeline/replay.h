@@ -16,6 +16,7 @@
 #define FRAGSCOPE_PIPELINE_REPLAY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -52,6 +53,11 @@ struct ReplayRequest {
   /// result); 0: 2 when the machine has more than one hardware thread.
   unsigned threads = 0;
   analysis::AnalysisOptions options;  // for the analysis of the simulated allocator trace
+  /// Optional: sees every simulated event after the analysis accepted it (on the analysis
+  /// thread), with the simulated trace's header and whether it rebuilds a snapshot's start
+  /// state. An error ends the replay with it (`report` records its layouts here, so the
+  /// simulated trace is never written to a file and read again).
+  std::function<Status(const TraceHeader&, const Event&, bool start)> tap;
 };
 
 struct ReplayRun {

@@ -21,8 +21,10 @@ Event Ev(Action action, std::uint64_t addr = 0, std::uint64_t size = 0, std::int
 std::vector<DeviceFrames> Record(const std::vector<Event>& events, LayoutFramesOptions options) {
   auto recorder = LayoutRecorder::Create(TraceHeader{}, options);
   EXPECT_TRUE(recorder.ok());
-  for (const Event& e : events) (*recorder)->Consume(e);
-  return (*recorder)->Finish();
+  for (const Event& e : events) EXPECT_TRUE((*recorder)->Consume(e).ok());
+  Result<std::vector<DeviceFrames>> frames = (*recorder)->Finish();
+  EXPECT_TRUE(frames.ok()) << frames.status().message();
+  return frames.ok() ? std::move(*frames) : std::vector<DeviceFrames>{};
 }
 
 // Issue 29, item 7: the map's moments are all inside the recorded history. A snapshot's start
@@ -44,9 +46,11 @@ TEST(LayoutRecorderTest, NoFrameInsideARebuiltStartState) {
       Ev(Action::kFreeCompleted, S),                // 5
       Ev(Action::kFreeCompleted, S + 64 * kMiB),    // 6
   };
-  for (const Event& e : start) (*recorder)->Consume(e, /*start_state=*/true);
-  for (const Event& e : history) (*recorder)->Consume(e);
-  const std::vector<DeviceFrames> frames = (*recorder)->Finish();
+  for (const Event& e : start) ASSERT_TRUE((*recorder)->Consume(e, /*start_state=*/true).ok());
+  for (const Event& e : history) ASSERT_TRUE((*recorder)->Consume(e).ok());
+  Result<std::vector<DeviceFrames>> finished = (*recorder)->Finish();
+  ASSERT_TRUE(finished.ok());
+  const std::vector<DeviceFrames>& frames = *finished;
   ASSERT_EQ(frames.size(), 1u);
   ASSERT_FALSE(frames[0].frames.empty());
   for (const LayoutFrame& f : frames[0].frames) {
@@ -136,11 +140,71 @@ TEST(LayoutRecorderTest, BlockBudgetThinsPeriodicFramesButKeepsOomFrames) {
   std::uint64_t blocks = 0;
   std::size_t ooms = 0;
   for (const LayoutFrame& f : frames[0].frames) {
-    if (f.reason == FrameReason::kPeriodic) blocks += f.blocks;
+    blocks += f.blocks;  // every kept map counts: before each OOM, at the peak, at the end
     ooms += f.reason == FrameReason::kBeforeOom;
   }
   EXPECT_EQ(ooms, 4u);
   EXPECT_LE(blocks, 40u);
+}
+
+// Issue 30 item 7: the maps kept before each OOM and at each peak, on every device, count
+// against the budget too; when they alone outgrow it, the recording is refused at once (not
+// after the whole input) naming the flag, and nothing is kept.
+TEST(LayoutRecorderTest, MapsBeforeOomsOnManyDevicesAreRefusedAtTheBudget) {
+  LayoutFramesOptions options;
+  options.max_blocks = 1000;
+  auto recorder = LayoutRecorder::Create(TraceHeader{}, options);
+  ASSERT_TRUE(recorder.ok());
+  constexpr int kDevices = 64, kBlocks = 50;  // 50 blocks a map: 16 OOMs of 64 devices = 51,200
+  std::size_t consumed = 0;
+  Status refused;
+  for (int d = 0; d < kDevices && refused.ok(); ++d) {
+    std::vector<Event> events = {Ev(Action::kSegmentAlloc, S, kBlocks * 2 * kMiB, d)};
+    for (int b = 0; b < kBlocks; ++b) {
+      events.push_back(Ev(Action::kAlloc, S + b * 2 * kMiB, 2 * kMiB, d));
+    }
+    for (int i = 0; i < 16; ++i) events.push_back(Ev(Action::kOom, 0, 256 * kMiB, d));
+    for (const Event& e : events) {
+      if (!refused.ok()) continue;
+      refused = (*recorder)->Consume(e);
+      consumed += refused.ok();
+    }
+  }
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.code(), StatusCode::kLimitExceeded);
+  EXPECT_NE(refused.message().find("more than --max-map-blocks 1000"), std::string::npos)
+      << refused.message();
+  EXPECT_NE(refused.message().find("--device N"), std::string::npos) << refused.message();
+  // Refused at the second device: 50 blocks a map, its peak and 16 OOMs make 17 maps each.
+  EXPECT_LT(consumed, 2u * (kBlocks + 17));
+  EXPECT_FALSE((*recorder)->Consume(Ev(Action::kAlloc, S, kMiB, 0)).ok());
+  EXPECT_FALSE((*recorder)->Finish().ok());
+}
+
+TEST(LayoutRecorderTest, EveryKeptMapOfEveryDeviceFitsTheBudget) {
+  LayoutFramesOptions options;
+  options.first_period = 1;
+  options.max_blocks = 300;
+  std::vector<Event> events;
+  for (int d = 0; d < 8; ++d) events.push_back(Ev(Action::kSegmentAlloc, S, 64 * kMiB, d));
+  for (int i = 0; i < 10; ++i) {
+    for (int d = 0; d < 8; ++d) {
+      events.push_back(Ev(Action::kAlloc, S + i * 2 * kMiB, 2 * kMiB, d));
+    }
+  }
+  for (int d = 0; d < 8; ++d) events.push_back(Ev(Action::kOom, 0, 128 * kMiB, d));
+  const std::vector<DeviceFrames> frames = Record(events, options);
+  ASSERT_EQ(frames.size(), 8u);
+  std::uint64_t blocks = 0;
+  std::size_t ooms = 0;
+  for (const DeviceFrames& d : frames) {
+    for (const LayoutFrame& f : d.frames) {
+      blocks += f.blocks;
+      ooms += f.reason == FrameReason::kBeforeOom;
+    }
+  }
+  EXPECT_EQ(ooms, 8u);
+  EXPECT_LE(blocks, 300u);
 }
 
 TEST(LayoutRecorderTest, OnlyTheChosenDeviceAndBlocksKeepTheirCallSite) {

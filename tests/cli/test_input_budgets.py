@@ -568,6 +568,52 @@ def test_a_clamped_capacity_and_its_oom_say_what_they_are(tmp_path):
     assert "verdict: real shortage" in text, text
 
 
+def address_space_holes_trace():
+    """One device said to hold 2^60 bytes (replayed as the modelled 32 TiB): 32 allocations of
+    1 TiB fill the address space, every other one is freed, then 2 TiB are asked for. The
+    allocator releases its 16 free segments and retries: the device has 16 TiB free, but the
+    address space only 1 TiB holes."""
+    tib = 1 << 40
+    lines = ['{"format":"fragscope-trace","version":1,"kind":"request","devices":[{"device":0,'
+             '"capacity_bytes":%d}]}' % (1 << 60)]
+    lines += ['{"action":"alloc","addr":%d,"size":%d}' % (i + 1, tib) for i in range(32)]
+    lines += ['{"action":"free_requested","addr":%d}' % (i + 1) for i in range(0, 32, 2)]
+    lines.append('{"action":"alloc","addr":100,"size":%d}' % (2 * tib))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_an_oom_at_the_address_space_cap_says_so_in_replay_and_report(tmp_path):
+    # The simulated OOMs at the modelled address space, in both commands: the clamped capacity's
+    # shortage (before: 'fragmentation' with about 1 EiB free), and a segment refused for want
+    # of address space while the device had memory free (named as the model's limit).
+    clamp = "device 0: a capacity of up to 1073741824.00 GiB is more than the simulator models " \
+            "(32768.00 GiB of cudaMalloc'd segments); replayed as 32768.00 GiB"
+    refusal = "device 0: 1 segment allocation found device memory free but no room in the " \
+              "simulator's modelled address space (32768.00 GiB of segments): the simulated " \
+              "OOM there is that limit of the model, not a shortage or fragmentation of device " \
+              "memory"
+    shortage = write(tmp_path, "shortage.jsonl", huge_capacity_trace(1, 12))
+    holes = write(tmp_path, "holes.jsonl", address_space_holes_trace())
+    for path, notes in ((shortage, [clamp]), (holes, [clamp, refusal])):
+        replay = subprocess.run([BIN, "replay", path], capture_output=True, text=True,
+                                timeout=bounds.seconds(60))
+        assert replay.returncode == 1, replay.stderr  # a simulated OOM
+        assert "OUT OF MEMORY" in replay.stdout and "EiB" not in replay.stdout
+        page = tmp_path / "r.html"
+        report = subprocess.run([BIN, "report", path, "-o", str(page)], capture_output=True,
+                                text=True, timeout=bounds.seconds(60))
+        assert report.returncode == 0, report.stderr
+        html = page.read_text()
+        for note in notes:
+            assert "note: " + note in replay.stdout, replay.stdout
+            assert note in html, note
+        assert "EiB" not in report.stderr and "EiB" not in html
+    # The clamped device's OOM is a shortage of those 32 TiB, in the report's verdict too.
+    report = subprocess.run([BIN, "report", shortage, "-o", str(tmp_path / "s.html")],
+                            capture_output=True, text=True, timeout=bounds.seconds(60))
+    assert "on device 0: real shortage" in report.stderr, report.stderr
+
+
 def test_memory_per_device_is_bounded(tmp_path):
     # 4,096 devices, 20 steps of one allocation each, 0.46 MB of gzip: every device's free-block
     # index held all 3,776 size classes up front (replay peaked at 3.0 GB; now 1.2 GB).
@@ -584,6 +630,11 @@ def test_memory_per_device_is_bounded(tmp_path):
     code, err, rss, took, _ = run_limited(["replay", path], timeout_s=90)
     assert code == 0, err[-2000:]
     assert rss < bounds.rss(1600 * MiB), rss
+    # analyze keeps three size-class counts per device (request windows, size profile): each
+    # made all 3,776 counts up front (579 MB peak before; 174 MB now).
+    code, err, rss, took, _ = run_limited(["analyze", path], timeout_s=90)
+    assert code == 0, err[-2000:]
+    assert rss < bounds.rss(256 * MiB) and took < bounds.seconds(10), (rss, took)
 
 
 # ---- Issue 30 item 8: linear JSON -----------------------------------------------------------
@@ -604,3 +655,77 @@ def test_json_output_is_linear_in_the_labels(tmp_path):
         assert code == 0, err[-2000:]
         assert out > 150_000 * 10
         assert took < bounds.seconds(6), (command, took)
+
+
+# ---- Issue 30 item 7: report bounds ---------------------------------------------------------
+
+def many_device_ooms(devices, blocks, ooms=16):
+    """An allocator trace: each of `devices` devices fills one segment with `blocks` blocks of
+    2 MiB, then runs out of memory `ooms` times. Every OOM keeps a map of `blocks` blocks."""
+    lines = ['{"format":"fragscope-trace","version":1,"kind":"allocator","devices":[%s]}' %
+             ",".join('{"device":%d,"capacity_bytes":%d}' % (d, blocks * 2 * MiB)
+                      for d in range(devices))]
+    base = 1 << 40
+    for d in range(devices):
+        lines.append('{"action":"segment_alloc","addr":%d,"size":%d,"pool":"large","device":%d}'
+                     % (base, blocks * 2 * MiB, d))
+        for b in range(blocks):
+            lines.append('{"action":"alloc","addr":%d,"size":%d,"device":%d}' %
+                         (base + b * 2 * MiB, 2 * MiB, d))
+        for _ in range(ooms):
+            lines.append('{"action":"oom","size":%d,"device_free":0,"device":%d}' % (4 * MiB, d))
+    import gzip
+    return gzip.compress(("\n".join(lines) + "\n").encode(), 9)
+
+
+def test_report_counts_the_maps_before_each_oom_against_max_map_blocks(tmp_path):
+    # 1.6 MB of gzip: 256 devices of 1,000 blocks, 16 OOMs each. Before: every map before an OOM
+    # was kept whatever --max-map-blocks said (1000 here): 346 MB RSS and a 17 MiB page.
+    path = write(tmp_path, "ooms.jsonl.gz", many_device_ooms(256, 1000))
+    out = tmp_path / "r.html"
+    for budget in (["--max-map-blocks", "1000"], []):  # and the default, 400,000
+        code, err, rss, took, _ = run_limited(["report", path, "-o", str(out)] + budget,
+                                              timeout_s=60)
+        one_line_exit_2(code, err)
+        assert "the memory maps the report must keep" in err, err
+        assert "more than --max-map-blocks %s;" % (budget[1] if budget else "400000") in err
+        assert "nothing was written" in err and "--device N" in err, err
+        assert rss < bounds.rss(100 * MiB) and took < bounds.seconds(10), (rss, took)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ooms.jsonl.gz"]
+    # One device's maps fit: the page is written, and every map it holds counted.
+    code, err, rss, _, _ = run_limited(["report", path, "-o", str(out), "--device", "3",
+                                        "--max-map-blocks", "20000"], timeout_s=60)
+    assert code == 0, err[-2000:]
+    assert out.stat().st_size < 1 * MiB
+    assert rss < bounds.rss(100 * MiB), rss
+
+
+def test_report_reads_no_simulated_trace_back_by_name(tmp_path):
+    # Before, `report` of a request trace wrote the simulated trace to
+    # OUT.simulated.jsonl.PID.tmp and opened it again by that name: anyone who may write the
+    # output's directory could put a link there (the report then failed, and the planted link
+    # was removed) or replace the file between the write and the read. Now no file is written:
+    # a link planted at that name (made by the child itself, so it has the right pid) is never
+    # looked at.
+    trace = tmp_path / "requests.jsonl"
+    trace.write_text(
+        '{"format":"fragscope-trace","version":1,"kind":"request","devices":[{"device":0,'
+        '"capacity_bytes":%d}]}\n' % (64 * MiB) +
+        "".join('{"action":"alloc","addr":%d,"size":%d}\n' % (i + 1, 8 * MiB)
+                for i in range(10)))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out.html"
+
+    def plant():
+        os.symlink(str(victim), "%s.simulated.jsonl.%d.tmp" % (out, os.getpid()))
+
+    proc = subprocess.run([BIN, "report", str(trace), "-o", str(out)], capture_output=True,
+                          text=True, preexec_fn=plant, timeout=bounds.seconds(60))
+    assert proc.returncode == 0, proc.stderr
+    assert "Out of memory" in proc.stderr, proc.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    planted = [n for n in names if ".simulated.jsonl." in n]
+    assert len(planted) == 1 and os.path.islink(tmp_path / planted[0]), names
+    assert sorted(set(names) - set(planted)) == ["out.html", "requests.jsonl", "victim.txt"]
+    assert victim.read_text() == "keep me\n"
