@@ -223,8 +223,8 @@ int ToPerfetto(const ConvertFlags& flags, OpenedInput& in) {
         return Status::Ok();
       });
   std::vector<std::string> notes;
-  Result<std::uint64_t> read = ForEachEvent(
-      in, [&](const Event& e) { return track.Consume(e); }, &notes);
+  const auto consume = [&](const Event& e) { return track.Consume(e); };
+  Result<std::uint64_t> read = ForEachEvent(in, consume, &notes);
   if (!read.ok()) return BadInput(read.status().message());
   if (write_error.ok()) write_error = writer.Finish();
   if (write_error.code() == StatusCode::kLimitExceeded) {

@@ -343,7 +343,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     return BadInput("--listen none needs --textfile-dir: the metrics would go nowhere");
   }
   if (!flags.textfile_dir.empty()) {
-    struct stat st {};
+    struct stat st = {};
     if (stat(flags.textfile_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return BadInput(
           fmt::format("--textfile-dir {}: not an existing directory", flags.textfile_dir));
@@ -596,7 +596,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   // Only a file of ours: a link planted there meanwhile is left alone.
   if (!flags.textfile_dir.empty()) {
     const std::string textfile = fmt::format("{}/{}", flags.textfile_dir, prom::kTextfileName);
-    struct stat st {};
+    struct stat st = {};
     if (lstat(textfile.c_str(), &st) == 0 && S_ISREG(st.st_mode)) std::remove(textfile.c_str());
   }
   const agent::AgentCounters c = daemon.registry().Counters();

@@ -40,7 +40,7 @@ constexpr std::uint64_t kMinFreeBytes = 4 << 20;
 std::string HistoryWriteProblem(const std::string& path) {
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  struct statvfs fs {};
+  struct statvfs fs = {};
   if (::statvfs(dir.c_str(), &fs) == 0) {
     if ((fs.f_flag & ST_RDONLY) != 0) return "read-only file system";
     const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;

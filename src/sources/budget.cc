@@ -115,7 +115,7 @@ std::uint64_t MappedBytes() {
 }
 
 std::uint64_t RlimitBytes(int resource) {
-  struct rlimit r {};
+  struct rlimit r = {};
   if (getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 0;
   return static_cast<std::uint64_t>(r.rlim_cur);
 }

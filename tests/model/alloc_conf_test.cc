@@ -152,9 +152,10 @@ TEST(AllocConfTest, GarbageCollectionThreshold) {
 }
 
 TEST(AllocConfTest, Booleans) {
+  using Field = bool AllocatorConfig::*;
   struct Flag {
     std::string_view key;
-    bool AllocatorConfig::*field;
+    Field field;
   };
   const Flag flags[] = {
       {"expandable_segments", &AllocatorConfig::expandable_segments},

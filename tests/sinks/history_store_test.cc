@@ -205,7 +205,9 @@ TEST(HistoryStoreTest, Issue24LinksAreRefusedAndTheirTargetsNeverCreated) {
       << dangling.status().message();
   EXPECT_FALSE(std::filesystem::exists(dir + "/target.sqlite"));
 
-  { OpenOrDie(dir + "/real.sqlite"); }
+  {  // the store closes at the end of this scope
+    OpenOrDie(dir + "/real.sqlite");
+  }
   const std::string before = Slurp(dir + "/real.sqlite");
   std::filesystem::create_symlink(dir + "/real.sqlite", dir + "/link.sqlite");
   EXPECT_FALSE(HistoryStore::Open(dir + "/link.sqlite").ok());
@@ -233,7 +235,9 @@ TEST(HistoryStoreTest, AnotherApplicationsDatabaseIsRefused) {
 
 TEST(HistoryStoreTest, NewerSchemaIsRefused) {
   const std::string path = testing::MakeTempDir() + "/h.sqlite";
-  { ASSERT_TRUE(OpenOrDie(path)); }
+  {  // the store closes at the end of this scope
+    ASSERT_TRUE(OpenOrDie(path));
+  }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 99", nullptr, nullptr, nullptr),

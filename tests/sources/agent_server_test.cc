@@ -100,7 +100,7 @@ class AgentServerTest : public ::testing::Test {
 
 TEST_F(AgentServerTest, CreatesSocketWithModeAndRemovesItOnStop) {
   StartServer();
-  struct stat st {};
+  struct stat st = {};
   ASSERT_EQ(::lstat(options_.socket_path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0660u);

@@ -412,7 +412,9 @@ TEST(TraceWriterTest, Issue24LinksAtTheOutput) {
   std::string dir = fragscope::testing::MakeTempDir();
   const std::string victim = dir + "/victim";
   const std::string link = dir + "/t.jsonl";
-  { std::ofstream(victim) << "untouched"; }
+  {  // closed at the end of this scope
+    std::ofstream(victim) << "untouched";
+  }
   std::filesystem::create_symlink("victim", link);
   Result<std::unique_ptr<TraceWriter>> chosen =
       TraceWriter::Create(link, TraceHeader{}, /*path_named_by_user=*/false);

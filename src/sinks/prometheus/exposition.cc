@@ -117,15 +117,17 @@ std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
   const std::string& host = state.hostname;
   std::map<std::string_view, const gpu::GpuInfo*> by_uuid;
   for (const gpu::GpuInfo& g : state.gpus.gpus) by_uuid[g.uuid] = &g;
+  using Field = std::uint64_t agent::AgentSample::*;
+  using KnownField = std::optional<std::uint64_t> agent::AgentSample::*;
   struct Gauge {
     Family family;
-    std::uint64_t agent::AgentSample::*field;
+    Field field;
   };
   // The block-level summary: a series only when the figure is known (sent by the agent or
   // derived when the sample was decoded), so no dashboard or rule reads unknown as 0.
   struct KnownGauge {
     Family family;
-    std::optional<std::uint64_t> agent::AgentSample::*field;
+    KnownField field;
   };
   Gauge gauges[] = {
       {{"fragscope_process_reserved_bytes", "gauge",

@@ -42,7 +42,7 @@ struct Connection {
 // The effective UID of process `pid` (the owner of /proc/PID), or nullopt when it does not
 // exist or cannot be seen.
 std::optional<uid_t> ProcessUid(const std::string& proc_root, std::uint32_t pid) {
-  struct stat st {};
+  struct stat st = {};
   const std::string path = fmt::format("{}/{}", proc_root, pid);
   if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
   return st.st_uid;
@@ -77,7 +77,7 @@ Status AgentServer::OpenSocket() {
   std::memcpy(addr.sun_path, path.data(), path.size());
   addr.sun_family = AF_UNIX;
 
-  struct stat st {};
+  struct stat st = {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       return Status::InvalidArgument(
@@ -164,7 +164,7 @@ void AgentServer::Stop() {
     ::close(listen_fd_);
     listen_fd_ = -1;
     // Remove the socket file only if it is still ours (not one a successor daemon made).
-    struct stat st {};
+    struct stat st = {};
     if (::lstat(options_.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
         st.st_dev == socket_dev_ && st.st_ino == socket_ino_) {
       ::unlink(options_.socket_path.c_str());

@@ -132,9 +132,10 @@ c10::DataPtr Allocate(std::size_t nbytes) {
 // virtual from 2.3 on and absent before. The base is a template parameter so that only the
 // variant that matches the headers is ever instantiated.
 template <class A>
-concept AllocateIsConst = requires {
-  static_cast<c10::DataPtr (A::*)(std::size_t) const>(&A::allocate);
-};
+using ConstAllocate = c10::DataPtr (A::*)(std::size_t) const;
+
+template <class A>
+concept AllocateIsConst = std::is_convertible_v<decltype(&A::allocate), ConstAllocate<A>>;
 
 template <class Base>
 class ConstWrapper final : public Base {
