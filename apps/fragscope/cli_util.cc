@@ -250,10 +250,10 @@ void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions*
       ->check(IntegerAtLeast(1))
       ->capture_default_str();
   sub.add_option("--forecast-fragmentation", f->fragmentation_threshold,
-                 "Fragmentation ratio above which a device is at least 'watch'")
+                 "Fragmentation ratio above which a device is at least 'watch' (default: none; "
+                 "the ratio alone is information: a healthy job caches most of what it reserves)")
       ->type_name("R")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0));
   sub.add_option("--forecast-warning-steps", f->warning_steps,
                  "Steps-to-OOM at or below which the level is 'warning'")
       ->type_name("N")
