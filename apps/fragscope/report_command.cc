@@ -198,11 +198,13 @@ int RunReport(const ReportCommandFlags& flags) {
     if (!threshold.ok()) return BadInput("--stranded-threshold: " + threshold.status().message());
     options.stranded_threshold = *threshold;
   }
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
   if (!others.ok()) return BadInput(others.status().message());
+  if (Status fits = CheckUsedByOthers(*capacity, *others); !fits.ok())
+    return BadInput(fits.message());
   Result<std::uint64_t> max_size = ParseSize(flags.max_size);
   if (!max_size.ok()) return BadInput("--max-size: " + max_size.status().message());
 
@@ -417,7 +419,7 @@ Command AddReportCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Replay on a device of this size (request traces: default the header's)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch, for the replay")
       ->type_name("SIZE")

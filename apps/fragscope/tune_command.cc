@@ -110,6 +110,7 @@ int RunTune(const TuneFlags& flags) {
     Result<std::uint64_t> u = ParseSize(flags.used_by_others);
     if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
     options.used_by_others_bytes = *u;
+    if (Status fits = CheckUsedByOthers(*capacity, *u); !fits.ok()) return BadInput(fits.message());
   }
   options.version = TorchVersion(flags.torch_version);
   options.settings = flags.settings;
