@@ -123,7 +123,8 @@ analysis::OomExplanation ExplainFirstOom(const analysis::DeviceReport& d, std::u
 // settings, else PyTorch's defaults).
 struct ReportRequests {
   std::vector<Event> events;
-  std::map<std::int32_t, std::size_t> recorded_from;  // pipeline::RequestEvents::recorded_from
+  std::map<std::int32_t, std::size_t> recorded_from;    // pipeline::RequestEvents::recorded_from
+  std::optional<std::uint64_t> recorded_device_allocs;  // likewise
   std::string conf;
   std::map<std::int32_t, model::RecordedAddresses> addresses;  // a snapshot's
   std::vector<std::string> notes;
@@ -155,6 +156,7 @@ Result<std::optional<ReportRequests>> ReadRequests(const std::string& path,
   if (!events.ok()) return events.status();
   out.events = std::move(events->events);
   out.recorded_from = std::move(events->recorded_from);
+  out.recorded_device_allocs = events->recorded_device_allocs;
   return std::optional<ReportRequests>(std::move(out));
 }
 
@@ -354,6 +356,7 @@ int RunReport(const ReportCommandFlags& flags) {
     tune.version = TorchVersion(flags.torch_version);
     tune.addresses = requests->addresses;
     tune.recorded_from = requests->recorded_from;
+    tune.recorded_device_allocs = requests->recorded_device_allocs;
     for (const analysis::DeviceReplay& r : run->replay.devices) {
       tune.device_capacity_bytes[r.device] = r.capacity_bytes;
     }
@@ -361,6 +364,7 @@ int RunReport(const ReportCommandFlags& flags) {
     if (!ranked.ok()) return BadInput(fmt::format("{}: {}", flags.path, ranked.status().message()));
     tuned = std::move(*ranked);
     input.tune = &tuned;
+    input.tune_cannot_rank = analysis::TuneCannotRank(tuned, tune);
   }
   input.command = "fragscope report " + flags.path;
   const std::string html = sinks::RenderHtml(input);

@@ -494,6 +494,11 @@ def test_tune_says_when_the_history_cannot_tell_the_settings_apart(tmp_path):
     assert "defaults are best" not in text
     assert "Recommended: none: the recorded history cannot tell the settings apart" in text
     assert "min capacities" in run("tune", before, "--min-capacity").stdout.decode()
+    # The report's tune table says so too.
+    page = tmp_path / "report.html"
+    r = run("report", before, "--capacity", "1GiB", "--tune", "-o", str(page))
+    assert r.returncode == 0, r.stderr.decode()
+    assert "cannot tell the settings apart" in page.read_text()
     # The same requests with their segment allocated in the history: a recommendation.
     grown = snapshot_reserved_before(tmp_path, grow=True)
     g = json.loads(run("tune", grown, "--json").stdout)
