@@ -30,6 +30,7 @@ struct AnalyzeFlags {
   std::size_t map_rows = 32;
   std::string map_scale = "shared";
   std::string max_line_bytes;  // a size; empty: the reader's default
+  std::string capacity;        // a size; empty: the trace header's
   bool forecast = false;
   analysis::ForecastOptions forecast_options;
   std::string baseline;  // architecture label; empty: no baseline comparison
@@ -88,8 +89,9 @@ Examples:
 --forecast runs the OOM forecaster over each device's per-step timeline, as a live agent
 sampling every --forecast-every steps would see it, and prints the risk timeline (level
 changes: ok, watch, warning, critical, with the estimated steps to OOM and the reason) and the
-first warning and critical steps. It needs the device capacity (the trace header's
-capacity_bytes; `fragscope replay --capacity` writes it) for steps-to-OOM; without step
+first warning and critical steps. It needs the device capacity (--capacity SIZE, else the
+trace header's capacity_bytes, which `fragscope replay --capacity` writes) for steps-to-OOM and
+the OOM risk; without step
 markers it counts timeline windows as steps and says so. docs/forecast.md explains every
 signal and threshold.
 
@@ -116,6 +118,9 @@ int RunAnalyze(const AnalyzeFlags& flags) {
     }
     options.forecast = flags.forecast_options;
   }
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
+  if (!capacity.ok()) return BadInput(capacity.status().message());
+  options.capacity_bytes = *capacity;
   // Sizes were validated while parsing; parse errors here would be a bug, reported all the same.
   if (!flags.stranded_threshold.empty()) {
     Result<std::uint64_t> threshold = ParseSize(flags.stranded_threshold);
@@ -176,6 +181,11 @@ Command AddAnalyzeCommand(CLI::App& app) {
   sub->add_option("--device", flags->device, "Report only this device index")
       ->type_name("N")
       ->check(IntegerAtLeast(0));
+  sub->add_option("--capacity", flags->capacity,
+                  "Every device's memory, in place of the trace header's (e.g. 80GiB): max "
+                  "allocatable and --forecast's steps-to-OOM and OOM risk are taken against it")
+      ->type_name("SIZE")
+      ->check(CapacitySize());
   sub->add_option("--stranded-threshold", flags->stranded_threshold,
                   "Fixed stranding threshold for both pools, e.g. 2MiB")
       ->type_name("SIZE")

@@ -98,6 +98,8 @@ int RunCheck(const CheckFlags& flags) {
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
   if (!others.ok()) return BadInput(others.status().message());
+  if (Status fits = CheckUsedByOthers(*capacity, *others); !fits.ok())
+    return BadInput(fits.message());
   limits.max_peak_reserved = *peak;
   limits.capacity = *capacity;
   limits.used_by_others = others->value_or(0);

@@ -169,18 +169,35 @@ std::string UsageHint(CLI::App& app, int argc, const char* const* argv) {
     return fmt::format("unknown command '{}'{}; the commands are {} (`fragscope --help`)", first,
                        DidYouMean(first, commands), fmt::join(commands, ", "));
   }
+  // Nested commands (`history record`): the options are the innermost command's (and its
+  // parents').
+  std::string path = first;
   std::vector<std::string> names;
-  for (const CLI::Option* option : command->get_options()) {
-    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+  auto add_names = [&names](const CLI::App* c) {
+    for (const CLI::Option* option : c->get_options()) {
+      for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    }
+  };
+  add_names(command);
+  int i = 2;
+  for (; i < argc; ++i) {
+    CLI::App* nested = nullptr;
+    for (CLI::App* sub : command->get_subcommands([](CLI::App*) { return true; })) {
+      if (sub->get_name() == argv[i]) nested = sub;
+    }
+    if (nested == nullptr) break;
+    command = nested;
+    path += std::string(" ") + argv[i];
+    add_names(command);
   }
-  for (int i = 2; i < argc; ++i) {
+  for (; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--") break;
     if (arg.size() < 3 || !arg.starts_with("--")) continue;
     arg = arg.substr(0, arg.find('='));
     if (std::find(names.begin(), names.end(), arg) != names.end()) continue;
-    return fmt::format("{}: unknown option '{}'{} (`fragscope {} --help` lists them)", first, arg,
-                       DidYouMean(arg, names), first);
+    return fmt::format("{}: unknown option '{}'{} (`fragscope {} --help` lists them)", path, arg,
+                       DidYouMean(arg, names), path);
   }
   return "";
 }
@@ -250,10 +267,10 @@ void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions*
       ->check(IntegerAtLeast(1))
       ->capture_default_str();
   sub.add_option("--forecast-fragmentation", f->fragmentation_threshold,
-                 "Fragmentation ratio above which a device is at least 'watch'")
+                 "Fragmentation ratio above which a device is at least 'watch' (default: none; "
+                 "the ratio alone is information: a healthy job caches most of what it reserves)")
       ->type_name("R")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0));
   sub.add_option("--forecast-warning-steps", f->warning_steps,
                  "Steps-to-OOM at or below which the level is 'warning'")
       ->type_name("N")
@@ -308,6 +325,15 @@ Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
     PrintSafe(stderr, fmt::format("fragscope: note: {}: {}\n", flag, size->note));
   }
   return std::optional<std::uint64_t>(size->bytes);
+}
+
+Status CheckUsedByOthers(const std::optional<std::uint64_t>& capacity,
+                         const std::optional<std::uint64_t>& used_by_others) {
+  if (!capacity || !used_by_others || *used_by_others <= *capacity) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "--used-by-others: {} ({} bytes) is more than --capacity, {} ({} bytes): other processes "
+      "cannot hold more than the device has",
+      FormatBytes(*used_by_others), *used_by_others, FormatBytes(*capacity), *capacity));
 }
 
 }  // namespace fragscope::cli

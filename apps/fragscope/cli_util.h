@@ -68,6 +68,11 @@ Result<std::optional<std::uint64_t>> OptionalSize(std::string_view flag, const s
 Result<std::optional<std::uint64_t>> OptionalCapacity(std::string_view flag,
                                                       const std::string& text);
 
+/// --used-by-others larger than --capacity leaves the job no memory: refused, as the Python
+/// side refuses it (fragscope.torch.VirtualGPU). Either unset: Ok.
+Status CheckUsedByOthers(const std::optional<std::uint64_t>& capacity,
+                         const std::optional<std::uint64_t>& used_by_others);
+
 /// --torch-version 1.13|2|newest: which PyTorch generation's allocator to simulate.
 void AddTorchVersionOption(CLI::App& sub, std::string* value);
 model::ConfigVersion TorchVersion(const std::string& value);

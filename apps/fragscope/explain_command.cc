@@ -112,6 +112,8 @@ int RunExplain(const ExplainFlags& flags) {
   Result<std::optional<std::uint64_t>> used_by_others =
       OptionalSize("--used-by-others", flags.used_by_others);
   if (!used_by_others.ok()) return BadInput(used_by_others.status().message());
+  if (Status fits = CheckUsedByOthers(*capacity, *used_by_others); !fits.ok())
+    return BadInput(fits.message());
   if (!flags.trace.empty() && !flags.snapshot.empty()) {
     return BadInput("give --trace or --snapshot, not both");
   }

@@ -17,6 +17,7 @@
 #include "cli_util.h"
 #include "common/did_you_mean.h"
 #include "common/units.h"
+#include "replay_command.h"
 #include "sinks/history/history_store.h"
 
 namespace fragscope::cli {
@@ -36,6 +37,8 @@ struct HistoryFlags {
   std::size_t limit = 0;
   bool replace = false;
   bool json = false;
+  std::string capacity;        // a size: a request trace is replayed on it
+  std::string used_by_others;  // a size, with --capacity
 };
 
 constexpr std::string_view kHistoryDescription =
@@ -65,7 +68,8 @@ Docs: docs/history.md.)";
 
 constexpr std::string_view kRecordFooter =
     R"(Analyzes INPUT as `fragscope analyze` does (an allocator trace or a PyTorch memory snapshot;
-a request trace needs `fragscope replay --emit OUT` first), summarizes one device (--device,
+a request trace is replayed through the simulator first, as `check` does: on --capacity SIZE,
+else the header's capacity, else an unlimited device), summarizes one device (--device,
 else the one with the highest peak reserved) and stores the summary under --run, grouped by
 --arch. Both default to the trace's "run" and "architecture" labels. Then prints how the run
 compares with the earlier runs of that architecture.
@@ -228,12 +232,46 @@ Result<RunSummary> Summarize(const HistoryFlags& flags) {
   analysis::AnalysisOptions options;
   if (flags.device >= 0) options.device = flags.device;
   options.keep_layout = false;
-  Result<analysis::AnalysisResult> analyzed = AnalyzeInput(flags.input, options);
-  if (!analyzed.ok()) return analyzed.status();
-  Result<RunSummary> summary = analysis::SummarizeRun(*analyzed, flags.device);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
+  if (!capacity.ok()) return capacity.status();
+  Result<std::optional<std::uint64_t>> others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!others.ok()) return others.status();
+  FRAGSCOPE_RETURN_IF_ERROR(CheckUsedByOthers(*capacity, *others));
+  // A request trace is replayed through the simulator first, as `check` does: on --capacity,
+  // else the header's capacity, else an unlimited device.
+  bool request_trace = false;
+  bool header_capacity = false;  // every device of the header has a capacity
+  Result<sources::InputKind> kind = sources::DetectInputKind(flags.input);
+  if (!kind.ok()) return kind.status();
+  if (*kind == sources::InputKind::kTrace) {
+    Result<std::unique_ptr<TraceReader>> reader = TraceReader::Open(flags.input);
+    if (!reader.ok()) return reader.status();
+    const TraceHeader& header = (*reader)->header();
+    request_trace = header.kind == TraceKind::kRequest;
+    header_capacity = !header.devices.empty();
+    for (const DeviceInfo& d : header.devices) header_capacity &= d.capacity_bytes.has_value();
+  }
+  analysis::AnalysisResult analyzed;
+  if (request_trace) {
+    pipeline::ReplayRequest request;
+    request.path = flags.input;
+    request.capacity = *capacity;
+    request.used_by_others = *capacity ? *others : std::nullopt;
+    request.options = options;
+    if (!*capacity && !header_capacity) request.capacity = analysis::kUnlimitedCapacity;
+    Result<pipeline::ReplayRun> run = pipeline::ReplayInput(request);
+    if (!run.ok()) return run.status();
+    analyzed = std::move(run->result);
+  } else {
+    Result<analysis::AnalysisResult> read = AnalyzeInput(flags.input, options);
+    if (!read.ok()) return read.status();
+    analyzed = std::move(*read);
+  }
+  Result<RunSummary> summary = analysis::SummarizeRun(analyzed, flags.device);
   if (!summary.ok()) return summary.status();
-  summary->run = flags.run.empty() ? Label(*analyzed, "run") : flags.run;
-  summary->architecture = flags.arch.empty() ? Label(*analyzed, "architecture") : flags.arch;
+  summary->run = flags.run.empty() ? Label(analyzed, "run") : flags.run;
+  summary->architecture = flags.arch.empty() ? Label(analyzed, "architecture") : flags.arch;
   summary->recorded_unix_s = static_cast<std::int64_t>(std::time(nullptr));
   return summary;
 }
@@ -414,7 +452,8 @@ void AddHistoryOption(CLI::App& sub, HistoryFlags* flags) {
 void AddInputOptions(CLI::App& sub, HistoryFlags* flags) {
   AddMaxInputBytesOption(sub);
   sub.add_option("INPUT", flags->input,
-                 "An allocator trace or a PyTorch memory snapshot; plain, .gz or .zst")
+                 "An allocator trace, a PyTorch memory snapshot, or a request trace (replayed "
+                 "first: --capacity); plain, .gz or .zst")
       ->type_name("PATH")
       ->required();
   sub.add_option("--device", flags->device,
@@ -426,6 +465,16 @@ void AddInputOptions(CLI::App& sub, HistoryFlags* flags) {
       ->check(IntegerAtLeast(1))
       ->capture_default_str();
   sub.add_flag("--json", flags->json, "Print JSON instead of text");
+  sub.add_option("--capacity", flags->capacity,
+                 "A request trace is replayed on a device of this size first, as `check` does "
+                 "(default: the header's, else unlimited)")
+      ->type_name("SIZE")
+      ->check(CapacitySize());
+  sub.add_option("--used-by-others", flags->used_by_others,
+                 "Device memory used outside PyTorch, for that replay")
+      ->type_name("SIZE")
+      ->check(ByteSize(0))
+      ->needs("--capacity");
 }
 
 }  // namespace

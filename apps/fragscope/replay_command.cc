@@ -79,6 +79,8 @@ int RunReplay(const ReplayFlags& flags) {
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
   if (!others.ok()) return BadInput(others.status().message());
+  if (Status fits = CheckUsedByOthers(*capacity, *others); !fits.ok())
+    return BadInput(fits.message());
   request.capacity = *capacity;
   request.used_by_others = *others;
   request.alloc_conf = flags.alloc_conf;

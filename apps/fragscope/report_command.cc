@@ -120,7 +120,8 @@ analysis::OomExplanation ExplainFirstOom(const analysis::DeviceReport& d, std::u
 // settings, else PyTorch's defaults).
 struct ReportRequests {
   std::vector<Event> events;
-  std::map<std::int32_t, std::size_t> recorded_from;  // pipeline::RequestEvents::recorded_from
+  std::map<std::int32_t, std::size_t> recorded_from;    // pipeline::RequestEvents::recorded_from
+  std::optional<std::uint64_t> recorded_device_allocs;  // likewise
   std::string conf;
   std::map<std::int32_t, model::RecordedAddresses> addresses;  // a snapshot's
   std::vector<std::string> notes;
@@ -152,6 +153,7 @@ Result<std::optional<ReportRequests>> ReadRequests(const std::string& path,
   if (!events.ok()) return events.status();
   out.events = std::move(events->events);
   out.recorded_from = std::move(events->recorded_from);
+  out.recorded_device_allocs = events->recorded_device_allocs;
   return std::optional<ReportRequests>(std::move(out));
 }
 
@@ -190,11 +192,13 @@ int RunReport(const ReportCommandFlags& flags) {
     if (!threshold.ok()) return BadInput("--stranded-threshold: " + threshold.status().message());
     options.stranded_threshold = *threshold;
   }
-  Result<std::optional<std::uint64_t>> capacity = OptionalSize("--capacity", flags.capacity);
+  Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> others =
       OptionalSize("--used-by-others", flags.used_by_others);
   if (!others.ok()) return BadInput(others.status().message());
+  if (Status fits = CheckUsedByOthers(*capacity, *others); !fits.ok())
+    return BadInput(fits.message());
   Result<std::uint64_t> max_size = ParseSize(flags.max_size);
   if (!max_size.ok()) return BadInput("--max-size: " + max_size.status().message());
 
@@ -354,6 +358,7 @@ int RunReport(const ReportCommandFlags& flags) {
     tune.version = TorchVersion(flags.torch_version);
     tune.addresses = requests->addresses;
     tune.recorded_from = requests->recorded_from;
+    tune.recorded_device_allocs = requests->recorded_device_allocs;
     for (const analysis::DeviceReplay& r : run->replay.devices) {
       tune.device_capacity_bytes[r.device] = r.capacity_bytes;
     }
@@ -361,6 +366,7 @@ int RunReport(const ReportCommandFlags& flags) {
     if (!ranked.ok()) return BadInput(fmt::format("{}: {}", flags.path, ranked.status().message()));
     tuned = std::move(*ranked);
     input.tune = &tuned;
+    input.tune_cannot_rank = analysis::TuneCannotRank(tuned, tune);
   }
   input.command = "fragscope report " + flags.path;
   const std::string html = sinks::RenderHtml(input);
@@ -419,7 +425,7 @@ Command AddReportCommand(CLI::App& app) {
   sub->add_option("--capacity", flags->capacity,
                   "Replay on a device of this size (request traces: default the header's)")
       ->type_name("SIZE")
-      ->check(ByteSize(1));
+      ->check(CapacitySize());
   sub->add_option("--used-by-others", flags->used_by_others,
                   "Device memory used outside PyTorch, for the replay")
       ->type_name("SIZE")

@@ -66,7 +66,10 @@ recorded join the grid, marked "recorded". Without --capacity, a device that ran
 in the recorded run keeps the size its OOM reveals (reserved + the driver's free bytes), so the
 table shows which settings would have avoided that OOM; devices without a recorded OOM get
 unlimited memory, and the table ranks by peak reserved. Segments go where the real driver put
-them (--addresses simulated: the simulator's own placement), as in `replay`.
+them (--addresses simulated: the simulator's own placement), as in `replay`. A snapshot whose
+recorded history allocates no segment (everything was reserved before recording began) cannot
+rank the settings: the replays compare rebuilds of its start state; tune says so and
+recommends nothing.
 
 The requests are held in memory (about 100 bytes per event) so that every thread replays them.
 
@@ -110,6 +113,7 @@ int RunTune(const TuneFlags& flags) {
     Result<std::uint64_t> u = ParseSize(flags.used_by_others);
     if (!u.ok()) return BadInput("--used-by-others: " + u.status().message());
     options.used_by_others_bytes = *u;
+    if (Status fits = CheckUsedByOthers(*capacity, *u); !fits.ok()) return BadInput(fits.message());
   }
   options.version = TorchVersion(flags.torch_version);
   options.settings = flags.settings;
@@ -170,6 +174,7 @@ int RunTune(const TuneFlags& flags) {
   if (!read.ok()) return BadInput(read.status().message());
   const std::vector<Event>& events = read->events;
   options.recorded_from = read->recorded_from;
+  options.recorded_device_allocs = read->recorded_device_allocs;
 
   Result<std::vector<analysis::TuneOutcome>> tuned = analysis::Tune(events, options);
   if (!tuned.ok()) return BadInput(fmt::format("{}: {}", flags.path, tuned.status().message()));
@@ -181,6 +186,9 @@ int RunTune(const TuneFlags& flags) {
     if (recorded == nullptr && is_recorded(o.conf)) recorded = &o;
   }
   const analysis::TuneOutcome& best = ranked.front();
+  // The history may be unable to tell the settings apart (nothing after recording began took
+  // memory from the device): then there is no best setting to recommend.
+  const std::string cannot_rank = analysis::TuneCannotRank(ranked, options);
 
   std::string out;
   if (flags.json) {
@@ -214,13 +222,15 @@ int RunTune(const TuneFlags& flags) {
       r["waste_at_peak"] = o.waste_at_peak;
       r["num_alloc_retries"] = o.num_alloc_retries;
       r["num_device_alloc"] = o.num_device_alloc;
+      r["device_allocs_recorded"] = o.device_allocs_recorded;
       r["min_capacity_bytes"] = o.min_capacity ? Json(*o.min_capacity) : Json(nullptr);
       if (&o == baseline) default_row = r;
       if (&o == recorded) recorded_row = r;
       rows.push_back(std::move(r));
     }
     j["ranked"] = std::move(rows);
-    j["recommended"] = best.oom ? Json(nullptr) : Json(best.conf);
+    j["recommended"] = best.oom || !cannot_rank.empty() ? Json(nullptr) : Json(best.conf);
+    j["cannot_rank"] = cannot_rank.empty() ? Json(nullptr) : Json(cannot_rank);
     j["default"] = std::move(default_row);
     j["recorded"] = std::move(recorded_row);
     j["notes"] = notes;
@@ -291,6 +301,8 @@ int RunTune(const TuneFlags& flags) {
           capacity_text,
           flags.min_capacity ? "; the min capacity column says how large"
                              : std::string("; --min-capacity finds how large"));
+    } else if (!cannot_rank.empty()) {
+      out += fmt::format("  Recommended: none: {}.\n", TerminalSafe(cannot_rank));
     } else {
       out += fmt::format("  Recommended: PYTORCH_CUDA_ALLOC_CONF={}\n",
                          best.conf.empty() ? "\"\" (the defaults are best)" : best.conf);

@@ -37,9 +37,10 @@ Status ValidateForecastOptions(const ForecastOptions& o) {
   if (o.block_steps == 0 || o.block_steps > (std::uint64_t{1} << 40)) {
     return Status::InvalidArgument("forecast demand block must be >= 1 step");
   }
-  if (!(o.fragmentation_threshold >= 0 && o.fragmentation_threshold <= 1)) {
+  if (o.fragmentation_threshold &&
+      !(*o.fragmentation_threshold >= 0 && *o.fragmentation_threshold <= 1)) {
     return Status::InvalidArgument(
-        fmt::format("fragmentation threshold {} is outside [0, 1]", o.fragmentation_threshold));
+        fmt::format("fragmentation threshold {} is outside [0, 1]", *o.fragmentation_threshold));
   }
   if (!(o.fragmentation_allowance >= 1 && o.fragmentation_allowance < 100)) {
     return Status::InvalidArgument(
@@ -61,7 +62,8 @@ Status ValidateForecastOptions(const ForecastOptions& o) {
   }
   if (!(o.trend_sigmas >= 0 && o.trend_sigmas < 1e6) ||
       !(o.request_sigmas >= 0 && o.request_sigmas < 1e6) ||
-      !(o.ratio_rise >= 0 && o.ratio_rise < 1e6) || !(o.hold_steps >= 0 && o.hold_steps < 1e15)) {
+      (o.ratio_rise && !(*o.ratio_rise >= 0 && *o.ratio_rise < 1e6)) ||
+      !(o.hold_steps >= 0 && o.hold_steps < 1e15)) {
     return Status::InvalidArgument(
         "forecast sigmas, ratio rise and hold steps must be finite and >= 0");
   }
@@ -362,22 +364,26 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
                            "segments to retry (step {})",
                            *last_release_step_)});
   }
-  // 5. Reserved/allocated at the peak keeps rising: fragmentation accumulates.
-  if (steps_after_warmup_ >= o.trend_min_steps && ratio_.count() >= 3) {
+  // 5. Reserved/allocated at the peak keeps rising: fragmentation accumulates. A ratio's trend
+  // alone is information (the demand signals see what it costs: stranded bytes); a level only
+  // against a threshold the caller gave.
+  if (o.ratio_rise && steps_after_warmup_ >= o.trend_min_steps && ratio_.count() >= 3) {
     const double slope = ratio_.slope();
     const double rise = slope * o.half_life_steps;
-    if (rise > o.ratio_rise && slope > o.trend_sigmas * ratio_.slope_stderr()) {
+    if (rise > *o.ratio_rise && slope > o.trend_sigmas * ratio_.slope_stderr()) {
       findings.push_back(
           {RiskLevel::kWatch, fmt::format("reserved/allocated at the peak rises: {:.2f}, +{:.2f} "
                                           "per {} steps",
                                           ratio, rise, o.half_life_steps)});
     }
   }
-  // 6. Classic: much of the cache is free at the end of the step.
-  if (allocator && s.allocated_bytes > 0 && s.fragmentation_ratio > o.fragmentation_threshold) {
+  // 6. Classic: much of the cache is free at the end of the step. Information, not a risk (a
+  // healthy job caches for reuse); a level only against a threshold the caller gave.
+  if (o.fragmentation_threshold && allocator && s.allocated_bytes > 0 &&
+      s.fragmentation_ratio > *o.fragmentation_threshold) {
     findings.push_back(
         {RiskLevel::kWatch, fmt::format("fragmentation ratio {:.2f} > {:.2f}",
-                                        s.fragmentation_ratio, o.fragmentation_threshold)});
+                                        s.fragmentation_ratio, *o.fragmentation_threshold)});
   }
   // 7. Classic: enough free bytes in the cache, but no block as large as the job's large
   // requests (scattered free space).

@@ -2,8 +2,10 @@
 // lack of a large enough block (docs/forecast.md). It learns online what the job needs (per-step
 // peak demand, its spread and growth, the largest requests) and compares it with what the device
 // can still give (capacity, max_allocatable) and with how fast reserved memory grows; it also
-// watches the classic signals (fragmentation ratio, a rising reserved/allocated ratio, a largest
-// free block below the typical large request, allocation retries).
+// watches the classic signals (a largest free block below the typical large request, allocation
+// retries). The fragmentation ratio and a rising reserved/allocated ratio are information: a
+// healthy job caches most of what it reserves for reuse, so they set a level only against a
+// threshold the caller gives (docs/forecast.md, "Levels").
 //
 // Online: Observe takes one sample at a time in O(1) time and memory. The model reasons in steps,
 // not samples: a sample may cover one step or many (sampling every N steps), and every decay,
@@ -31,8 +33,10 @@ struct ForecastOptions {
   /// Steps per sample the forecaster sees: the timeline's steps are merged N at a time (peaks
   /// kept) before each Observe, as a live agent sampling every N steps would report them.
   std::uint64_t every = 50;
-  /// End-of-step fragmentation ratio above which a device is at least "watch".
-  double fragmentation_threshold = 0.30;
+  /// End-of-step fragmentation ratio above which a device is at least "watch". None (the
+  /// default): the ratio is information and sets no level; a healthy PyTorch job caches 80-90%
+  /// of what it reserves for reuse, so the level comes from the OOM risk and max allocatable.
+  std::optional<double> fragmentation_threshold;
   /// Memory of the online estimators, in steps: a sample's weight halves after this many.
   double half_life_steps = 200;
   /// Steps observed before trends and spreads are trusted (cache warm-up).
@@ -45,8 +49,9 @@ struct ForecastOptions {
   double watch_steps = 3000;
   /// A trend counts only when its slope exceeds this many standard errors.
   double trend_sigmas = 2.0;
-  /// Rise of reserved/allocated (at the step's peak) per half-life that counts as "rising".
-  double ratio_rise = 0.05;
+  /// Rise of reserved/allocated (at the step's peak) per half-life that counts as "rising" and
+  /// sets "watch". None (the default): a ratio's trend is information, as the ratio is.
+  std::optional<double> ratio_rise;
   /// Spread multiplier for "the largest request the job makes": mean + z * standard deviation.
   double request_sigmas = 3.0;
   /// Peak reserved at or above this fraction of the capacity counts as "at the device limit".

@@ -158,6 +158,7 @@ struct TraceAnalyzer::Impl {
         state->capacity = info->capacity_bytes;
         state->used_by_others = info->used_by_others_bytes.value_or(0);
       }
+      if (options.capacity_bytes) state->capacity = options.capacity_bytes;
       if (options.forecast) {
         std::optional<std::uint64_t> usable;
         if (state->capacity) {

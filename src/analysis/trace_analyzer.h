@@ -31,6 +31,9 @@ struct AnalysisOptions {
   /// Set: run the forecaster online over each device's per-step windows (before the timeline's
   /// downsampling) and fill DeviceReport::forecast.
   std::optional<ForecastOptions> forecast;
+  /// Set: every device's capacity (`analyze --capacity`), in place of the trace header's; max
+  /// allocatable and the forecast's steps-to-OOM and OOM risk are taken against it.
+  std::optional<std::uint64_t> capacity_bytes;
 };
 
 class TraceAnalyzer {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "common/units.h"
 #include "model/request_replayer.h"
 
 namespace fragscope::analysis {
@@ -56,6 +58,8 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
   std::sort(resets.begin(), resets.end());
   std::size_t done = 0;
   Status replayed;
+  // Each device's device allocations when its recorded requests begin (the rebuild's).
+  std::map<std::int32_t, std::int64_t> allocs_before;
   for (const auto& [from, device] : resets) {
     const std::size_t upto = std::min(from, events.size());
     if (upto > done) {
@@ -64,6 +68,9 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
       if (!replayed.ok()) break;
     }
     replayer.ResetPeakStats(device);
+    if (const model::CachingAllocatorSim* sim = replayer.sim(device)) {
+      allocs_before[device] = sim->stats().num_device_alloc;
+    }
   }
   if (replayed.ok() && done < events.size()) {
     replayed = replayer.ConsumeAll(std::span<const Event>(events).subspan(done));
@@ -83,6 +90,10 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
   // Several devices: the figures of the one with the highest peak reserved.
   for (const auto& [device, sim] : replayer.devices()) {
     const model::MemoryStats& st = sim->stats();
+    const auto before = allocs_before.find(device);
+    const std::int64_t since =
+        st.num_device_alloc - (before == allocs_before.end() ? 0 : before->second);
+    o.device_allocs_recorded += static_cast<std::uint64_t>(std::max<std::int64_t>(since, 0));
     const auto reserved = static_cast<std::uint64_t>(st.reserved_bytes[0].peak);
     if (reserved < o.peak_reserved) continue;
     o.peak_reserved = reserved;
@@ -333,6 +344,26 @@ Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events,
   std::vector<TuneOutcome> ranked;
   for (std::size_t i : order) ranked.push_back(outcomes[i]);
   return ranked;
+}
+
+std::string TuneCannotRank(const std::vector<TuneOutcome>& ranked, const TuneOptions& options) {
+  if (ranked.empty() || !options.recorded_device_allocs || *options.recorded_device_allocs > 0) {
+    return "";
+  }
+  std::size_t grew = 0;  // settings whose rebuilt start state left the recorded requests short
+  for (const TuneOutcome& o : ranked) grew += o.device_allocs_recorded > 0;
+  return fmt::format(
+      "the recorded history cannot tell the settings apart: it holds no segment allocation "
+      "(every byte its requests used was reserved before recording began), and that start "
+      "state is rebuilt under each setting (docs/snapshots.md), so the {} above compare "
+      "rebuilds{}, not how the settings would have run the job. Record the history from the "
+      "job's start (torch.cuda.memory._record_memory_history() before the first allocation) or "
+      "capture a request trace (docs/capturing-traces.md) to rank them",
+      options.find_min_capacity ? "peaks, waste and min capacities" : "peaks and waste",
+      grew == 0 ? std::string()
+                : fmt::format(" ({} of the {} needed more memory only because their rebuild "
+                              "was laid out differently)",
+                              grew, ranked.size()));
 }
 
 }  // namespace fragscope::analysis

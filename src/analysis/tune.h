@@ -32,6 +32,10 @@ struct TuneOptions {
   /// rebuild its start state (pipeline::RequestEvents::recorded_from). The device's peaks count
   /// from there, as the recorded run's do; devices without an entry count from their start.
   std::map<std::int32_t, std::size_t> recorded_from;
+  /// A snapshot's: the device allocations (segment_alloc, segment_map) its recorded history
+  /// holds, all devices (pipeline::RequestEvents::recorded_device_allocs). Unset for a request
+  /// trace. None: TuneCannotRank says the history cannot tell the settings apart.
+  std::optional<std::uint64_t> recorded_device_allocs;
   std::uint64_t used_by_others_bytes = 0;
   model::ConfigVersion version = model::ConfigVersion::kNewest;
   /// PYTORCH_CUDA_ALLOC_CONF strings to try (a pasted "PYTORCH_CUDA_ALLOC_CONF=" prefix is
@@ -58,6 +62,10 @@ struct TuneOutcome {
   std::optional<std::uint64_t> min_capacity;  // smallest device without OOM; unset: none to 1 PiB
   std::uint64_t oom_reserved = 0;   // reserved bytes of the failing device at the first OOM
   std::uint64_t oom_allocated = 0;  // allocated bytes there (fragmentation at the OOM point)
+  /// Device allocations (cudaMalloc of a segment, or pages mapped into an expandable one) the
+  /// replay made after recording began: after a snapshot's rebuilt start state
+  /// (TuneOptions::recorded_from), over the whole run for a request trace. All devices.
+  std::uint64_t device_allocs_recorded = 0;
 };
 
 /// The default grid (72 settings): expandable_segments False/True × max_split_size_mb
@@ -77,6 +85,14 @@ std::vector<std::string> DefaultTuneGrid(
 /// later OOM first). Errors: a setting
 /// that does not parse (kInvalidArgument naming it), or a trace the replayer rejects.
 Result<std::vector<TuneOutcome>> Tune(const std::vector<Event>& events, const TuneOptions& options);
+
+/// Why the recorded history cannot tell the settings of `ranked` apart, or "" when it can. It
+/// cannot when a snapshot's recorded history holds no device allocation
+/// (options.recorded_device_allocs is 0): every byte its requests used was reserved before
+/// recording began, and that start state is rebuilt under each setting (docs/snapshots.md), so
+/// the peaks, waste, OOMs and minimum capacities compare rebuilds, not how the settings would
+/// have run the job. `tune` then recommends nothing instead of "the defaults are best".
+std::string TuneCannotRank(const std::vector<TuneOutcome>& ranked, const TuneOptions& options);
 
 }  // namespace fragscope::analysis
 

@@ -320,6 +320,7 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
     });
     requests.DropOoms(std::move(drop_ooms));
     std::set<std::int32_t> rebuilt;  // devices whose start state was rebuilt
+    out.recorded_device_allocs = 0;
     Result<std::uint64_t> read = ReadSnapshotEvents(
         snapshot,
         [&](const Event& e) {
@@ -327,6 +328,9 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
             rebuilt.insert(e.device);
           } else {
             out.recorded_from.try_emplace(e.device, events.size());
+            if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) {
+              ++*out.recorded_device_allocs;
+            }
           }
           return requests.Consume(e);
         },

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,10 @@ struct RequestEvents {
   /// that rebuild its start state (events.size() when it has no recorded history). A replay's
   /// peaks count from there (the rebuild is not part of the run). Empty for a request trace.
   std::map<std::int32_t, std::size_t> recorded_from;
+  /// A snapshot's: the device allocations (segment_alloc, segment_map) of its recorded history,
+  /// all devices; 0 when every segment was reserved before recording began. Unset for a
+  /// request trace (analysis::TuneCannotRank).
+  std::optional<std::uint64_t> recorded_device_allocs;
 };
 
 /// The request events of an opened input (`path` names it in messages): a request trace's

@@ -281,17 +281,27 @@ TEST(ForecastTest, UnknownCapacityGivesNoStepsToOom) {
   EXPECT_TRUE(named);
 }
 
-TEST(ForecastTest, ClassicSignalsRaiseWatch) {
-  // End-of-step fragmentation above the threshold on an otherwise healthy run.
+// A ratio alone is information, never a level (issue 29 item 3): a healthy job that caches 87%
+// of what it reserves at each step's end, far from its device's limit, is ok; the ratio sets a
+// level only against a threshold the caller gives.
+TEST(ForecastTest, FragmentationRatioAloneSetsNoLevel) {
   std::vector<TimelineSample> timeline = FlatHealthy(100);
-  for (TimelineSample& s : timeline) s.fragmentation_ratio = 0.45;
-  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  for (TimelineSample& s : timeline) s.fragmentation_ratio = 0.87;
+  for (const std::uint64_t every : {1, 10, 50}) {
+    const DeviceForecast f = ForecastTimeline(timeline, Every(every), 16 * kGiB);
+    EXPECT_EQ(f.worst, RiskLevel::kOk) << "every " << every << ": " << f.last.reason;
+    EXPECT_EQ(f.last.reason.find("fragmentation ratio"), std::string::npos) << f.last.reason;
+  }
+  // Without a capacity too: no risk signal, no level from the ratio.
+  EXPECT_LT(ForecastTimeline(timeline, Every(1), std::nullopt).worst, RiskLevel::kWatch);
+  ForecastOptions asked = Every(1);
+  asked.fragmentation_threshold = 0.30;
+  const DeviceForecast f = ForecastTimeline(timeline, asked, 16 * kGiB);
   EXPECT_EQ(f.worst, RiskLevel::kWatch);
-  EXPECT_NE(f.last.reason.find("fragmentation ratio 0.45 > 0.30"), std::string::npos)
+  EXPECT_NE(f.last.reason.find("fragmentation ratio 0.87 > 0.30"), std::string::npos)
       << f.last.reason;
-  ForecastOptions strict = Every(1);
-  strict.fragmentation_threshold = 0.5;
-  EXPECT_EQ(ForecastTimeline(timeline, strict, 16 * kGiB).worst, RiskLevel::kOk);
+  asked.fragmentation_threshold = 0.9;
+  EXPECT_EQ(ForecastTimeline(timeline, asked, 16 * kGiB).worst, RiskLevel::kOk);
 }
 
 TEST(ForecastTest, LargestBlockBelowTypicalRequestIsCritical) {
@@ -327,8 +337,9 @@ TEST(ForecastTest, AllocationRetriesRaiseWatch) {
 }
 
 // 5. Reserved/allocated at the step's peak keeps rising: reserved stays at 7 GiB while the
-// peak allocated falls from 6.5 to 5 GiB (nothing else moves toward the limit).
-TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatch) {
+// peak allocated falls from 6.5 to 5 GiB (nothing else moves toward the limit). A ratio's trend
+// is information too: a level only with a ratio_rise threshold given.
+TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatchOnlyWhenAsked) {
   std::vector<TimelineSample> timeline = FlatHealthy(300);
   for (std::size_t i = 0; i < timeline.size(); ++i) {
     TimelineSample& s = timeline[i];
@@ -337,7 +348,10 @@ TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatch) {
     s.cached_free_bytes = 2 * kGiB;
     s.fragmentation_ratio = 2.0 / 7.0;
   }
-  const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).worst, RiskLevel::kOk);
+  ForecastOptions asked = Every(1);
+  asked.ratio_rise = 0.05;
+  const DeviceForecast f = ForecastTimeline(timeline, asked, 16 * kGiB);
   EXPECT_EQ(f.worst, RiskLevel::kWatch);
   EXPECT_EQ(f.last.level, RiskLevel::kWatch);
   EXPECT_EQ(f.last.reason.find("reserved/allocated at the peak rises"), 0u) << f.last.reason;
@@ -346,7 +360,7 @@ TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatch) {
     s.peak_reserved_bytes = s.reserved_bytes = s.peak_allocated_bytes / 10 * 11;
     s.cached_free_bytes = s.reserved_bytes - s.allocated_bytes;
   }
-  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).worst, RiskLevel::kOk);
+  EXPECT_EQ(ForecastTimeline(timeline, asked, 16 * kGiB).worst, RiskLevel::kOk);
 }
 
 // 7. Enough bytes free in the cache, but in blocks below the job's typical large request.

@@ -29,6 +29,12 @@ Event Alloc(std::int32_t device, std::uint64_t id, std::uint64_t size) {
 // device 1 exactly 30 MiB.
 const std::vector<Event> kTwoDevices = {Alloc(0, 1, 9 * MiB), Alloc(1, 2, 30 * MiB)};
 
+Event Free(std::int32_t device, std::uint64_t id, std::uint64_t size) {
+  Event e = Alloc(device, id, size);
+  e.action = Action::kFreeRequested;
+  return e;
+}
+
 TuneOptions OneSetting() {
   TuneOptions o;
   o.settings = {""};
@@ -137,6 +143,54 @@ TEST(TuneTest, AmongEqualOutcomesTheFewestKeysRankFirst) {
   ASSERT_EQ(ranked->size(), 3u);
   EXPECT_EQ((*ranked)[0].conf, "");
   EXPECT_EQ((*ranked)[1].conf, "max_split_size_mb:64");
+}
+
+// Issue 29 item 5: a snapshot whose segments were all reserved before recording began. The
+// start state's 20 MiB segment is rebuilt by requests 0-1; the recorded history holds no device
+// allocation, so whatever the replays of the rebuild give, the history cannot tell the settings
+// apart. A history that allocates, or a request trace, can.
+TEST(TuneTest, SaysWhenTheRecordedHistoryCannotTellTheSettingsApart) {
+  std::vector<Event> events = {Alloc(0, 1, 20 * MiB), Free(0, 1, 20 * MiB)};
+  for (std::uint64_t id = 2; id < 12; ++id) {
+    events.push_back(Alloc(0, id, (id % 3 + 2) * MiB));
+    events.push_back(Free(0, id, (id % 3 + 2) * MiB));
+  }
+  TuneOptions o = OneSetting();
+  o.settings = {"", "expandable_segments:True", "max_split_size_mb:64",
+                "roundup_power2_divisions:4"};
+  o.recorded_from[0] = 2;  // requests 0-1 rebuild the start state
+  o.recorded_device_allocs = 0;
+  Result<std::vector<TuneOutcome>> rebuilt = Tune(events, o);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
+  for (const TuneOutcome& t : *rebuilt) {
+    EXPECT_EQ(t.device_allocs_recorded, 0u) << t.conf;  // the requests fit in the rebuild
+    EXPECT_FALSE(t.oom) << t.conf;
+  }
+  const std::string why = TuneCannotRank(*rebuilt, o);
+  EXPECT_NE(why.find("cannot tell the settings apart"), std::string::npos) << why;
+  EXPECT_NE(why.find("reserved before recording began"), std::string::npos) << why;
+  EXPECT_EQ(why.find("needed more memory"), std::string::npos) << why;
+
+  // The recorded history allocated a segment: the replays rank the settings.
+  o.recorded_device_allocs = 1;
+  EXPECT_EQ(TuneCannotRank(*rebuilt, o), "");
+  // A request trace (counted from its start: the segment is allocated by every setting).
+  o.recorded_from.clear();
+  o.recorded_device_allocs.reset();
+  Result<std::vector<TuneOutcome>> traced = Tune(events, o);
+  ASSERT_TRUE(traced.ok()) << traced.status().ToString();
+  for (const TuneOutcome& t : *traced) EXPECT_GT(t.device_allocs_recorded, 0u) << t.conf;
+  EXPECT_EQ(TuneCannotRank(*traced, o), "");
+
+  // A rebuild under which a recorded request no longer fits: still the rebuild's doing, and
+  // the sentence says how many settings it made allocate.
+  o.recorded_from[0] = 2;
+  o.recorded_device_allocs = 0;
+  events.push_back(Alloc(0, 100, 64 * MiB));
+  Result<std::vector<TuneOutcome>> grown = Tune(events, o);
+  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
+  const std::string grew = TuneCannotRank(*grown, o);
+  EXPECT_NE(grew.find("4 of the 4 needed more memory"), std::string::npos) << grew;
 }
 
 }  // namespace

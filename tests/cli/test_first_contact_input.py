@@ -190,22 +190,93 @@ def test_capacities_as_pytorch_prints_them(tmp_path, text, expected):
     assert json.loads(r.stdout)["devices"][0]["capacity_bytes"] == expected
 
 
-@pytest.mark.parametrize("command", ["replay", "tune", "check"])
+# Every command that takes a device's size: the same grammar, the same note and refusals
+# (issue 29 item 10). `report` writes a page: -o goes to tmp_path.
+CAPACITY_COMMANDS = ["replay", "tune", "check", "report", "analyze", "history record"]
+
+
+def capacity_command(command, req, tmp_path, *args):
+    extra = []
+    if command == "report":
+        extra = ["-o", str(tmp_path / "r.html")]
+    elif command == "history record":
+        extra = ["--run", "r1", "--arch", "a", "--history", str(tmp_path / "h.sqlite")]
+    return run(*command.split(), req, *args, *extra)
+
+
+@pytest.mark.parametrize("command", CAPACITY_COMMANDS)
 def test_a_bare_small_capacity_is_refused_with_a_hint(tmp_path, command):
     req = request_trace(tmp_path / "req.jsonl")
-    r = run(command, req, "--capacity", "40")
+    r = capacity_command(command, req, tmp_path, "--capacity", "40")
     assert r.returncode == 2
     err = r.stderr.decode()
     assert "40GiB" in err and "40 bytes" in err, err
 
 
-def test_a_decimal_capacity_gets_a_note(tmp_path):
+@pytest.mark.parametrize("command", CAPACITY_COMMANDS)
+def test_a_decimal_capacity_gets_a_note(tmp_path, command):
     req = request_trace(tmp_path / "req.jsonl")
-    r = run("replay", req, "--capacity", "40GB", "--no-map")
-    assert r.returncode == 0, r.stderr.decode()
+    r = capacity_command(command, req, tmp_path, "--capacity", "40GB")
+    assert r.returncode in (0, 1), r.stderr.decode()
     err = r.stderr.decode()
     assert "note: --capacity" in err and "40GiB = 42949672960 bytes" in err, err
-    assert "note" not in run("replay", req, "--capacity", "40GiB", "--no-map").stderr.decode()
+    (tmp_path / "h.sqlite").unlink(missing_ok=True)
+    err = capacity_command(command, req, tmp_path, "--capacity", "40GiB").stderr.decode()
+    assert "note: --capacity" not in err, err
+
+
+@pytest.mark.parametrize("command", ["replay", "tune", "check", "report", "history record"])
+def test_more_used_by_others_than_capacity_is_refused(tmp_path, command):
+    req = request_trace(tmp_path / "req.jsonl")
+    r = capacity_command(command, req, tmp_path, "--capacity", "1GiB",
+                         "--used-by-others", "2GiB")
+    assert r.returncode == 2, (r.stdout.decode(), r.stderr.decode())
+    err = r.stderr.decode()
+    assert "--used-by-others: 2.00 GiB" in err and "more than --capacity, 1.00 GiB" in err, err
+    ok = capacity_command(command, req, tmp_path, "--capacity", "1GiB",
+                          "--used-by-others", "1GiB")
+    assert "more than --capacity" not in ok.stderr.decode()
+
+
+def test_explain_refuses_more_used_by_others_than_capacity():
+    r = run("explain", EXPLAIN_MESSAGE, "--trace", EXPLAIN_TRACE, "--capacity", "1GiB",
+            "--used-by-others", "3GiB")
+    assert r.returncode == 2
+    assert "more than --capacity" in r.stderr.decode(), r.stderr.decode()
+
+
+def test_analyze_capacity_gives_the_forecast_its_device(tmp_path):
+    # A trace whose header has no capacity: without --capacity the forecast has no device
+    # (no OOM risk); with it, the device and the risk are there.
+    req = request_trace(tmp_path / "req.jsonl")
+    alloc = tmp_path / "alloc.jsonl"
+    emitted = run("replay", req, "--emit", str(alloc), "--no-map")
+    assert emitted.returncode == 0, emitted.stderr.decode()
+    lines = alloc.read_text().splitlines()
+    header = json.loads(lines[0])
+    for d in header.get("devices", []):
+        d.pop("capacity_bytes", None)
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    without = json.loads(run("analyze", str(bare), "--forecast", "--json", "--no-map").stdout)
+    assert without["devices"][0]["capacity_bytes"] is None
+    r = run("analyze", str(bare), "--capacity", "2GiB", "--forecast", "--json", "--no-map")
+    assert r.returncode == 0, r.stderr.decode()
+    dev = json.loads(r.stdout)["devices"][0]
+    assert dev["capacity_bytes"] == 2 * GiB
+    assert "capacity unknown" not in json.dumps(dev["forecast"])
+    assert "capacity unknown" in json.dumps(without["devices"][0]["forecast"])
+
+
+def test_history_records_a_request_trace_replayed_on_capacity(tmp_path):
+    req = request_trace(tmp_path / "req.jsonl")
+    db = str(tmp_path / "h.sqlite")
+    r = run("history", "record", req, "--capacity", "1GiB", "--run", "r1", "--arch", "a",
+            "--history", db, "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    shown = run("history", "show", "r1", "--history", db, "--json")
+    assert shown.returncode == 0, shown.stderr.decode()
+    assert json.loads(shown.stdout)["peak_reserved_bytes"] > 0
 
 
 # ---- Item 7: errors that teach -------------------------------------------------------------------
@@ -283,11 +354,16 @@ def test_explain_says_it_reads_standard_input_on_a_terminal():
                                            "'--capacity'?)"),
     (["analyze", "x", "--jsn"], "(did you mean '--json'?)"),
     (["tune", "x", "--alloc_conf=a"], "unknown option '--alloc_conf'"),
+    # A nested command's options are its own: a bad value is not an unknown option.
+    (["history", "record", "x", "--capacty", "1GiB"],
+     "history record: unknown option '--capacty' (did you mean '--capacity'?)"),
+    (["history", "record", "x", "--capacity", "40"], "40 bytes is not a GPU's memory"),
 ])
 def test_mistyped_commands_and_options_get_a_suggestion(args, words):
     r = run(*args)
     assert r.returncode == 2
     assert words in r.stderr.decode(), r.stderr.decode()
+    assert "unknown option '--capacity'" not in r.stderr.decode()
 
 
 # ---- Item 11: a request of 1 EiB or more -------------------------------------------------------

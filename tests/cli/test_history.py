@@ -182,13 +182,27 @@ def test_labels_give_run_and_arch(tmp_path, env):
     assert b"--arch" in r.stderr
 
 
-def test_request_trace_is_refused(tmp_path, env):
+def test_request_trace_is_replayed_as_check_does(tmp_path, env):
+    # Issue 29 item 10: `history record` takes a request trace with --capacity, as `check`
+    # does: the run recorded is the replay's, the same as recording the replay's own output.
     home, db = env
-    r = run("history", "record", "tests/data/cli/request_basic.jsonl", "--run", "r", "--arch",
-            "a", "--history", db, home=home)
-    assert r.returncode == 2
-    assert b"request trace" in r.stderr and b"replay" in r.stderr
-    assert not db.exists()
+    req = "tests/data/cli/request_basic.jsonl"
+    r = run("history", "record", req, "--capacity", "1GiB", "--run", "r", "--arch", "a",
+            "--history", db, home=home)
+    assert r.returncode == 0, r.stderr
+    sim = tmp_path / "sim.jsonl"
+    e = run("replay", req, "--capacity", "1GiB", "--emit", str(sim), "--no-map", home=home)
+    assert e.returncode == 0, e.stderr
+    r = run("history", "record", str(sim), "--run", "s", "--arch", "a", "--history", db,
+            home=home)
+    assert r.returncode == 0, r.stderr
+    shown = [json.loads(run("history", "show", name, "--history", db, "--json",
+                            home=home).stdout) for name in ("r", "s")]
+    for key in ("peak_reserved_bytes", "peak_allocated_bytes"):
+        assert shown[0][key] == shown[1][key] > 0, key
+    bad = run("history", "record", req, "--capacity", "1GiB", "--used-by-others", "2GiB",
+              "--run", "t", "--arch", "a", "--history", db, home=home)
+    assert bad.returncode == 2 and b"more than --capacity" in bad.stderr
 
 
 def test_bad_trace_is_refused_and_history_untouched(tmp_path, env):

@@ -453,3 +453,56 @@ def test_expandable_segment_counts_agree():
     assert len(d["segments"]) > 0
     assert (f"segments in its memory snapshot: {len(d['segments'])} (memory_stats' segment count "
             "leaves out expandable segments" in out)
+
+
+def snapshot_reserved_before(tmp_path, grow):
+    """A small PyTorch snapshot: one 20 MiB segment, and a recorded history of 4-8 MiB requests
+    that fit in it. grow=False: the segment was reserved before recording began (the history
+    holds no segment_alloc); grow=True: the history begins with its segment_alloc."""
+    import pickle
+    base = 1 << 30
+    frames = [{"name": "step", "filename": "train.py", "line": 7}]
+    trace = []
+    if grow:
+        trace.append({"action": "segment_alloc", "addr": base, "size": 20 * MiB, "stream": 0,
+                      "frames": frames})
+    for i in range(10):
+        size = (4 + i % 3 * 2) * MiB
+        for action in ("alloc", "free_requested", "free_completed"):
+            trace.append({"action": action, "addr": base, "size": size, "stream": 0,
+                          "frames": frames})
+    seg = {"device": 0, "address": base, "total_size": 20 * MiB, "allocated_size": 0,
+           "active_size": 0, "stream": 0, "segment_type": "large",
+           "blocks": [{"size": 20 * MiB, "requested_size": 0, "state": "inactive",
+                       "address": base, "frames": []}]}
+    path = tmp_path / ("grown.pickle" if grow else "reserved_before.pickle")
+    path.write_bytes(pickle.dumps({"segments": [seg], "device_traces": [trace]}, protocol=4))
+    return str(path)
+
+
+def test_tune_says_when_the_history_cannot_tell_the_settings_apart(tmp_path):
+    # Issue 29 item 5: every byte was reserved before recording began; the history cannot
+    # rank the settings, and tune says so and why instead of "the defaults are best".
+    before = snapshot_reserved_before(tmp_path, grow=False)
+    r = run("tune", before, "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    j = json.loads(r.stdout)
+    assert j["recommended"] is None
+    assert "cannot tell the settings apart" in j["cannot_rank"]
+    assert "reserved before recording began" in j["cannot_rank"]
+    text = run("tune", before).stdout.decode()
+    assert "defaults are best" not in text
+    assert "Recommended: none: the recorded history cannot tell the settings apart" in text
+    assert "min capacities" in run("tune", before, "--min-capacity").stdout.decode()
+    # The report's tune table says so too.
+    page = tmp_path / "report.html"
+    r = run("report", before, "--capacity", "1GiB", "--tune", "-o", str(page))
+    assert r.returncode == 0, r.stderr.decode()
+    assert "cannot tell the settings apart" in page.read_text()
+    # The same requests with their segment allocated in the history: a recommendation.
+    grown = snapshot_reserved_before(tmp_path, grow=True)
+    g = json.loads(run("tune", grown, "--json").stdout)
+    assert g["cannot_rank"] is None and g["recommended"] is not None
+    # A request trace is its whole history.
+    s = json.loads(run("tune", SAMPLE, "--capacity", "1GiB", "--json").stdout)
+    assert s["cannot_rank"] is None and s["recommended"] is not None

@@ -84,6 +84,44 @@ def test_probe_calls_a_healthy_caching_job_ok(daemon):
         assert "fragmentation 0.82" in out.stdout and "information" in out.stdout
 
 
+def test_probe_calls_the_bundled_sample_at_its_healthy_capacity_ok(daemon):
+    # Issue 29 item 3, end to end: the bundled sample replayed on 1 GiB (where it fits with room
+    # to spare, caching 81-100% of what it reserves at each step's end), sent step by step
+    # without a level of its own: the daemon's forecaster (LiveForecasts) calls it ok, and so
+    # does probe. Before, every sample was "watch: fragmentation ratio 0.81 > 0.30".
+    capacity = 1 << 30
+    r = subprocess.run([BIN, "replay", "tests/data/sample/gpt_tiny_50steps.jsonl.gz",
+                        "--capacity", "1GiB", "--json", "--no-map"], cwd=SOURCE_DIR,
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [row for row in json.loads(r.stdout)["analysis"]["devices"][0]["timeline"]
+            if row["step_first"] >= 0]
+    retries = 0
+    with fragscope_agent.AgentClient(daemon.sock, job="j", rank=0) as a:
+        for row in rows:
+            retries += row["alloc_retries"] or 0
+            s = fragscope_agent.sample_from_memory_stats(
+                {"reserved_bytes.all.current": row["reserved_bytes"],
+                 "allocated_bytes.all.current": row["allocated_bytes"],
+                 "requested_bytes.all.current": row["live_requested_bytes"],
+                 "reserved_bytes.all.peak": row["peak_reserved_bytes"],
+                 "allocated_bytes.all.peak": row["peak_allocated_bytes"],
+                 "num_alloc_retries": retries, "num_ooms": 0},
+                device_uuid="GPU-sample", step=row["step_last"],
+                largest_free_block=row["largest_free_block_bytes"],
+                max_allocatable=row["max_allocatable_bytes"],
+                stranded_bytes=row["stranded_bytes"],
+                fragmentation_ratio=row["fragmentation_ratio"],
+                largest_request_bytes=row["largest_request_bytes"],
+                device_free_bytes=capacity - row["reserved_bytes"])
+            assert a.send_sample(s)
+        daemon.wait_metric("fragscope_process_step", rows[-1]["step_last"], rank="0")
+        daemon.wait_metric("fragscope_process_forecast_level", 1, rank="0")
+        out = probe(daemon)
+        assert out.returncode == 0, out.stdout
+        assert out.stdout.startswith("FRAGSCOPE OK - 1 process(es); worst risk ok"), out.stdout
+
+
 def test_probe_is_critical_when_the_largest_request_no_longer_fits(daemon):
     # The ratio is low and the forecast has not caught up, but the largest single allocation
     # that would succeed is below the job's largest request: the next one fails.

@@ -49,6 +49,51 @@ def test_bound_forecaster_warns_on_growth_and_not_on_a_flat_series():
         grow.observe("b", 1, {"reserved_bytes": -5})
 
 
+def sample_steps(capacity):
+    """The bundled sample replayed on `capacity`: one agent sample dict per step (the replay's
+    per-step timeline, under the agent's field names)."""
+    doc = conftest.replay_json(os.path.join(conftest.SOURCE_DIR, "tests", "data", "sample",
+                                            "gpt_tiny_50steps.jsonl.gz"),
+                               "--capacity", str(capacity), "--no-map")
+    retries = 0
+    for row in doc["analysis"]["devices"][0]["timeline"]:
+        if row["step_first"] < 0:
+            continue
+        retries += row["alloc_retries"] or 0
+        yield row["step_last"], {
+            "reserved_bytes": row["reserved_bytes"], "allocated_bytes": row["allocated_bytes"],
+            "requested_bytes": row["live_requested_bytes"],
+            "cached_free_bytes": row["cached_free_bytes"],
+            "fragmentation_ratio": row["fragmentation_ratio"],
+            "largest_free_block": row["largest_free_block_bytes"],
+            "max_allocatable": row["max_allocatable_bytes"],
+            "stranded_bytes": row["stranded_bytes"],
+            "peak_reserved_bytes": row["peak_reserved_bytes"],
+            "peak_allocated_bytes": row["peak_allocated_bytes"],
+            "largest_request_bytes": row["largest_request_bytes"],
+            "num_alloc_retries": retries,
+            "device_free_bytes": capacity - row["reserved_bytes"]}
+
+
+def test_bound_forecaster_calls_the_sample_at_its_healthy_capacity_ok():
+    # Issue 29 item 3: the sample caches 81-100% of what it reserves at each step's end; on
+    # 1 GiB it fits with room to spare. The ratio alone is information: every verdict is ok
+    # (before, "watch: fragmentation ratio 0.81 > 0.30" from the first sample on).
+    f = N.LiveForecasts(4)
+    ratios, levels = [], []
+    for step, s in sample_steps(1024 * MiB):
+        ratios.append(s["fragmentation_ratio"])
+        v = f.observe("rank0", step, s)
+        levels.append((step, v["level"], v["reason"]))
+    assert max(ratios) > 0.8
+    assert all(level == "ok" for _, level, _ in levels), levels
+    # A genuinely risky series still warns: demand that grows toward the device's limit.
+    grow = N.LiveForecasts(4)
+    for step in range(0, 400, 10):
+        g = grow.observe("a", step, sample(step, 100 * MiB + step * 2 * MiB))
+    assert g["level"] in ("warning", "critical"), g
+
+
 def test_bound_tune_ranks_settings_and_rejects_bad_actions():
     # Alternating 30 MiB and 2 MiB requests, freeing the large ones: on 64 MiB the defaults
     # keep working; the ranking has every setting it was given.

@@ -412,6 +412,7 @@ std::string RenderHtml(const HtmlReportInput& input) {
                       {"retries", t.num_alloc_retries}});
     }
     data["tune"] = std::move(rows);
+    data["tune_cannot_rank"] = input.tune_cannot_rank;
   }
 
   std::string out;

@@ -32,6 +32,9 @@ struct HtmlReportInput {
   /// figures of the diagnosis, remedies maybe checked by VerifyRemedies).
   std::map<std::int32_t, analysis::OomExplanation> explanations;
   const std::vector<analysis::TuneOutcome>* tune = nullptr;  // --tune: ranked settings
+  /// Why the recorded history cannot tell those settings apart (analysis::TuneCannotRank), or
+  /// empty: shown above the table.
+  std::string tune_cannot_rank;
   std::string command;  // the command line that made the report
 };
 

@@ -507,6 +507,8 @@
     }
     if (D.tune) {
       app.append(el('h2', {}, 'Allocator settings, ranked (tune)'));
+      // The history may be unable to tell the settings apart: no recommendation then.
+      if (D.tune_cannot_rank) app.append(el('p', { class: 'hint' }, 'No recommendation: ' + D.tune_cannot_rank + '.'));
       const t = el('table', {}, el('tr', {}, el('th', {}, '#'), el('th', {}, 'PYTORCH_CUDA_ALLOC_CONF'), el('th', {}, 'outcome'), el('th', { class: 'n' }, 'peak reserved'), el('th', { class: 'n' }, 'waste at peak')));
       D.tune.forEach((r, i) => t.append(el('tr', {}, el('td', {}, i + 1), el('td', {}, el('code', {}, r.conf || '(defaults)')), el('td', {}, r.oom ? el('span', { class: 'bad' }, 'OOM at ' + stepText(r.oom_step)) : el('span', { class: 'ok' }, 'fits')),
         el('td', { class: 'n' }, bytes(r.peak_reserved)), el('td', { class: 'n' }, (r.waste_at_peak * 100).toFixed(1) + '%'))));
