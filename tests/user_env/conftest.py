@@ -102,3 +102,16 @@ def installed(wheel, tmp_path_factory):
 def bare(wheel, tmp_path_factory):
     """The wheel in a venv with no torch at all."""
     return _install(wheel, tmp_path_factory, "bare", see_user_env=False)
+
+
+@pytest.fixture(scope="session")
+def first_use(installed):
+    """The first use of a virtual GPU in the installed venv, whichever test comes first: it
+    compiles the c10 hook against the venv's torch into the session's cache and says so on
+    stderr (returned)."""
+    proc = installed.run([installed.python, "-c",
+                          "from fragscope.torch import virtual_gpu\n"
+                          "virtual_gpu('1GiB').start().stop()"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+

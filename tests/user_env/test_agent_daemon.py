@@ -34,7 +34,8 @@ def metric(text, name, **labels):
     return None
 
 
-def test_the_agent_and_the_monitor_reach_the_installed_daemon(installed, tmp_path):
+def test_the_agent_and_the_monitor_reach_the_installed_daemon(installed, first_use,
+                                                              tmp_path):
     sock = str(tmp_path / "agent.sock")
     log = open(tmp_path / "serve.log", "w+")
     serve = subprocess.Popen(

@@ -41,9 +41,9 @@ def finished(log):
     ("lightning_job.py", "pytorch_lightning", "fragscope-step{}.ckpt"),
     ("huggingface_job.py", "transformers", "checkpoint-{}"),  # control.should_save
 ])
-def test_the_job_that_dies_is_saved_restarted_with_the_fix_and_finishes(installed, tmp_path,
-                                                                          script, package,
-                                                                          checkpoint):
+def test_the_job_that_dies_is_saved_restarted_with_the_fix_and_finishes(installed, first_use,
+                                                                          tmp_path, script,
+                                                                          package, checkpoint):
     env = {"FRAGSCOPE_TEST_LIGHTNING": package}
     steps = "260"
     if package != "pytorch_lightning":
