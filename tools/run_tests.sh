@@ -35,13 +35,18 @@ count_pytest() {  # "12 passed, 1 failed in 3.2s"
 run_preset() {
   local preset=$1
   echo "=== ${preset}: configure and build"
-  if ! { cmake --preset "$preset" >"$log_dir/$preset-configure.log" 2>&1 &&
-         cmake --build --preset "$preset" 2>&1 | tail -n 3; }; then
+  if ! cmake --preset "$preset" >"$log_dir/$preset-configure.log" 2>&1; then
     cat "$log_dir/$preset-configure.log"
-    echo "${preset}: build FAILED"
+    echo "${preset}: configure FAILED"
     failed=$((failed + 1)); status=1; return
   fi
-  if [[ ${PIPESTATUS[0]:-0} -ne 0 ]]; then echo "${preset}: build FAILED"; status=1; fi
+  if ! cmake --build --preset "$preset" -k 0 >"$log_dir/$preset-build.log" 2>&1; then
+    # The compiler's own words: every failed target and the first errors, not the configure log.
+    grep -E '^FAILED:|error:' "$log_dir/$preset-build.log" | head -n 40
+    echo "${preset}: build FAILED (whole log: $log_dir/$preset-build.log)"
+    failed=$((failed + 1)); status=1; return
+  fi
+  tail -n 1 "$log_dir/$preset-build.log"
   echo "=== ${preset}: ctest"
   ctest --preset "$preset" 2>&1 | tee "$log_dir/$preset-ctest.log" | grep -vE '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .* Passed' 
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
