@@ -193,7 +193,7 @@ Command AddAnalyzeCommand(CLI::App& app) {
   sub->add_option("--stranded-quantile", flags->stranded_quantile,
                   "Else: this quantile of recent request sizes, per pool")
       ->type_name("Q")
-      ->check(CLI::Range(0.0, 1.0))
+      ->transform(Fraction())
       ->capture_default_str();
   sub->add_option("--map-rows", flags->map_rows, "Segments drawn in the memory map")
       ->type_name("N")

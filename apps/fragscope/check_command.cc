@@ -245,7 +245,7 @@ Command AddCheckCommand(CLI::App& app) {
   sub->add_option("--max-fragmentation", flags->max_fragmentation,
                   "Fail when the fragmentation ratio at a step's end exceeds this")
       ->type_name("R")
-      ->check(CLI::Range(0.0, 1.0));
+      ->transform(Fraction());
   sub->add_option("--capacity", flags->capacity,
                   "Device memory: replay request traces on it; other inputs must fit in it")
       ->type_name("SIZE")
@@ -275,7 +275,7 @@ Command AddCheckCommand(CLI::App& app) {
                   "Fail the forecast when P(OOM within 100 steps) reaches P at any sample "
                   "(docs/forecast.md, \"OOM risk\")")
       ->type_name("P")
-      ->check(CLI::Range(0.0, 1.0));
+      ->transform(Fraction());
   sub->add_option("--forecast-every", flags->forecast_every,
                   "Steps per forecaster sample (as a live agent would sample)")
       ->type_name("N")

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <string_view>
 
 #include <fmt/ranges.h>
 
@@ -33,6 +35,33 @@ CLI::Validator ByteSize(std::uint64_t min) {
         Result<std::uint64_t> size = ParseSize(text);
         if (!size.ok()) return size.status().message();
         if (*size < min) return fmt::format("'{}' is less than {} bytes", text, min);
+        return "";
+      },
+      "");
+}
+
+// A fraction between 0 and 1, written as a ratio ("0.3") or a percentage ("30%"); the text is
+// rewritten to the ratio. "30" is refused with both ways to write what was probably meant.
+CLI::Validator Fraction() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::string_view number = text;
+        const bool percent = !number.empty() && number.back() == '%';
+        if (percent) number.remove_suffix(1);
+        double value = 0;
+        const char* end = number.data() + number.size();
+        const auto [ptr, ec] = std::from_chars(number.data(), end, value);
+        if (number.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
+          return fmt::format("'{}' is not a fraction: write a ratio (0.3) or a percentage (30%)",
+                             text);
+        }
+        if (percent) value /= 100;
+        if (value < 0 || value > 1) {
+          return percent ? fmt::format("{} is not between 0% and 100%", text)
+                         : fmt::format("{} is not between 0 and 1: for {} percent write {}% or {}",
+                                       text, text, text, value / 100);
+        }
+        text = fmt::format("{}", value);
         return "";
       },
       "");
@@ -270,7 +299,7 @@ void AddForecastOptions(CLI::App& sub, bool* enabled, analysis::ForecastOptions*
                  "Fragmentation ratio above which a device is at least 'watch' (default: none; "
                  "the ratio alone is information: a healthy job caches most of what it reserves)")
       ->type_name("R")
-      ->check(CLI::Range(0.0, 1.0));
+      ->transform(Fraction());
   sub.add_option("--forecast-warning-steps", f->warning_steps,
                  "Steps-to-OOM at or below which the level is 'warning'")
       ->type_name("N")

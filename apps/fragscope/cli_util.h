@@ -37,6 +37,9 @@ namespace fragscope::cli {
 CLI::Validator IntegerAtLeast(std::int64_t min);
 /// A byte size as ParseSize reads it ("2MiB", "1.5GiB", "4096"), at least `min` bytes.
 CLI::Validator ByteSize(std::uint64_t min);
+/// A fraction between 0 and 1 written as a ratio (0.3) or a percentage (30%); use with
+/// ->transform(), which rewrites the text to the ratio.
+CLI::Validator Fraction();
 /// A device capacity as ParseCapacity reads it (a bare number below 1 MiB is refused).
 CLI::Validator CapacitySize();
 

@@ -12,6 +12,7 @@
 
 #include "analysis/counter_track.h"
 #include "cli_util.h"
+#include "common/units.h"
 #include "model/allocator_rules.h"
 #include "model/request_extractor.h"
 #include "sinks/export/perfetto.h"
@@ -185,7 +186,7 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
   if (!write_error.ok()) return Failure(write_error.message());
   if (Status st = (*writer)->Close(); !st.ok()) return Failure(st.message());
   PrintNotes(in, notes);
-  PrintSafe(stderr, fmt::format("fragscope: wrote {} {} events to {}\n", written,
+  PrintSafe(stderr, fmt::format("fragscope: wrote {} {} events to {}\n", FormatCount(written),
                                 requests ? "request" : "allocator", flags.output));
   return kExitOk;
 }

@@ -87,6 +87,12 @@ int main(int argc, char** argv) {
       fragscope::cli::AddBudgetOptions(*command.app);
     }
   }
+  if (argc <= 1) {
+    // A bare `fragscope` lists the commands rather than CLI11's "a subcommand is required"; it
+    // is still a usage error for a script that meant to run one.
+    fragscope::cli::PrintSafe(stderr, app.help());
+    return fragscope::cli::kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

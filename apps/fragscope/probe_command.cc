@@ -25,6 +25,7 @@
 #include "common/terminal_text.h"
 #include "common/units.h"
 #include "fragscope/risk.h"
+#include "sinks/http_error.h"
 
 namespace fragscope::cli {
 namespace {
@@ -217,7 +218,7 @@ int RunProbe(const ProbeFlags& flags) {
     return Finish(flags, kUnknown,
                   fmt::format("cannot read {}: {} (is `fragscope serve` "
                               "running?)",
-                              flags.url, httplib::to_string(res.error())),
+                              flags.url, sinks::HttpErrorText(res.error())),
                   {}, {});
   }
   if (res->status != 200) {
@@ -352,10 +353,10 @@ Command AddProbeCommand(CLI::App& app) {
       ->check(CLI::Range(0.05, 60.0));
   sub->add_option("--warning-fragmentation", flags->warning_fragmentation,
                   "Fragmentation ratio that warns (default: none; the ratio alone is information)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->transform(Fraction());
   sub->add_option("--critical-fragmentation", flags->critical_fragmentation,
                   "Fragmentation ratio that is critical (default: none)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->transform(Fraction());
   sub->add_flag("--json", flags->json, "Print JSON instead of the status line (same exit code)");
   return Command{sub, [flags] { return RunProbe(*flags); }};
 }

@@ -111,7 +111,8 @@ analysis::OomExplanation ExplainFirstOom(const analysis::DeviceReport& d, std::u
   m.free = o.device_free.value_or(capacity > o.reserved ? capacity - o.reserved : 0);
   m.allocated = o.allocated;
   m.unallocated = o.reserved > o.allocated ? o.reserved - o.allocated : 0;
-  m.text = fmt::format("(from the diagnosis of the oom event at event {})", o.event_index);
+  m.text =
+      fmt::format("(from the diagnosis of the oom event at event {})", FormatCount(o.event_index));
   return analysis::ExplainOom(m);
 }
 
@@ -420,7 +421,7 @@ Command AddReportCommand(CLI::App& app) {
   sub->add_option("--stranded-quantile", flags->stranded_quantile,
                   "Else: this quantile of recent request sizes, per pool")
       ->type_name("Q")
-      ->check(CLI::Range(0.0, 1.0))
+      ->transform(Fraction())
       ->capture_default_str();
   sub->add_option("--capacity", flags->capacity,
                   "Replay on a device of this size (request traces: default the header's)")

@@ -276,8 +276,10 @@ int RunTune(const TuneFlags& flags) {
             "  {}{} run out of memory at request event {}{}; this setting fits, with a peak "
             "reserved of {}.\n",
             static_cast<char>(std::toupper(static_cast<unsigned char>(name[0]))), name.substr(1),
-            other.oom_event,
-            other.oom_step >= 0 ? fmt::format(" (step {})", other.oom_step) : std::string(),
+            FormatCount(other.oom_event),
+            other.oom_step >= 0
+                ? fmt::format(" (step {})", FormatCount(static_cast<std::uint64_t>(other.oom_step)))
+                : std::string(),
             FormatBytes(best.peak_reserved));
       }
       if (best.min_capacity && other.min_capacity && *best.min_capacity < *other.min_capacity) {

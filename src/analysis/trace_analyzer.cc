@@ -476,8 +476,9 @@ struct TraceAnalyzer::Impl {
     result.timeline_unit = step_mode ? "step" : "events";
     result.every_events = step_mode ? 0 : every;
     if (!step_mode && options.every_events == 0) {
-      result.notes.push_back(fmt::format(
-          "no step markers in the trace: the timeline samples every {} events instead", every));
+      result.notes.push_back(
+          fmt::format("no step markers in the trace: the timeline samples every {} events instead",
+                      FormatCount(every)));
     }
     for (auto& dp : devices) {
       if (!dp) continue;

@@ -76,7 +76,7 @@ RunResult ReplayOnce(const std::vector<Event>& events, const model::AllocatorCon
     replayed = replayer.ConsumeAll(std::span<const Event>(events).subspan(done));
   }
   if (!replayed.ok() && replayed.code() != StatusCode::kOutOfMemory) {
-    r.status = replayed.WithPrefix(fmt::format("event {}", replayer.events() - 1));
+    r.status = replayed.WithPrefix(fmt::format("event {}", FormatCount(replayer.events() - 1)));
     return r;
   }
   TuneOutcome& o = r.outcome;

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "common/did_you_mean.h"
 #include "common/terminal_text.h"
 
 namespace fragscope::model {
@@ -142,23 +144,22 @@ Status Error(std::string_view what, std::size_t offset, std::string_view pytorch
   return Status::InvalidArgument(std::move(message));
 }
 
-std::string KnownKeys(ConfigVersion version) {
-  std::string out;
+std::vector<std::string> KnownKeys(ConfigVersion version) {
+  std::vector<std::string> keys;
   for (const KeyInfo& info : kKeys) {
-    if (info.alias || !Knows(info, version)) continue;
-    if (!out.empty()) out += ", ";
-    out += info.name;
+    if (!info.alias && Knows(info, version)) keys.emplace_back(info.name);
   }
-  return out;
+  return keys;
 }
 
 Status UnrecognizedKey(std::string_view name, std::size_t offset, ConfigVersion version) {
-  std::string message =
-      fmt::format("{}: unrecognized key {} at offset {}", kEnvName, Quote(name), offset);
+  const std::vector<std::string> known = KnownKeys(version);
+  std::string message = fmt::format("{}: unrecognized key {} at offset {}{}", kEnvName, Quote(name),
+                                    offset, DidYouMean(name, known));
   if (const KeyInfo* info = FindKey(name); info != nullptr && !info->history.empty()) {
     message += fmt::format(" ({} does not have it: {})", ConfigVersionName(version), info->history);
   }
-  message += fmt::format(" (known keys: {}; PyTorch: ", KnownKeys(version));
+  message += fmt::format(" (known keys: {}; PyTorch: ", fmt::join(known, ", "));
   if (version == ConfigVersion::kNewest) {
     message += fmt::format("Unrecognized key {} in CUDA allocator config.)", Quote(name));
   } else {

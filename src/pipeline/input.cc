@@ -33,19 +33,19 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
     history = fmt::format(
         "no recorded history: every figure is the final state's (the {} events that rebuild it "
         "are not part of the run)",
-        rebuilding);
+        FormatCount(rebuilding));
   } else {
     history = fmt::format(
         "{} history {} recorded; the state before {} was rebuilt from the segments ({} events, "
         "not part of the run): it counts once, as the history's starting point, in the peaks; "
         "the worst moments, the timeline and the event counts are the recorded history's and "
         "the final state's (docs/snapshots.md, \"Recorded and rebuilt figures\")",
-        s.trace_entries, s.trace_entries == 1 ? "entry" : "entries",
-        s.trace_entries == 1 ? "it" : "them", rebuilding);
+        FormatCount(s.trace_entries), s.trace_entries == 1 ? "entry" : "entries",
+        s.trace_entries == 1 ? "it" : "them", FormatCount(rebuilding));
   }
   notes.push_back(fmt::format("memory snapshot ({}, {}): {} segments, {} blocks; {}",
-                              reader.container(), s.generation, s.segments.size(), s.blocks.size(),
-                              history));
+                              reader.container(), s.generation, FormatCount(s.segments.size()),
+                              FormatCount(s.blocks.size()), history));
   for (const std::string& w : reader.warnings()) notes.push_back("snapshot: " + w);
   notes.insert(notes.end(), consume_notes.begin(), consume_notes.end());
   result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
@@ -110,7 +110,7 @@ Result<std::uint64_t> ReadSnapshotEvents(sources::SnapshotReader& reader,
   }
   progress.Clear();
   if (skipped > kMaxNotes) {
-    notes->push_back(fmt::format("... {} events skipped in all", skipped));
+    notes->push_back(fmt::format("... {} events skipped in all", FormatCount(skipped)));
   }
   return events;
 }

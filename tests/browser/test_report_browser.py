@@ -114,11 +114,15 @@ def test_report_in_chromium(name, browser, tmp_path):
     device = j["devices"][0] if len(j["devices"]) == 1 else next(d for d in j["devices"] if d["ooms"])
     if device["ooms"]:
         first = device["oom_diagnoses"][0]
-        assert verdict.startswith("Out of memory at event {}".format(first["when"]["event_index"]))
+        assert verdict.startswith("Out of memory at event {:,}".format(first["when"]["event_index"]))
         assert ("fragmentation" if first["cause"] == "fragmentation" else "shortage") in verdict
         assert f"device {device['device']}" in verdict
     else:
         assert verdict.startswith(("Fits on device", "No out-of-memory")), verdict
+    # The key figures are figures: the device index is a label, never a big "0" of its own.
+    figures = json.loads(b.evaluate(
+        "JSON.stringify([...document.querySelectorAll('.key .v')].map(e => e.textContent))"))
+    assert str(device["device"]) not in figures, figures
 
     # The charts are drawn: their line colours on the screenshot.
     chart = b.pixels(rect(b, "#chart-bytes"))

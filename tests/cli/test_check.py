@@ -64,6 +64,18 @@ def test_each_limit_fails_on_its_own(tmp_path):
         "at step 39 (over moments with at least 1.25 GiB reserved, half the peak)")
     r = check(tmp_path, trace, "--max-fragmentation", "0.2")
     assert r.returncode == 0, r.stdout.decode()
+    # A percentage is the same limit (issue 29 item 11).
+    assert check(tmp_path, trace, "--max-fragmentation", "20%").returncode == 0
+    assert check(tmp_path, trace, "--max-fragmentation", "5%").returncode == 1
+
+
+def test_a_bare_percentage_number_teaches_both_spellings(tmp_path):
+    r = check(tmp_path, SAMPLE, "--max-fragmentation", "30")
+    assert r.returncode == 2
+    err = r.stderr.decode()
+    assert "--max-fragmentation" in err and "30% or 0.3" in err, err
+    r = check(tmp_path, SAMPLE, "--max-fragmentation", "130%")
+    assert r.returncode == 2 and "not between 0% and 100%" in r.stderr.decode()
 
 
 def test_capacity_of_an_allocator_trace(tmp_path):

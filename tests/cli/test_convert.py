@@ -10,6 +10,7 @@ freed, and an oom of 100 MiB with 5 MiB free on the device. evil.pickle would ru
 import json
 import os
 import pickle
+import re
 import subprocess
 
 import pytest
@@ -271,3 +272,12 @@ def test_convert_to_trace_writes_every_input_analyze_reads(tmp_path, kind):
     if kind == "time":
         assert all(x.get("time_us", -1) >= -1 for x in lines)
     assert run("analyze", str(out)).returncode == 0
+
+
+def test_event_counts_have_thousands_separators(tmp_path):
+    """Every event count a person reads is grouped: 52,518, not 52518 (issue 29 item 11)."""
+    sample = os.path.join(SOURCE_DIR, "tests", "data", "sample", "gpt_tiny_50steps.jsonl.gz")
+    r = run("convert", sample, "-o", str(tmp_path / "alloc.jsonl"))
+    assert r.returncode == 0, r.stderr.decode()
+    m = re.search(rb"wrote ([0-9,]+) allocator events", r.stderr)
+    assert m and b"," in m.group(1), r.stderr

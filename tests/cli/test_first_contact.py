@@ -27,6 +27,16 @@ def test_top_level_help_names_snapshots_and_logs():
     assert "explain" in out
 
 
+def test_a_bare_fragscope_lists_the_commands():
+    r = subprocess.run([BIN], capture_output=True, timeout=60)
+    # A usage error like any other (exit 2, nothing on stdout), but one that teaches.
+    assert r.returncode == 2 and r.stdout == b""
+    out = r.stderr.decode()
+    for command in ("analyze", "replay", "tune", "explain", "report", "check", "serve"):
+        assert re.search(rf"^\s+{command}\b", out, re.M), out
+    assert "--help" in out
+
+
 def jq_path(doc, path):
     """Evaluates a jq path of keys and [N] indexes, as README's examples use."""
     for key, index in re.findall(r"\.(\w+)|\[(\d+)\]", path):

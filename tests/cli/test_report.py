@@ -107,7 +107,7 @@ def test_replayed_oom_has_the_panel_and_verified_remedies(tmp_path):
     d = data["devices"][0]
     first = replay["analysis"]["devices"][0]["oom_diagnoses"][0]
     assert d["ooms"][0]["event"] == first["when"]["event_index"]
-    assert data["verdict"].startswith(f"Out of memory at event {first['when']['event_index']}")
+    assert data["verdict"].startswith(f"Out of memory at event {first['when']['event_index']:,}")
     assert any(f["why"] == "before_oom" and f["event"] == d["ooms"][0]["event"]
                for f in d["frames"])
     checked = [x for x in d["explain"]["remedies"] if "check" in x]

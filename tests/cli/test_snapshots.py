@@ -92,7 +92,7 @@ def test_real_snapshot_matches_pytorch(name, segments, reserved, allocated, entr
     assert sum(f["allocated_bytes"] for f in finals) == allocated
     assert report["notes"][0].startswith("memory snapshot (")
     if entries:
-        assert f"{entries} history entr" in report["notes"][0]
+        assert f"{entries:,} history entr" in report["notes"][0]
 
 
 @pytest.mark.parametrize("name", [row[0] for row in PYTORCH_FIGURES])

@@ -262,3 +262,26 @@ def test_dashboard_has_a_job_view_worst_rank_first():
     job_rule = rules["FragscopeJobRankAtRisk"]
     assert "by (job_name)" in job_rule["expr"] and "topk" in job_rule["expr"]
     assert "{{ $labels.rank }}" in job_rule["annotations"]["summary"]
+
+
+def test_the_scrape_config_reaches_the_address_the_unit_listens_on():
+    """docs/alerts.md's scrape targets are on other hosts; the unit listens where it says.
+    Loopback in the unit needs the drop-in the doc gives (issue 29 item 11)."""
+    with open(os.path.join(DEPLOY, "systemd", "fragscope.service"), encoding="utf-8") as f:
+        unit = f.read()
+    with open(os.path.join(SOURCE_DIR, "docs", "alerts.md"), encoding="utf-8") as f:
+        doc = f.read()
+    listen = re.search(r"^(ExecStart=\S+ serve .*--listen (\S+):(\d+).*)$", unit, re.M)
+    assert listen, "the unit's ExecStart gives no --listen"
+    line, host, port = listen.groups()
+    targets = re.findall(r"targets: \[([^\]]*)\]", doc)
+    assert targets, "docs/alerts.md has no scrape config"
+    for target in re.findall(r'"([^"]+)"', targets[0]):
+        assert target.endswith(":" + port), (target, port)
+    if host in ("127.0.0.1", "localhost", "::1"):
+        # A remote target then needs the unit's address changed: the doc shows how.
+        override = re.search(r"ExecStart=\n(ExecStart=\S+ serve .*--listen (\S+):(\d+).*)", doc)
+        assert override, "docs/alerts.md does not say how to listen beyond loopback"
+        assert override.group(2) not in ("127.0.0.1", "localhost") and override.group(3) == port
+        # The drop-in keeps the unit's other arguments.
+        assert override.group(1).replace(override.group(2), host) == line

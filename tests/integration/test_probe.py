@@ -138,6 +138,8 @@ def test_probe_unknown_when_the_daemon_is_down(tmp_path):
     out = subprocess.run([BIN, "probe", "--url", "http://127.0.0.1:9/metrics", "--timeout",
                           "0.5"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 3 and out.stdout.startswith("FRAGSCOPE UNKNOWN - cannot read")
+    # The reason in words, not httplib's bare enumerator name ("...: Connection (is ...").
+    assert "could not connect" in out.stdout, out.stdout
     bad = subprocess.run([BIN, "probe", "--url", "ftp://x"], capture_output=True, text=True)
     assert bad.returncode == 3 and "expected http://" in bad.stdout
 

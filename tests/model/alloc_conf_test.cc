@@ -18,6 +18,7 @@ namespace fragscope::model {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr ConfigVersion kV113 = ConfigVersion::kV1_13;
@@ -295,6 +296,18 @@ TEST(AllocConfTest, UnrecognizedKeyNamesTokenOffsetAndKnownKeys) {
               HasSubstr("unrecognized key 'bad\\x01\\xff\\x27key' at offset 0"));
   EXPECT_THAT(ErrorOf(std::string(100, 'k') + ":1"),
               HasSubstr("'" + std::string(48, 'k') + "...'"));
+}
+
+TEST(AllocConfTest, AMistypedKeyGetsTheClosestKnownOne) {
+  EXPECT_THAT(ErrorOf("expandable_segments:True, max_spilt_size_mb:128"),
+              HasSubstr("'max_spilt_size_mb' at offset 26 (did you mean 'max_split_size_mb'?)"));
+  EXPECT_THAT(ErrorOf("expandable_segment:True"),
+              HasSubstr("(did you mean 'expandable_segments'?)"));
+  EXPECT_THAT(ErrorOf("garbage_collect_threshold:0.6"),
+              HasSubstr("(did you mean 'garbage_collection_threshold'?)"));
+  // Only keys the version knows are suggested.
+  EXPECT_THAT(ErrorOf("expandable_segment:True", kV113), Not(HasSubstr("did you mean")));
+  EXPECT_THAT(ErrorOf("colour:blue"), Not(HasSubstr("did you mean")));
 }
 
 TEST(AllocConfTest, StructureErrors) {

@@ -183,6 +183,17 @@ def test_watch_does_not_act_and_the_level_is_configurable(tmp_path):
         mon.Monitor(every=0, run_dir=str(tmp_path))
 
 
+def test_every_argument_of_the_monitor_is_in_the_docs_options_table():
+    """docs/live-monitoring.md's table lists each keyword Monitor takes (job= was missing)."""
+    import inspect
+    with open(os.path.join(conftest.SOURCE_DIR, "docs", "live-monitoring.md"),
+              encoding="utf-8") as f:
+        rows = {line.split("|")[1].strip().strip("`") for line in f
+                if line.startswith("| `")}
+    arguments = set(inspect.signature(mon.Monitor.__init__).parameters) - {"self"}
+    assert arguments - rows == set()
+
+
 def test_issue30_item9_a_failing_checkpoint_claims_nothing_and_disarms_nothing(tmp_path,
                                                                             capsys):
     calls = []

@@ -25,6 +25,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include "sinks/http_error.h"
+
 namespace fragscope::sinks {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -355,7 +357,7 @@ HookOutcome PostWebhook(const HookSpec& hook, const std::string& body) {
     return outcome;
   }
   if (!sent && !(body_cut && res.status > 0)) {
-    outcome.detail = fmt::format("POST {}: {}", hook.url, httplib::to_string(error));
+    outcome.detail = fmt::format("POST {}: {}", hook.url, HttpErrorText(error));
     return outcome;
   }
   outcome.output_cut = body_cut;

@@ -30,8 +30,9 @@ std::string_view KindText(TraceKind kind) {
 
 // "event 3,041 (step 12)", or "event 17" before the first step marker.
 std::string AtText(std::uint64_t event, std::int64_t step) {
-  return step >= 0 ? fmt::format("event {} (step {})", event, step)
-                   : fmt::format("event {}", event);
+  return step >= 0 ? fmt::format("event {} (step {})", FormatCount(event),
+                                 FormatCount(static_cast<std::uint64_t>(step)))
+                   : fmt::format("event {}", FormatCount(event));
 }
 
 // Block states as the page codes them: 0 free, 1 allocated, 2 pending free, 3 stranded (free).

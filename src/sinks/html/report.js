@@ -440,7 +440,8 @@
       add('smallest max allocatable', bytes(k.min_max_allocatable && k.min_max_allocatable.bytes), at(k.min_max_allocatable));
     }
     add('peak requested', bytes(k.peak_requested && k.peak_requested.bytes), at(k.peak_requested));
-    add('device', d.name ? `${d.device}: ${d.name}` : String(d.device), d.capacity ? 'capacity ' + bytes(d.capacity) : 'capacity unknown');
+    // The device's memory is the figure; its index and name are the label (a big "0" said nothing).
+    add('device memory', d.capacity ? bytes(d.capacity) : 'unknown', `device ${d.device}` + (d.name ? ': ' + d.name : ''));
     add('events', num(d.events), num(d.num_ooms) + ' OOM');
     return box;
   }

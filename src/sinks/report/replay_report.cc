@@ -81,13 +81,13 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
     std::string simulated;
     for (const analysis::DeviceReport& r : analysis.devices) {
       if (r.device == first.device && !r.oom_diagnoses.empty()) {
-        simulated =
-            fmt::format(", simulated allocator event {}", r.oom_diagnoses.front().event_index);
+        simulated = fmt::format(", simulated allocator event {}",
+                                FormatCount(r.oom_diagnoses.front().event_index));
       }
     }
     out += fmt::format("  result: OUT OF MEMORY at request event {} (device {}{}{}){}\n",
-                       first.event_index, first.device, StepText(first.step, analysis.steps > 0),
-                       simulated,
+                       FormatCount(first.event_index), first.device,
+                       StepText(first.step, analysis.steps > 0), simulated,
                        replay.stopped_at_oom ? "; the replay stops there, as the job would" : "");
     out += fmt::format("    torch.OutOfMemoryError: {}\n", first.details.message);
     // Rounded 0: the request never reached the allocator (PyTorch's 1 EiB guard).
