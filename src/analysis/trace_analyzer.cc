@@ -264,6 +264,9 @@ struct TraceAnalyzer::Impl {
       step_mode = true;
       for (auto& d : devices) {
         if (!d) continue;
+        // A rebuilt start state not yet counted (a device whose events all came before) is
+        // part of the setup.
+        if (d->start_pending) CountStartState(*d);
         d->timeline.Clear();
         if (d->forecast) d->forecast->Reset(true);
         d->window.first_event = 0;
