@@ -153,6 +153,24 @@ def test_annotations_without_times_are_a_note_not_steps(tmp_path):
     assert any("records no time_us" in n for n in j["notes"]), j["notes"]
 
 
+def test_report_carries_steps_and_wall_clock_time(tmp_path):
+    snap, last_times = build("optimizer")
+    out = tmp_path / "r.html"
+    r = run("report", write(tmp_path, snap), "-o", out)
+    assert r.returncode == 0, r.stderr
+    html = out.read_text(encoding="utf-8")
+    m = re.search(r'<script type="application/json" id="fragscope-data">(.*?)</script>', html,
+                  re.S)
+    data = json.loads(m.group(1))
+    assert data["timeline_unit"] == "step" and data["steps"] == len(SIZES)
+    # Seconds since the first entry, as the page's x axis counts them.
+    assert data["first_time_us"] == T0
+    series = data["devices"][0]["series"]
+    assert series["step_first"] == list(range(len(SIZES)))
+    assert [(t - data["first_time_us"]) / 1e6 for t in series["time_us"]] == \
+        [(t - T0) / 1e6 for t in last_times]
+
+
 def test_convert_and_replay_keep_the_steps(tmp_path):
     snap, _ = build("optimizer")
     path = write(tmp_path, snap)

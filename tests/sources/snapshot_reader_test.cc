@@ -131,6 +131,7 @@ TEST(SnapshotReaderTest, OptimizerStepEndsDivideTheHistoryIntoSteps) {
   const analysis::AnalysisResult r = Analyze(*reader);
   EXPECT_EQ(r.timeline_unit, "step");
   EXPECT_EQ(r.steps, 3u);
+  EXPECT_EQ(r.first_time_us, 1000);
   ASSERT_EQ(r.devices.size(), 1u);
   const auto& timeline = r.devices[0].timeline;
   ASSERT_EQ(timeline.size(), 3u);
