@@ -229,6 +229,9 @@ struct AnalysisResult {
   std::uint64_t steps_per_sample = 1;  // > 1 after downsampling a long run
   std::uint64_t total_events = 0;
   std::uint64_t steps = 0;  // step markers seen
+  /// The earliest event time (microseconds, as the input gives them); -1 when no event has one.
+  /// Wall-clock axes count from it.
+  std::int64_t first_time_us = -1;
   double stranded_quantile = 0.5;
   std::optional<std::uint64_t> stranded_threshold;  // when fixed by the user
   std::vector<DeviceReport> devices;

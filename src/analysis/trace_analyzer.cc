@@ -142,7 +142,8 @@ struct TraceAnalyzer::Impl {
   std::uint64_t steps = 0;
   std::int64_t current_step = -1;
   std::int64_t last_time_us = -1;
-  bool step_mode = false;  // the timeline follows step markers
+  std::int64_t first_time_us = -1;  // the earliest event time
+  bool step_mode = false;           // the timeline follows step markers
   std::uint64_t every = 0;
   std::function<std::optional<std::uint64_t>(std::int32_t)> retry_source;
 
@@ -264,6 +265,9 @@ struct TraceAnalyzer::Impl {
       step_mode = true;
       for (auto& d : devices) {
         if (!d) continue;
+        // A rebuilt start state not yet counted (a device whose events all came before) is
+        // part of the setup.
+        if (d->start_pending) CountStartState(*d);
         d->timeline.Clear();
         if (d->forecast) d->forecast->Reset(true);
         d->window.first_event = 0;
@@ -383,7 +387,10 @@ struct TraceAnalyzer::Impl {
       ++events;
       return Status::Ok();
     }
-    if (e.time_us >= 0) last_time_us = e.time_us;
+    if (e.time_us >= 0) {
+      last_time_us = e.time_us;
+      if (first_time_us < 0 || e.time_us < first_time_us) first_time_us = e.time_us;
+    }
     if (options.device && e.device != *options.device) {
       ++events;
       return Status::Ok();
@@ -470,6 +477,7 @@ struct TraceAnalyzer::Impl {
     result.labels = header.labels;
     result.producer = header.producer;
     result.total_events = events;
+    result.first_time_us = first_time_us;
     result.steps = steps;
     result.stranded_quantile = options.stranded_quantile;
     result.stranded_threshold = options.stranded_threshold;

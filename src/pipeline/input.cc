@@ -46,6 +46,8 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
   notes.push_back(fmt::format("memory snapshot ({}, {}): {} segments, {} blocks; {}",
                               reader.container(), s.generation, FormatCount(s.segments.size()),
                               FormatCount(s.blocks.size()), history));
+  if (!reader.steps().source.empty()) notes.push_back("steps: " + reader.steps().source);
+  for (const std::string& n : reader.steps().notes) notes.push_back("steps: " + n);
   for (const std::string& w : reader.warnings()) notes.push_back("snapshot: " + w);
   notes.insert(notes.end(), consume_notes.begin(), consume_notes.end());
   result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
@@ -326,7 +328,7 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
         [&](const Event& e) {
           if (snapshot.last_was_start()) {
             rebuilt.insert(e.device);
-          } else {
+          } else if (e.action != Action::kStep) {  // a step belongs to no device's history
             out.recorded_from.try_emplace(e.device, events.size());
             if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentMap) {
               ++*out.recorded_device_allocs;

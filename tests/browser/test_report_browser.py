@@ -219,3 +219,68 @@ def test_a_snapshot_without_events_still_loads(browser, tmp_path):
     assert not errors, errors
     assert b.evaluate("document.getElementById('verdict').textContent") == \
         "No device had an event: nothing to report."
+
+
+def stepped_snapshot(path, sizes, gap_us):
+    """A one-device snapshot whose history allocates sizes[k] in step k (freed but for the
+    last), entries 10 us apart and `gap_us` more between steps, each step closed by an
+    Optimizer.step END annotation (docs/snapshots.md, "Steps and time")."""
+    import pickle
+    seg, mib, t = 0x7F0000000000, 1 << 20, 1_708_187_029_490_966
+    entries, annotations = [], []
+    for k, size in enumerate(sizes):
+        for action in ("alloc", "free_requested", "free_completed")[:1 if k + 1 == len(sizes)
+                                                                      else 3]:
+            entries.append({"action": action, "addr": seg, "size": size, "stream": 0,
+                            "frames": [], "time_us": t})
+            t += 10
+        annotations.append({"stage": "END", "name": "Optimizer.step#SGD.step", "device": 0,
+                            "time_us": t})
+        t += gap_us
+    entries.insert(0, {"action": "segment_alloc", "addr": seg, "size": 64 * mib, "stream": 0,
+                       "frames": [], "time_us": entries[0]["time_us"] - 5})
+    last = sizes[-1]
+    blocks = [{"address": seg, "size": last, "requested_size": last, "state": "active_allocated",
+               "frames": []},
+              {"address": seg + last, "size": 64 * mib - last, "requested_size": 0,
+               "state": "inactive", "frames": []}]
+    snap = {"segments": [{"device": 0, "address": seg, "total_size": 64 * mib, "stream": 0,
+                          "segment_type": "large", "blocks": blocks}],
+            "device_traces": [entries], "external_annotations": annotations[:-1]}
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    return (t - gap_us - 10 - entries[0]["time_us"]) / 1e6  # seconds from first to last entry
+
+
+def test_x_axis_in_steps_and_seconds(browser, tmp_path):
+    # A snapshot whose annotations give 12 steps and whose entries carry times: the page opens
+    # with the x axis in steps, each tick at the first event of its step; in seconds, the ticks
+    # count from the first entry and stay within the run's duration.
+    mib = 1 << 20
+    sizes = [(2 + k % 5) * mib for k in range(12)]
+    span = stepped_snapshot(tmp_path / "steps.pickle", sizes, gap_us=250_000)
+    html = tmp_path / "steps.html"
+    assert run("report", tmp_path / "steps.pickle", "-o", html).returncode == 0
+    b = browser
+    load(b, html)
+    axis = b.evaluate("JSON.stringify(window.fragscopeReport.xAxis())")
+    axis = json.loads(axis)
+    assert axis["axis"] == "steps" and axis["choices"] == ["events", "steps", "seconds"], axis
+    series = json.loads(b.evaluate(
+        "JSON.stringify(JSON.parse(document.getElementById('fragscope-data').textContent)"
+        ".devices[0].series)"))
+    first_event = dict(zip(series["step_first"], series["first_event"]))
+    assert axis["ticks"], axis
+    for tick in axis["ticks"]:
+        assert tick["x"] == first_event[int(tick["label"])], (tick, first_event)
+    b.evaluate("(() => { const s = document.getElementById('x-axis'); s.value = 'seconds';"
+               " s.dispatchEvent(new Event('change')); })()")
+    axis = json.loads(b.evaluate("JSON.stringify(window.fragscopeReport.xAxis())"))
+    assert axis["axis"] == "seconds"
+    labels = [t["label"] for t in axis["ticks"]]
+    assert len(labels) >= 3 and all(label.endswith(" s") for label in labels), labels
+    seconds = [float(label[:-2]) for label in labels]
+    xs = [t["x"] for t in axis["ticks"]]
+    assert seconds == sorted(seconds) and xs == sorted(xs), axis
+    assert seconds[0] >= 0 and seconds[-1] <= span + 1e-9, (seconds, span)
+    assert count_near(b.pixels(rect(b, "#chart-bytes")), RESERVED, 60) > 20
+    (SHOTS / "steps_seconds.png").write_bytes(b.screenshot((0, 0, 1300, 980)))

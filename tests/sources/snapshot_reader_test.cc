@@ -46,6 +46,135 @@ std::vector<analysis::LayoutSegment> Replay(SnapshotReader& reader,
   return r.devices.empty() ? std::vector<analysis::LayoutSegment>{} : r.devices[0].layout;
 }
 
+// A trace entry with a time.
+Value Timed(DocBuilder& b, std::string_view action, std::uint64_t addr, std::uint64_t size,
+            std::int64_t time_us) {
+  Value e = b.Entry(action, addr, size);
+  b.doc().SetItem(e, b.S("time_us"), b.I(time_us));
+  return e;
+}
+
+Value Annotation(DocBuilder& b, std::string_view stage, std::string_view name,
+                 std::int64_t time_us) {
+  return b.Dict(
+      {{"stage", b.S(stage)}, {"name", b.S(name)}, {"device", b.I(0)}, {"time_us", b.I(time_us)}});
+}
+
+// The reader's events through the analyzer, the start state kept apart as the pipeline does.
+analysis::AnalysisResult Analyze(SnapshotReader& reader) {
+  auto analyzer = analysis::TraceAnalyzer::Create(reader.header(), {});
+  EXPECT_TRUE(analyzer.ok());
+  reader.Rewind();
+  Event e;
+  while (true) {
+    auto next = reader.Next(&e);
+    EXPECT_TRUE(next.ok()) << next.status().message();
+    if (!next.ok() || !*next) break;
+    const Status st =
+        reader.last_was_start() ? (*analyzer)->ConsumeStartState(e) : (*analyzer)->Consume(e);
+    EXPECT_TRUE(st.ok()) << reader.Where() << ": " << st.message();
+  }
+  return (*analyzer)->Finish("test");
+}
+
+TEST(SnapshotReaderTest, OptimizerStepEndsDivideTheHistoryIntoSteps) {
+  // One 20 MiB segment S, made in the history. Step 0 allocates and frees 4 MiB, the
+  // optimizer step ends (time 1030); step 1 allocates and frees 8 MiB, the optimizer step ends
+  // (1060); step 2 allocates 2 MiB, live at the end.
+  DocBuilder b;
+  const std::uint64_t s = 0x4000000;
+  const Value root = b.Snapshot(
+      {b.Segment(0, s, 20 * kMiB,
+                 {b.Block(s, 2 * kMiB, 2 * kMiB, "active_allocated"),
+                  b.Block(s + 2 * kMiB, 18 * kMiB, 0, "inactive")})},
+      {{Timed(b, "segment_alloc", s, 20 * kMiB, 1000), Timed(b, "alloc", s, 4 * kMiB, 1010),
+        Timed(b, "free_requested", s, 4 * kMiB, 1020),
+        Timed(b, "free_completed", s, 4 * kMiB, 1020), Timed(b, "alloc", s, 8 * kMiB, 1040),
+        Timed(b, "free_requested", s, 8 * kMiB, 1050),
+        Timed(b, "free_completed", s, 8 * kMiB, 1050), Timed(b, "alloc", s, 2 * kMiB, 1070)}});
+  b.doc().SetItem(root, b.S("external_annotations"),
+                  b.List({Annotation(b, "START", "Optimizer.step#AdamW.step", 1025),
+                          Annotation(b, "END", "Optimizer.step#AdamW.step", 1030),
+                          Annotation(b, "START", "Optimizer.step#AdamW.step", 1055),
+                          Annotation(b, "END", "Optimizer.step#AdamW.step", 1060)}));
+  auto reader = Open(b);
+  EXPECT_TRUE(reader->warnings().empty()) << reader->warnings().front();
+  EXPECT_NE(reader->steps().source.find("3 steps"), std::string::npos) << reader->steps().source;
+  const std::vector<Event> events = AllEvents(*reader);
+  ASSERT_EQ(events.size(), 11u);  // 8 entries (no start state: S is made in the history), 3 steps
+  const std::vector<std::pair<std::size_t, std::int64_t>> steps = {{0, 0}, {5, 1}, {9, 2}};
+  for (const auto& [index, step] : steps) {
+    EXPECT_EQ(events[index].action, Action::kStep) << index;
+    EXPECT_EQ(events[index].step, step) << index;
+  }
+  EXPECT_EQ(events[4].action, Action::kFreeCompleted);
+  EXPECT_EQ(events[6].action, Action::kAlloc);
+  EXPECT_EQ(events[6].size, 8 * kMiB);
+  // A step event names where it stands; the next entry is named as before.
+  reader->Rewind();
+  Event e;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(*reader->Next(&e));
+  EXPECT_EQ(reader->Where(), "test.pickle: step 1 (marked before device_traces[0][4])");
+  EXPECT_FALSE(reader->last_was_start());
+  ASSERT_TRUE(*reader->Next(&e));
+  EXPECT_EQ(reader->Where(), "test.pickle: device_traces[0][4]");
+  // A second pass yields the same events.
+  reader->Rewind();
+  const std::vector<Event> again = AllEvents(*reader);
+  ASSERT_EQ(again.size(), events.size());
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].action, events[i].action) << i;
+    EXPECT_EQ(again[i].step, events[i].step) << i;
+  }
+
+  // The analysis has one timeline row per step, with the step's own peak.
+  const analysis::AnalysisResult r = Analyze(*reader);
+  EXPECT_EQ(r.timeline_unit, "step");
+  EXPECT_EQ(r.steps, 3u);
+  EXPECT_EQ(r.first_time_us, 1000);
+  ASSERT_EQ(r.devices.size(), 1u);
+  const auto& timeline = r.devices[0].timeline;
+  ASSERT_EQ(timeline.size(), 3u);
+  const std::uint64_t peaks[] = {4 * kMiB, 8 * kMiB, 2 * kMiB};
+  const std::int64_t ends[] = {1020, 1050, 1070};
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(timeline[i].step_first, static_cast<std::int64_t>(i));
+    EXPECT_EQ(timeline[i].peak_allocated_bytes, peaks[i]) << i;
+    EXPECT_EQ(timeline[i].time_us, ends[i]) << i;
+  }
+  EXPECT_EQ(r.devices[0].peak_allocated.when.step, 1);
+}
+
+TEST(SnapshotReaderTest, ADeviceReadBeforeTheFirstStepCountsInTheSetup) {
+  // Device 0 has only its final segment (no history); device 1's history has a ProfilerStep#3
+  // start after its second entry. Device 0's state is the setup's (before the first step), as
+  // device 1's first two entries are.
+  DocBuilder b;
+  const std::uint64_t s = 0x4000000, t = 0x8000000;
+  const Value root = b.Snapshot(
+      {b.Segment(0, s, 20 * kMiB,
+                 {b.Block(s, 6 * kMiB, 6 * kMiB, "active_allocated"),
+                  b.Block(s + 6 * kMiB, 14 * kMiB, 0, "inactive")}),
+       b.Segment(1, t, 20 * kMiB, {b.Block(t, 20 * kMiB, 0, "inactive")})},
+      {{},
+       {Timed(b, "segment_alloc", t, 20 * kMiB, 1000), Timed(b, "alloc", t, 4 * kMiB, 1010),
+        Timed(b, "free_requested", t, 4 * kMiB, 1020),
+        Timed(b, "free_completed", t, 4 * kMiB, 1020)}});
+  b.doc().SetItem(root, b.S("external_annotations"),
+                  b.List({Annotation(b, "START", "ProfilerStep#3", 1015)}));
+  auto reader = Open(b);
+  EXPECT_EQ(reader->steps().device, 1);
+  const analysis::AnalysisResult r = Analyze(*reader);
+  EXPECT_EQ(r.steps, 1u);
+  ASSERT_EQ(r.devices.size(), 2u);
+  const auto& setup = r.devices[0].timeline.front();
+  EXPECT_EQ(setup.step_first, -1);
+  EXPECT_EQ(setup.peak_reserved_bytes, 20 * kMiB);
+  EXPECT_EQ(setup.peak_allocated_bytes, 6 * kMiB);
+  EXPECT_EQ(r.devices[0].peak_reserved.when.step, -1);
+  EXPECT_EQ(r.devices[1].timeline.back().step_first, 3);
+}
+
 TEST(SnapshotReaderTest, RebuildsTheStartStateFromTheFinalSegments) {
   // Final state: a small segment S0 holding Q (512 B, allocated before the history began) and
   // free space; a large segment S1 (created in the history) holding A (4 MiB) and free space.

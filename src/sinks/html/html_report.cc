@@ -124,6 +124,7 @@ json SeriesJson(const std::vector<analysis::TimelineSample>& t) {
   column("end_event", [](const S& x) { return x.end_event; });
   column("step_first", [](const S& x) { return x.step_first; });
   column("step_last", [](const S& x) { return x.step_last; });
+  column("time_us", [](const S& x) { return x.time_us; });
   column("reserved", [](const S& x) { return x.reserved_bytes; });
   column("peak_reserved", [](const S& x) { return x.peak_reserved_bytes; });
   column("allocated", [](const S& x) { return x.allocated_bytes; });
@@ -334,6 +335,7 @@ std::string RenderHtml(const HtmlReportInput& input) {
   data["steps_per_sample"] = r.steps_per_sample;
   data["total_events"] = r.total_events;
   data["steps"] = r.steps;
+  data["first_time_us"] = r.first_time_us;
   data["notes"] = r.notes;
   if (input.replay != nullptr) {
     json rep = {{"ooms", input.replay->ooms.size()},

@@ -73,6 +73,8 @@
   let frameIndex = -1;   // frame of the map
   let resolved = [];     // resolved segment lists per frame of `dev`
   const hidden = {};     // series switched off in the legend
+  let xAxis = 'events';  // how the charts' x axis is labelled: 'events', 'steps' or 'seconds'
+  let xAxisPicked = false;  // chosen in the page (kept across devices that offer it)
 
   // Frames write an unchanged segment as its index in the previous frame: resolve in order.
   function segmentsOf(i) {
@@ -132,10 +134,7 @@
       g.fillText(spec.bytes ? bytes(v) : spec.pct ? (v * 100).toFixed(0) + '%' : String(v), L - 4, Y(v) + 4);
     }
     g.textAlign = 'center';
-    const xstep = niceStep(Math.max(1, x1 - x0), 6);
-    for (let v = Math.ceil(x0 / xstep) * xstep; v <= x1; v += xstep) {
-      g.fillText(num(v), X(v), h - 6);
-    }
+    for (const tk of xTicks(x0, x1)) g.fillText(tk.label, X(tk.x), h - 6);
     if (spec.cap) {
       g.strokeStyle = '#999'; g.setLineDash([4, 3]);
       g.beginPath(); g.moveTo(L, Y(spec.cap)); g.lineTo(L + pw, Y(spec.cap)); g.stroke();
@@ -219,6 +218,102 @@
     return l;
   }
 
+  // ---- x axis ----
+  // The charts' x is always the event index (zoom, clicks and the map work in events); the axis
+  // can be labelled in events, in steps (at the first event of each step's sample), or in
+  // seconds since the input's first timed event, placed by the samples' times (each sample's
+  // time is its last event's; between samples the time is interpolated).
+  function timePoints(d) {
+    const s = d.series;
+    if (!s.time_us || D.first_time_us === null || D.first_time_us < 0) return null;
+    const ev = [], t = [];
+    let last = 0;
+    for (let i = 0; i < s.end_event.length; i++) {
+      const v = s.time_us[i];
+      if (v === null || v < 0) continue;
+      last = Math.max(last, (v - D.first_time_us) / 1e6);
+      if (!ev.length) { ev.push(s.first_event[i]); t.push(0); }
+      ev.push(s.end_event[i]); t.push(last);
+    }
+    return ev.length >= 2 && t[t.length - 1] > 0 ? { ev, t } : null;
+  }
+  // Piecewise linear: y at x over the points (xs ascending), clamped at the ends.
+  function interp(xs, ys, x) {
+    if (x <= xs[0]) return ys[0];
+    if (x >= xs[xs.length - 1]) return ys[ys.length - 1];
+    const i = lowerBound(xs, x);
+    if (xs[i] === x) return ys[i];
+    const a = i - 1, span = xs[i] - xs[a];
+    return span > 0 ? ys[a] + (ys[i] - ys[a]) * (x - xs[a]) / span : ys[i];
+  }
+  function secondsText(v, stepSize) {
+    const d = stepSize >= 1 ? 0 : Math.min(6, Math.ceil(-Math.log10(stepSize)));
+    return v.toFixed(d) + ' s';
+  }
+  function xTicks(x0, x1) {
+    const out = [];
+    if (xAxis === 'seconds' && dev.times) {
+      // Times only grow with events: the inverse of event -> time is time -> event.
+      const { ev, t } = dev.times;
+      const t0 = interp(ev, t, x0), t1 = interp(ev, t, x1);
+      if (t1 > t0) {
+        const st = niceStep(t1 - t0, 6);
+        const pos = [];
+        for (let v = Math.ceil(t0 / st) * st; v <= t1 + st * 1e-9; v += st) pos.push(v);
+        // An event for each tick time: the first sample time reaching it, interpolated.
+        for (const v of pos) {
+          let i = lowerBound(t, v);
+          if (i >= t.length) i = t.length - 1;
+          let x = ev[i];
+          if (i > 0 && t[i] > t[i - 1]) x = ev[i - 1] + (ev[i] - ev[i - 1]) * (v - t[i - 1]) / (t[i] - t[i - 1]);
+          if (x >= x0 && x <= x1) out.push({ x, label: secondsText(v, st) });
+        }
+        return out;
+      }
+    }
+    if (xAxis === 'steps' && D.timeline_unit === 'step') {
+      const s = dev.series;
+      const lo = lowerBound(s.end_event, x0);
+      let first = null, last = null;
+      for (let i = lo; i < s.first_event.length && s.first_event[i] <= x1; i++) {
+        if (s.step_first[i] < 0) continue;
+        if (first === null) first = s.step_first[i];
+        last = s.step_first[i];
+      }
+      if (first !== null) {
+        const st = Math.max(1, niceStep(Math.max(1, last - first), 6));
+        let bucket = null;
+        for (let i = lo; i < s.first_event.length && s.first_event[i] <= x1; i++) {
+          const k = s.step_first[i];
+          if (k < 0 || s.first_event[i] < x0) continue;
+          const b = Math.floor(k / st);
+          if (b === bucket) continue;
+          bucket = b;
+          out.push({ x: s.first_event[i], label: num(k) });
+        }
+        return out;
+      }
+    }
+    const xstep = niceStep(Math.max(1, x1 - x0), 6);
+    for (let v = Math.ceil(x0 / xstep) * xstep; v <= x1; v += xstep) out.push({ x: v, label: num(v) });
+    return out;
+  }
+  function xAxisChoices() {
+    const c = [['events', 'event index']];
+    if (D.timeline_unit === 'step') c.push(['steps', 'step']);
+    if (dev.times) c.push(['seconds', 'seconds since the first event']);
+    return c;
+  }
+  // The steps when the timeline follows them, else seconds when times are known.
+  function defaultXAxis() {
+    const ids = xAxisChoices().map((c) => c[0]);
+    return ids.includes('steps') ? 'steps' : ids.includes('seconds') ? 'seconds' : 'events';
+  }
+  function timeText(us) {
+    return us !== null && us >= 0 && D.first_time_us !== null && D.first_time_us >= 0 ?
+      ', ' + ((us - D.first_time_us) / 1e6).toFixed(3) + ' s' : '';
+  }
+
   const BYTE_SERIES = [
     { key: 'reserved', label: 'reserved', peak: 'peak_reserved' },
     { key: 'allocated', label: 'allocated', peak: 'peak_allocated' },
@@ -281,6 +376,8 @@
     drawMap();
   }
   api.selectMoment = (event) => { selectMoment(event); return frameIndex; };
+  // The x axis: its labelling and the ticks of the charts' current view.
+  api.xAxis = () => ({ axis: xAxis, choices: xAxisChoices().map((c) => c[0]), ticks: xTicks(view[0], view[1]) });
   api.selectFrame = (i) => { frameIndex = i; moment = dev.frames[i].event; drawCharts(); drawMap(); return i; };
 
   function drawMap() {
@@ -305,7 +402,7 @@
         else if (b[k + 3] === 3) stranded += b[k + 1];
       }
     }
-    title.textContent = `Memory at event ${num(f.event)} (${stepText(f.step)})${why}: ${num(segs.length)} segments, ` +
+    title.textContent = `Memory at event ${num(f.event)} (${stepText(f.step)}${timeText(f.time_us)})${why}: ${num(segs.length)} segments, ` +
       `${bytes(held)} reserved, ${bytes(used)} in blocks in use, ${bytes(stranded)} stranded` +
       (moment !== null && moment !== f.event ? ` (nearest kept moment at or before event ${num(moment)})` : '');
     const maxRows = 400;
@@ -471,8 +568,15 @@
     const c2 = el('canvas', { id: 'chart-frag', class: 'chart' });
     app.append(c1, el('div', { class: 'legend' }, el('span', {}, el('i', { style: 'background:' + COLORS.fragmentation }), 'fragmentation ratio (cached free / reserved)'),
       dev.forecast ? el('span', {}, 'OOM risk band: ', ...['ok', 'watch', 'warning', 'critical'].map((l) => el('span', {}, el('i', { style: 'background:' + RISK_COLOR[l] }), l))) : null), c2);
-    app.append(el('div', { class: 'hint' }, `x: event index (${D.timeline_unit === 'step' ? (D.steps_per_sample > 1 ? 'one sample per ' + num(D.steps_per_sample) + ' steps' : 'one sample per step') : 'one sample per ' + num(D.every_events) + ' events'}, ` +
-      'each pixel column keeps its minimum and maximum; faint lines: the peaks inside each sample). Click to show the memory at that moment; drag to zoom; double-click to zoom out. Red lines: out-of-memory events.'));
+    const axis = el('select', { id: 'x-axis', onchange: (ev) => { xAxis = ev.target.value; xAxisPicked = true; drawCharts(); } });
+    for (const [id, label] of xAxisChoices()) {
+      const o = el('option', { value: id }, label);
+      if (id === xAxis) o.selected = true;
+      axis.append(o);
+    }
+    app.append(el('div', { class: 'bar' }, 'x axis: ', axis));
+    app.append(el('div', { class: 'hint' }, `Samples: ${D.timeline_unit === 'step' ? (D.steps_per_sample > 1 ? 'one per ' + num(D.steps_per_sample) + ' steps' : 'one per step') : 'one per ' + num(D.every_events) + ' events'} ` +
+      '(each pixel column keeps its minimum and maximum; faint lines: the peaks inside each sample). Click to show the memory at that moment; drag to zoom; double-click to zoom out. Red lines: out-of-memory events.'));
     charts = [
       { canvas: c1, spec: { height: 260, bytes: true, series: BYTE_SERIES, cap: dev.capacity && !D.replay?.devices.some((x) => x.capacity >= 2 ** 50) ? dev.capacity : 0 } },
       { canvas: c2, spec: { height: 120, pct: true, ymax: 1, risk: !!dev.forecast, series: [{ key: 'fragmentation' }] } },
@@ -525,6 +629,8 @@
 
   function choose(i) {
     dev = D.devices[i];
+    if (dev.times === undefined) dev.times = timePoints(dev);
+    if (!xAxisPicked || !xAxisChoices().some((c) => c[0] === xAxis)) xAxis = defaultXAxis();
     resolved = [];
     resetView();
     render();

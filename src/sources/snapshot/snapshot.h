@@ -70,7 +70,8 @@ struct SnapshotSegment {
 };
 
 /// One entry of device_traces[d]. Actions: alloc, free_requested, free_completed (an old merged
-/// "free" becomes both), segment_alloc/free/map/unmap, oom, snapshot.
+/// "free" becomes both), segment_alloc/free/map/unmap, oom, snapshot. (`annotate` entries are
+/// kept apart: Snapshot::trace_annotations.)
 struct SnapshotTraceEntry {
   Action action = Action::kAlloc;
   std::int32_t stack = -1;
@@ -92,6 +93,17 @@ struct SnapshotAnnotation {
   std::int64_t time_us = -1;
 };
 
+/// An `annotate` entry of device_traces[d] (PyTorch 2.11+): not part of the memory history, kept
+/// for where it stands and what it says (sources/snapshot/snapshot_steps.h reads step markers
+/// from it).
+struct SnapshotTraceAnnotation {
+  std::int32_t device = 0;
+  /// The index in device_traces[device] of the first entry after it (size() = after the last).
+  std::uint32_t before = 0;
+  std::uint32_t entry = 0;  // index in the file's device_traces[d] (for messages)
+  std::string text;         // user_metadata; "" when absent or not a string
+};
+
 enum class SnapshotLayout : std::uint8_t { kDict, kSegmentList };
 
 struct Snapshot {
@@ -109,6 +121,8 @@ struct Snapshot {
   std::vector<std::pair<std::string, std::string>> allocator_settings;
   bool has_allocator_settings = false;
   std::vector<SnapshotAnnotation> annotations;
+  /// The `annotate` entries of every device, in file order.
+  std::vector<SnapshotTraceAnnotation> trace_annotations;
   /// Things the reader tolerated (ignored fields, unknown actions), in order. Capped; the
   /// last says how many more there were.
   std::vector<std::string> warnings;

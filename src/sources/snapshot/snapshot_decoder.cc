@@ -543,7 +543,9 @@ class Decoder {
     } else {
       // annotate and anything newer: not part of the memory history.
       ++out_.ignored_entries;
-      if (*name != "annotate") {
+      if (*name == "annotate") {
+        Annotate(e, device, index, out->size());
+      } else {
         Warn(fmt::format("{}: unknown action \"{}\"; ignored", where(), *name));
       }
       return Status::Ok();
@@ -577,6 +579,19 @@ class Decoder {
       out->push_back(t);
     }
     return Status::Ok();
+  }
+
+  // An annotate entry: where it stands among the entries kept, and its text (user_metadata).
+  void Annotate(Value e, std::size_t device, std::size_t index, std::size_t before) {
+    SnapshotTraceAnnotation a;
+    a.device = static_cast<std::int32_t>(device);
+    a.before = static_cast<std::uint32_t>(before);
+    a.entry = static_cast<std::uint32_t>(index);
+    if (const std::optional<Value> text = doc_.Find(e, "user_metadata")) {
+      a.text = TextOf(Text(*text));
+    }
+    Charge(a.text.size() + sizeof(SnapshotTraceAnnotation) + kStringOverhead);
+    out_.trace_annotations.push_back(std::move(a));
   }
 
   // ---- allocator_settings and external_annotations.

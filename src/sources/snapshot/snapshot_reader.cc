@@ -234,6 +234,16 @@ void SnapshotReader::Prepare() {
                     "in all",
                     history_warnings_));
   }
+  steps_ = DeriveSteps(s);
+  for (DevicePlan& plan : plans_) {
+    if (plan.device != steps_.device) continue;
+    plan.marks = steps_.marks;
+    if (!plan.marks.empty() && plan.marks.front().before == 0) {
+      first_mark_ = plan.marks.front();
+      plan.marks.erase(plan.marks.begin());
+    }
+  }
+  first_mark_pending_ = first_mark_.has_value();
 }
 
 // Walks device `device`'s history backwards from the final segments to the state at its start.
@@ -438,12 +448,36 @@ void SnapshotReader::Rewind() {
   index_ = 0;
   position_ = 0;
   in_start_ = true;
+  first_mark_pending_ = first_mark_.has_value();
+  mark_ = 0;
   last_plan_ = 0;
   last_index_ = 0;
   last_in_start_ = true;
+  last_step_.reset();
+}
+
+Event SnapshotReader::StepEvent(const SnapshotStepMark& mark) const {
+  Event ev;
+  ev.action = Action::kStep;
+  ev.device = steps_.device;
+  ev.step = mark.step;
+  return ev;
 }
 
 Result<bool> SnapshotReader::Next(Event* event) {
+  if (first_mark_pending_) {
+    first_mark_pending_ = false;
+    for (std::size_t p = 0; p < plans_.size(); ++p) {
+      if (plans_[p].device == steps_.device) last_plan_ = p;
+    }
+    last_in_start_ = false;
+    last_index_ = 0;
+    last_step_ = first_mark_->step;
+    *event = StepEvent(*first_mark_);
+    ++position_;
+    return true;
+  }
+  last_step_.reset();
   while (plan_ < plans_.size()) {
     DevicePlan& plan = plans_[plan_];
     last_plan_ = plan_;
@@ -459,6 +493,14 @@ Result<bool> SnapshotReader::Next(Event* event) {
       index_ = 0;
     }
     if (plan.entries != nullptr && index_ < plan.entries->size()) {
+      if (mark_ < plan.marks.size() && plan.marks[mark_].before == index_) {
+        last_in_start_ = false;
+        last_index_ = index_;
+        last_step_ = plan.marks[mark_].step;
+        *event = StepEvent(plan.marks[mark_++]);
+        ++position_;
+        return true;
+      }
       const SnapshotTraceEntry& e = (*plan.entries)[index_];
       last_in_start_ = false;
       last_index_ = index_++;
@@ -482,6 +524,7 @@ Result<bool> SnapshotReader::Next(Event* event) {
     ++plan_;
     in_start_ = true;
     index_ = 0;
+    mark_ = 0;
   }
   return false;
 }
@@ -582,6 +625,10 @@ std::string SnapshotReader::Where() const {
   const std::uint32_t entry = plan.entries != nullptr && last_index_ < plan.entries->size()
                                   ? (*plan.entries)[last_index_].entry
                                   : static_cast<std::uint32_t>(last_index_);
+  if (last_step_) {
+    return fmt::format("{}: step {} (marked before device_traces[{}][{}])", name_, *last_step_,
+                       plan.device, entry);
+  }
   return fmt::format("{}: device_traces[{}][{}]", name_, plan.device, entry);
 }
 

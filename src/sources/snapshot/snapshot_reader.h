@@ -15,12 +15,18 @@
 // site of its stack (CallSiteFrame in snapshot.h). The frames' strings are moved there from
 // snapshot().frames, which keeps only their lines.
 //
+// Steps: when the file's annotations tell where training steps begin (snapshot_steps.h), a
+// `step` event stands before the first entry of each step; one that begins with the history
+// comes first of all, before any start state, so that every device's state counts in it.
+// Step events belong to no start state (last_was_start() is false for them).
+//
 // Thread safety: none.
 #ifndef FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_READER_H_
 #define FRAGSCOPE_SOURCES_SNAPSHOT_SNAPSHOT_READER_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +36,7 @@
 #include "model/caching_allocator_sim.h"
 #include "sources/pickle/pickle_reader.h"
 #include "sources/snapshot/snapshot.h"
+#include "sources/snapshot/snapshot_steps.h"
 
 namespace fragscope::sources {
 
@@ -75,13 +82,15 @@ class SnapshotReader final : public TraceReader {
   std::span<const Event> start_events(std::int32_t device) const;
   const std::vector<Frame>& frames() const override { return frames_; }
   /// "PATH: device_traces[D][I]" for a recorded event, "PATH: start state of device D" for the
-  /// rebuilt state.
+  /// rebuilt state, "PATH: step N (marked before device_traces[D][I])" for a step event.
   std::string Where() const override;
   std::uint64_t line_number() const override { return position_; }
   std::uint64_t input_bytes_consumed() const override { return input_bytes_; }
   std::uint64_t input_bytes_total() const override { return input_bytes_; }
 
   const Snapshot& snapshot() const { return snapshot_; }
+  /// The steps the annotations give (marks empty: none), with notes on why none were placed.
+  const SnapshotSteps& steps() const { return steps_; }
   /// Decoder warnings, then the history's, in order. Analyze prints them as notes.
   const std::vector<std::string>& warnings() const { return warnings_; }
   /// "pickle protocol 4", "JSON", ...
@@ -110,7 +119,9 @@ class SnapshotReader final : public TraceReader {
     std::vector<Event> start;  // the rebuilt start state
     std::size_t start_segments = 0;
     const std::vector<SnapshotTraceEntry>* entries = nullptr;
+    std::vector<SnapshotStepMark> marks;  // within entries (the one at entry 0 goes first)
   };
+  Event StepEvent(const SnapshotStepMark& mark) const;
 
   std::string name_;
   std::string container_;
@@ -125,15 +136,20 @@ class SnapshotReader final : public TraceReader {
   std::vector<std::string> conf_notes_;
   std::vector<std::int32_t> with_history_;
   std::vector<DevicePlan> plans_;
+  SnapshotSteps steps_;
+  std::optional<SnapshotStepMark> first_mark_;  // a step that begins with the history
   std::uint64_t input_bytes_ = 0;
   // Iteration.
   std::size_t plan_ = 0;
   std::size_t index_ = 0;  // into start, then into entries (start.size() + i)
   std::uint64_t position_ = 0;
   bool in_start_ = true;
+  bool first_mark_pending_ = false;
+  std::size_t mark_ = 0;  // into the plan's marks
   std::size_t last_plan_ = 0;
   std::size_t last_index_ = 0;
   bool last_in_start_ = true;
+  std::optional<std::int64_t> last_step_;  // the step of the last event, when it was a step
 };
 
 }  // namespace fragscope::sources
