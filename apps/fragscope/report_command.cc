@@ -333,6 +333,9 @@ int RunReport(const ReportCommandFlags& flags) {
   for (const analysis::DeviceReport& d : result->devices) {
     const auto device_capacity = capacities.find(d.device);
     if (d.oom_diagnoses.empty() || device_capacity == capacities.end()) continue;
+    // An OOM at the simulator's own address-space limit has no remedy to try: no setting of
+    // PyTorch's would change a limit of the model (the verdict says what it is).
+    if (d.oom_diagnoses.front().cause == analysis::OomCause::kAddressSpace) continue;
     analysis::OomExplanation e = ExplainFirstOom(d, device_capacity->second);
     if (requests && flags.verify) {
       const auto outside = used_by_others.find(d.device);

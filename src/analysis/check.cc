@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "model/caching_allocator_sim.h"
 
 namespace fragscope::analysis {
 namespace {
@@ -46,7 +47,14 @@ CheckItem OomItem(const CheckDeviceInput& in) {
   item.measured = r.num_ooms == 1 ? fmt::format("1 OOM{}", AtStep(o.step, in.has_steps))
                                   : fmt::format("{} OOMs, the first{}", r.num_ooms,
                                                 AtStep(o.step, in.has_steps));
-  if (o.cause == OomCause::kFragmentation) {
+  if (o.cause == OomCause::kAddressSpace) {
+    item.detail = fmt::format(
+        "the simulator's limit: {} requested ({} needed) with {} free on the device, but no room "
+        "left in the simulator's modelled address space ({} of segments)",
+        FormatBytes(o.requested), FormatBytes(o.needed),
+        FormatBytes(o.device_free.value_or(0) + o.free_unusable),
+        FormatBytes(model::kModelledAddressSpaceBytes));
+  } else if (o.cause == OomCause::kFragmentation) {
     item.detail = fmt::format(
         "fragmentation: {} requested ({} needed) while {} sat free in gaps (largest free block "
         "{}){}",

@@ -8,7 +8,15 @@
 namespace fragscope::analysis {
 
 std::string_view OomCauseName(OomCause cause) {
-  return cause == OomCause::kFragmentation ? "fragmentation" : "shortage";
+  switch (cause) {
+    case OomCause::kFragmentation:
+      return "fragmentation";
+    case OomCause::kShortage:
+      return "shortage";
+    case OomCause::kAddressSpace:
+      return "address_space_limit";
+  }
+  return "shortage";
 }
 
 OomDiagnosis DiagnoseOom(const model::DeviceMemory& memory, const model::AllocatorRules& rules,

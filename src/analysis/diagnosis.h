@@ -22,6 +22,9 @@ namespace fragscope::analysis {
 enum class OomCause : std::uint8_t {
   kFragmentation,  // enough free memory in total (cache + device), none of it contiguous
   kShortage,       // not enough free memory even if every gap were joined
+  /// Replay only: the device had memory free, but the simulator's modelled address space had
+  /// no room for the segment (model::kModelledAddressSpaceBytes): a limit of the model.
+  kAddressSpace,
 };
 std::string_view OomCauseName(OomCause cause);
 

@@ -324,6 +324,7 @@ struct CachingAllocatorSim::Impl {
   std::function<void(const Event&)> sink;
   Event scratch_event;
   std::optional<OomDetails> last_oom;
+  std::uint64_t refusals_before_malloc = 0;  // address_space_refusals when Malloc began
 
   double fraction = 1.0;
   bool fraction_set = false;        // ever set by SetMemoryFraction (PyTorch <= 2.8 gating)
@@ -590,6 +591,7 @@ Status CachingAllocatorSim::Impl::Malloc(std::uint64_t request, std::uint64_t st
     return Status::Ok();
   }
   ProcessEvents();  // §4.0 step 1
+  refusals_before_malloc = address_space_refusals;
   const std::uint64_t size = RoundSize(request);
   const std::uint8_t pool = size <= kSmallSize ? kSmallPool : kLargePool;
   const std::uint64_t alloc_size = AllocatorRules::SegmentSize(size);
@@ -1125,6 +1127,7 @@ Status CachingAllocatorSim::Impl::OutOfMemory(std::uint64_t request, std::uint64
   details.reserved = reserved_bytes;
   details.limit = limit;
   details.message = message;
+  details.address_space_full = address_space_refusals > refusals_before_malloc;
   last_oom = std::move(details);
   return Status::OutOfMemory(std::move(message));
 }

@@ -138,6 +138,10 @@ struct OomDetails {
   std::uint64_t reserved = 0;
   std::optional<std::uint64_t> limit;  // fraction limit bytes, if on
   std::string message;                 // PyTorch's exact text (§12)
+  /// The malloc found device memory free, but the simulator's modelled address space
+  /// (kModelledAddressSpaceBytes) had no room for the segment: a limit of the model, not of
+  /// the device (address_space_refusals() counts these refusals).
+  bool address_space_full = false;
 };
 
 class CachingAllocatorSim {

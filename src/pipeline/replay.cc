@@ -17,6 +17,26 @@
 namespace fragscope::pipeline {
 namespace {
 
+// The analysis diagnoses each simulated oom event from the memory state alone; an OOM the
+// simulator raised because its modelled address space was full, with device memory free, would
+// read as fragmentation. The device's oom events and the replayer's OOMs are the same failures
+// in the same order (a request of 1 EiB or more fails before the allocator runs and has no
+// event, so it is skipped); the ones at the model's limit get their own cause.
+void MarkAddressSpaceOoms(const std::vector<model::ReplayOom>& ooms,
+                          analysis::AnalysisResult* result) {
+  for (analysis::DeviceReport& r : result->devices) {
+    std::size_t i = 0;
+    for (const model::ReplayOom& oom : ooms) {
+      if (oom.device != r.device || oom.details.rounded == 0) continue;
+      if (i == r.oom_diagnoses.size()) break;
+      if (oom.details.address_space_full) {
+        r.oom_diagnoses[i].cause = analysis::OomCause::kAddressSpace;
+      }
+      ++i;
+    }
+  }
+}
+
 // The simulator's allocation retries so far (memory_stats' num_alloc_retries).
 std::optional<std::uint64_t> SimAllocRetries(const model::CachingAllocatorSim* sim) {
   if (sim == nullptr) return std::nullopt;
@@ -379,6 +399,7 @@ Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
     }
   }
   analysis::AnalysisResult result = analyzer.Finish(path);
+  MarkAddressSpaceOoms(replay.ooms, &result);
   if (snapshot != nullptr) {
     AddRequestedBytesNotes(*snapshot, config->Rules(), *real, result, &replay.notes);
   }

@@ -8,6 +8,7 @@ that raises it), the child's peak RSS (os.wait4's rusage) and its running time. 
 module only writes opcodes by hand here; nothing is ever unpickled.
 """
 
+import json
 import os
 import struct
 import subprocess
@@ -608,6 +609,22 @@ def test_an_oom_at_the_address_space_cap_says_so_in_replay_and_report(tmp_path):
             assert "note: " + note in replay.stdout, replay.stdout
             assert note in html, note
         assert "EiB" not in report.stderr and "EiB" not in html
+    # The OOM at the model's address-space limit has a cause of its own in every command
+    # (before: 'fragmentation', as the memory state alone reads).
+    replay = subprocess.run([BIN, "replay", holes], capture_output=True, text=True,
+                            timeout=bounds.seconds(60))
+    assert "verdict: the simulator's limit." in replay.stdout, replay.stdout
+    assert "verdict: fragmentation" not in replay.stdout
+    as_json = subprocess.run([BIN, "replay", holes, "--json", "--no-map"], capture_output=True,
+                             text=True, timeout=bounds.seconds(60))
+    first = json.loads(as_json.stdout)["analysis"]["devices"][0]["oom_diagnoses"][0]
+    assert first["cause"] == "address_space_limit", first
+    report = subprocess.run([BIN, "report", holes, "-o", str(tmp_path / "h.html")],
+                            capture_output=True, text=True, timeout=bounds.seconds(60))
+    assert "the simulator's limit" in report.stderr, report.stderr
+    check = subprocess.run([BIN, "check", holes], capture_output=True, text=True,
+                           timeout=bounds.seconds(60))
+    assert check.returncode == 1 and "the simulator's limit" in check.stdout, check.stdout
     # The clamped device's OOM is a shortage of those 32 TiB, in the report's verdict too.
     report = subprocess.run([BIN, "report", shortage, "-o", str(tmp_path / "s.html")],
                             capture_output=True, text=True, timeout=bounds.seconds(60))

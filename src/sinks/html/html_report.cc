@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/units.h"
+#include "model/caching_allocator_sim.h"
 #include "sinks/html/report_assets.h"
 
 namespace fragscope::sinks {
@@ -265,6 +266,14 @@ std::string DeviceVerdict(const analysis::AnalysisResult& result, const analysis
         unit.Format(free_steps > block_steps ? free_steps - block_steps : block_steps - free_steps);
     const std::string more =
         d.num_ooms > 1 ? fmt::format(" ({} out-of-memory events in all)", d.num_ooms) : "";
+    if (o.cause == analysis::OomCause::kAddressSpace) {
+      return fmt::format(
+          "Out of memory at {} on {}: the simulator's limit — {} was free (gaps + device), "
+          "enough for the {} block it needed{}, but the simulator's modelled address space ({} of "
+          "segments) had no room for it: a limit of the model, not of the device{}.",
+          AtText(o.event_index, o.step), on, free_text, block_text, SegmentClause(o),
+          FormatBytes(model::kModelledAddressSpaceBytes), more);
+    }
     if (o.cause == analysis::OomCause::kFragmentation) {
       // margin = free - block: the figures name the block (the rounded request), and the
       // segment a new cudaMalloc would have taken apart from it.

@@ -471,8 +471,12 @@
     box.append(el('p', {}, `First OOM at event ${num(o.event)} (${stepText(o.step)}): asked for ${bytes(o.requested)} ` +
       `(a ${bytes(o.rounded)} block; ${bytes(o.needed)} with a new segment) in the ${o.pool} pool. Reserved ${bytes(o.reserved)}, ` +
       `allocated ${bytes(o.allocated)}, free in gaps ${bytes(o.free_unusable)}, device free ${bytes(o.device_free)}, ` +
-      `largest free block of the pool ${bytes(o.largest_free_block)}. Verdict: ${o.cause === 'fragmentation' ? 'fragmentation' : 'real shortage'} ` +
-      `(the free memory, gaps + device, ${o.cause === 'fragmentation' ? 'exceeded' : 'fell short of'} the ${bytes(o.rounded)} block by ${bytes(o.margin)}).`));
+      `largest free block of the pool ${bytes(o.largest_free_block)}. ` +
+      (o.cause === 'address_space_limit'
+        ? `Verdict: the simulator's limit (the free memory, gaps + device, was enough for the ${bytes(o.rounded)} block, ` +
+          'but the simulator\'s modelled address space had no room for the segment: a limit of the model, not of the device).'
+        : `Verdict: ${o.cause === 'fragmentation' ? 'fragmentation' : 'real shortage'} ` +
+          `(the free memory, gaps + device, ${o.cause === 'fragmentation' ? 'exceeded' : 'fell short of'} the ${bytes(o.rounded)} block by ${bytes(o.margin)}).`)));
     const fi = dev.frames.findIndex((f) => f.why === 'before_oom' && f.event === o.event);
     if (fi >= 0) {
       const free = [];

@@ -12,6 +12,7 @@
 #include "common/terminal_text.h"
 #include "common/units.h"
 #include "fragscope/event.h"
+#include "model/caching_allocator_sim.h"
 
 namespace fragscope::sinks {
 namespace {
@@ -574,7 +575,14 @@ void RenderOomDiagnoses(const AnalysisResult& r, const DeviceReport& d, const St
     const std::uint64_t block_steps = unit.Steps(o.rounded);
     const std::string margin =
         unit.Format(free_steps > block_steps ? free_steps - block_steps : block_steps - free_steps);
-    if (o.cause == analysis::OomCause::kFragmentation) {
+    if (o.cause == analysis::OomCause::kAddressSpace) {
+      *out += style.Warn(fmt::format(
+          "  verdict: the simulator's limit. {} was free (gaps + device), enough for the {} "
+          "block, but the simulator's modelled address space ({} of segments) had no room for "
+          "the segment: a limit of the model, not of the device.",
+          unit.Format(free_steps), unit.Format(block_steps),
+          FormatBytes(model::kModelledAddressSpaceBytes)));
+    } else if (o.cause == analysis::OomCause::kFragmentation) {
       *out += style.Warn(
           fmt::format("  verdict: fragmentation. {} was free in all (gaps + device), {} more than "
                       "the {} block, but no single free range was large enough.",
