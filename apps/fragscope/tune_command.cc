@@ -240,7 +240,7 @@ int RunTune(const TuneFlags& flags) {
     out += fmt::format(
         "fragscope tune: {} ({} request events) on {} ({} used by others), "
         "{} settings\n\n",
-        TerminalSafe(flags.path), events.size(), capacity_text,
+        TerminalSafe(flags.path), FormatCount(events.size()), capacity_text,
         FormatBytes(options.used_by_others_bytes), ranked.size());
     out += fmt::format("  {:>4}  {:<10}  {:>13}  {:>14}  {:>6}  {:>7}{}  {}\n", "rank", "result",
                        "peak reserved", "peak allocated", "waste", "retries",

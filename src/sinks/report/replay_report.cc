@@ -74,7 +74,7 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
   }
   if (replay.ooms.empty()) {
     out += fmt::format("  result: no out-of-memory error in {} request events\n",
-                       replay.request_events);
+                       FormatCount(replay.request_events));
   } else {
     const model::ReplayOom& first = replay.ooms.front();
     // The analysis below numbers the simulated allocator trace's events: name both.
