@@ -143,14 +143,18 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
   if (header.producer.empty()) header.producer = "fragscope convert";
   Result<std::unique_ptr<TraceWriter>> writer = TraceWriter::Create(flags.output, header);
   if (!writer.ok()) return OutputFailure(writer.status());
-  // Frames are defined before the first event that names them.
-  std::vector<bool> defined(in.reader->frames().size(), false);
+  // Frames are defined before the first event that names them. A trace reader learns its
+  // frames as it reads (frame lines, events' frames), so the table is looked at per event.
+  std::vector<bool> defined;
   auto define = [&](std::int32_t frame) -> Status {
     if (frame < 0) return Status::Ok();
     const auto f = static_cast<std::size_t>(frame);
-    if (f >= defined.size() || defined[f]) return Status::Ok();
+    const std::vector<Frame>& frames = in.reader->frames();
+    if (f >= frames.size()) return Status::Ok();
+    if (f >= defined.size()) defined.resize(frames.size(), false);
+    if (defined[f]) return Status::Ok();
     defined[f] = true;
-    return (*writer)->WriteFrame(WritableFrame(in.reader->frames()[f]));
+    return (*writer)->WriteFrame(WritableFrame(frames[f]));
   };
   std::uint64_t written = 0;
   std::vector<std::string> notes;
@@ -158,7 +162,9 @@ int ToTrace(const ConvertFlags& flags, OpenedInput& in, bool requests) {
   auto write = [&](const Event& e) -> Status {
     if (!write_error.ok()) return Status::Ok();
     Event out = WritableEvent(e);
-    if (out.frame >= 0 && static_cast<std::size_t>(out.frame) >= defined.size()) out.frame = -1;
+    if (out.frame >= 0 && static_cast<std::size_t>(out.frame) >= in.reader->frames().size()) {
+      out.frame = -1;
+    }
     write_error = define(out.frame);
     if (write_error.ok()) write_error = (*writer)->Write(out);
     if (write_error.ok()) ++written;

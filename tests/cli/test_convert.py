@@ -274,6 +274,28 @@ def test_convert_to_trace_writes_every_input_analyze_reads(tmp_path, kind):
     assert run("analyze", str(out)).returncode == 0
 
 
+def test_convert_trace_to_trace_keeps_the_call_sites(tmp_path):
+    # A trace reader learns its frames as it reads; convert looked them up before the first
+    # event and wrote every event of a trace without its call site.
+    src = os.path.join(SOURCE_DIR, "tests", "data", "traces", "small.jsonl")
+    out = tmp_path / "out.jsonl"
+    r = run("convert", src, "--to", "trace", "-o", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+
+    def sites(path):
+        frames, named = {}, []
+        for line in open(path, encoding="utf-8"):
+            x = json.loads(line)
+            if x.get("action") == "frame":
+                frames[x["id"]] = (x["name"], x.get("filename", ""), x.get("line", 0))
+            elif "frame" in x:
+                named.append((x["action"], x["addr"], frames[x["frame"]]))
+        return named
+
+    assert sites(src), "the fixture names call sites"
+    assert sites(out) == sites(src)
+
+
 def test_event_counts_have_thousands_separators(tmp_path):
     """Every event count a person reads is grouped: 52,518, not 52518 (issue 29 item 11)."""
     sample = os.path.join(SOURCE_DIR, "tests", "data", "sample", "gpt_tiny_50steps.jsonl.gz")
