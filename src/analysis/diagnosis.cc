@@ -102,10 +102,13 @@ std::vector<SiteStranding> AttributeStranding(const model::DeviceMemory& memory,
 void NameSite(const std::vector<Frame>& frames, SiteStranding* site) {
   if (site->frame < 0 || static_cast<std::size_t>(site->frame) >= frames.size()) {
     site->site = "(no stack recorded)";
+    site->site_has_file = false;
     return;
   }
   const Frame& f = frames[static_cast<std::size_t>(site->frame)];
-  site->site = f.filename.empty() ? f.name : fmt::format("{}:{} in {}", f.filename, f.line, f.name);
+  site->site_has_file = !f.filename.empty();
+  site->site =
+      site->site_has_file ? fmt::format("{}:{} in {}", f.filename, f.line, f.name) : f.name;
 }
 
 }  // namespace fragscope::analysis

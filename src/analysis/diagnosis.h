@@ -62,6 +62,9 @@ struct SiteStranding {
   std::uint64_t live_bytes = 0;      // its live blocks in those segments
   std::uint64_t blocks = 0;
   std::uint64_t segments = 0;
+  /// NameSite: the site names a file ("file:line in name"); false for a bare name (a label
+  /// such as "C++ only: at::_ops::mm", sources/call_site.h), whose start says the most.
+  bool site_has_file = false;
 };
 
 /// Free bytes of every segment that holds both live and free blocks, split among the segment's

@@ -54,6 +54,12 @@ TEST(DiagnosisTest, NamesSites) {
   s.frame = 1;
   NameSite(frames, &s);
   EXPECT_EQ(s.site, "/src/model.py:12 in forward");
+  EXPECT_TRUE(s.site_has_file);
+  frames[0] = Frame{0, "C++ only: at::_ops::mm", "", 0};
+  s.frame = 0;
+  NameSite(frames, &s);
+  EXPECT_EQ(s.site, "C++ only: at::_ops::mm");
+  EXPECT_FALSE(s.site_has_file);
   s.frame = -1;
   NameSite(frames, &s);
   EXPECT_EQ(s.site, "(no stack recorded)");

@@ -40,9 +40,9 @@ TEST(SnapshotDecoderTest, DecodesSegmentsBlocksAndTraces) {
   EXPECT_EQ(s->frames.size(), 2u);
   EXPECT_EQ(s->blocks[0].stack, s->device_traces[0][1].stack);
   // The call site skips torch's own frames... the user's frame is innermost here anyway.
-  const std::int32_t site = CallSiteFrame(*s, s->blocks[0].stack);
-  ASSERT_GE(site, 0);
-  EXPECT_EQ(s->frames[static_cast<std::size_t>(site)].filename, "/home/u/train.py");
+  const CallSite site = SnapshotCallSite(*s, s->blocks[0].stack);
+  ASSERT_GE(site.frame, 0);
+  EXPECT_EQ(s->frames[static_cast<std::size_t>(site.frame)].filename, "/home/u/train.py");
   EXPECT_TRUE(s->warnings.empty());
 }
 
@@ -57,9 +57,9 @@ TEST(SnapshotDecoderTest, CallSiteSkipsTorchInternals) {
       {});
   auto s = DecodeSnapshot(b.doc());
   ASSERT_TRUE(s.ok()) << s.status().message();
-  const std::int32_t site = CallSiteFrame(*s, s->blocks[0].stack);
-  ASSERT_GE(site, 0);
-  EXPECT_EQ(s->frames[static_cast<std::size_t>(site)].name, "block");
+  const CallSite site = SnapshotCallSite(*s, s->blocks[0].stack);
+  ASSERT_GE(site.frame, 0);
+  EXPECT_EQ(s->frames[static_cast<std::size_t>(site.frame)].name, "block");
   EXPECT_EQ(s->segments[0].pool, Pool::kSmall);
 }
 

@@ -321,5 +321,49 @@ TEST(SnapshotReaderTest, NoHistoryYieldsTheFinalState) {
   EXPECT_EQ(reader->header().devices[0].device, 1);
 }
 
+// A block allocated on autograd's backward thread has C++ frames only: its call site is a
+// label naming the operator, a frame of its own, not the unwinder's frame innermost in every
+// stack; two stacks of the same operator share the label's frame (issue 29 item 9).
+TEST(SnapshotReaderTest, CppOnlyStacksAreNamedByALabelFrame) {
+  DocBuilder b;
+  auto cpp_stack = [&b](std::string_view node_file) {
+    return b.List({b.Frame("??", 0, "torch::unwind::unwind()"),
+                   b.Frame("CUDACachingAllocator.cpp", 0,
+                           "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::"
+                           "malloc(signed char, unsigned long, CUstream_st*)"),
+                   b.Frame("??", 0, "at::_ops::mm::call(at::Tensor const&, at::Tensor const&)"),
+                   b.Frame(node_file, 0, "torch::autograd::generated::MmBackward0::apply()"),
+                   b.Frame("??", 0, "torch::autograd::Engine::thread_main()")});
+  };
+  const Value python = b.List(
+      {b.Frame("??", 0, "torch::unwind::unwind()"), b.Frame("/home/u/train.py", 12, "step")});
+  const std::uint64_t base = 0x7f0000000000;
+  b.Snapshot({b.Segment(0, base, 20 * kMiB,
+                        {b.Block(base, 4 * kMiB, 4 * kMiB, "active_allocated", cpp_stack("??")),
+                         b.Block(base + 4 * kMiB, 4 * kMiB, 4 * kMiB, "active_allocated",
+                                 cpp_stack("Functions.cpp")),
+                         b.Block(base + 8 * kMiB, 4 * kMiB, 4 * kMiB, "active_allocated", python),
+                         b.Block(base + 12 * kMiB, 8 * kMiB, 0, "inactive")})},
+             {});
+  auto reader = Open(b);
+  const std::vector<Event> events = AllEvents(*reader);
+  std::vector<std::int32_t> sites;
+  for (const Event& e : events) {
+    if (e.action == Action::kBlock) sites.push_back(e.frame);
+  }
+  ASSERT_EQ(sites.size(), 3u);
+  const std::vector<Frame>& frames = reader->frames();
+  for (const std::int32_t site : sites) {
+    ASSERT_GE(site, 0);
+    ASSERT_LT(static_cast<std::size_t>(site), frames.size());
+    EXPECT_EQ(frames[static_cast<std::size_t>(site)].id, site);
+  }
+  EXPECT_EQ(sites[0], sites[1]);
+  const Frame& label = frames[static_cast<std::size_t>(sites[0])];
+  EXPECT_EQ(label.name, "C++ only (autograd backward thread): at::_ops::mm in MmBackward0");
+  EXPECT_EQ(label.filename, "");
+  EXPECT_EQ(frames[static_cast<std::size_t>(sites[2])].filename, "/home/u/train.py");
+}
+
 }  // namespace
 }  // namespace fragscope::sources

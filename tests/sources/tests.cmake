@@ -9,6 +9,7 @@ fragscope_add_test(sources/pod_buffer_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/pickle_reader_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/json_document_test.cc LIBS fragscope_sources)
 # PyTorch memory snapshots (src/sources/snapshot).
+fragscope_add_test(sources/call_site_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/snapshot_decoder_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/document_json_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/snapshot_reader_test.cc LIBS fragscope_sources fragscope_analysis)

@@ -608,13 +608,18 @@ void RenderStrandingSites(const DeviceReport& d, const Styler& style, std::strin
            "stranded", "live", "blocks", "segments"},
           "<>>>>");
   for (const analysis::SiteStranding& s : d.stranding_sites) {
-    // Long paths keep their informative end: "...project/train/model.py:12 in forward".
+    // Long paths keep their informative end: "...project/train/model.py:12 in forward"; a
+    // site without a file (a C++-only stack's label) its start: "C++ only (...): at::_ops::...".
     constexpr std::size_t kMaxSite = 72;
     std::string site = s.site;
-    if (site.size() > kMaxSite) {
+    if (site.size() > kMaxSite && s.site_has_file) {
       std::size_t cut = site.size() - (kMaxSite - 3);
       while (cut < site.size() && (static_cast<unsigned char>(site[cut]) & 0xc0) == 0x80) ++cut;
       site = "..." + site.substr(cut);
+    } else if (site.size() > kMaxSite) {
+      std::size_t cut = kMaxSite - 3;
+      while (cut > 0 && (static_cast<unsigned char>(site[cut]) & 0xc0) == 0x80) --cut;
+      site = site.substr(0, cut) + "...";
     }
     t.AddRow({"  " + TerminalSafe(site), FormatBytes(s.stranded_bytes), FormatBytes(s.live_bytes),
               Grouped(s.blocks), Grouped(s.segments)});

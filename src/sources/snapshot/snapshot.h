@@ -33,6 +33,7 @@
 #include "fragscope/event.h"
 #include "fragscope/status.h"
 #include "model/device_memory.h"
+#include "sources/call_site.h"
 #include "sources/document/document.h"
 
 namespace fragscope::sources {
@@ -146,10 +147,11 @@ struct SnapshotDecodeOptions {
 /// neither a snapshot dict nor a list of segments, or a required field is missing or mistyped.
 Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions& options = {});
 
-/// The frame that best names the allocation site of a stack: the innermost Python frame outside
-/// torch's own package, else the innermost Python frame, else the innermost frame; -1 for an
-/// empty or absent stack.
-std::int32_t CallSiteFrame(const Snapshot& snapshot, std::int32_t stack);
+/// The call site of a stack (ChooseCallSite, sources/call_site.h): `frame` is an index into
+/// snapshot.frames (the innermost Python frame outside torch's own package, else the innermost
+/// Python frame), or -1 with a `label` for a stack of C++ frames only ("C++ only (autograd
+/// backward thread): at::_ops::mm in MmBackward0"); {-1, ""} for an empty or absent stack.
+CallSite SnapshotCallSite(const Snapshot& snapshot, std::int32_t stack);
 
 }  // namespace fragscope::sources
 

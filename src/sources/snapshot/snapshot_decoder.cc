@@ -812,15 +812,6 @@ class Decoder {
   Status memory_status_ = Status::Ok();
 };
 
-bool IsPythonFile(std::string_view filename) {
-  return filename.size() > 3 && filename.substr(filename.size() - 3) == ".py";
-}
-
-bool IsTorchInternal(std::string_view filename) {
-  return filename.find("/torch/") != std::string_view::npos ||
-         filename.find("\\torch\\") != std::string_view::npos;
-}
-
 }  // namespace
 
 Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions& options) {
@@ -830,18 +821,17 @@ Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions
   return snapshot;
 }
 
-std::int32_t CallSiteFrame(const Snapshot& snapshot, std::int32_t stack) {
-  if (stack < 0 || static_cast<std::size_t>(stack) >= snapshot.stacks.size()) return -1;
-  const auto& frames = snapshot.stacks[static_cast<std::size_t>(stack)];
-  if (frames.empty()) return -1;
-  std::int32_t first_python = -1;
-  for (const std::uint32_t f : frames) {
-    const std::string& file = snapshot.frames[f].filename;
-    if (!IsPythonFile(file)) continue;
-    if (!IsTorchInternal(file)) return static_cast<std::int32_t>(f);
-    if (first_python < 0) first_python = static_cast<std::int32_t>(f);
+CallSite SnapshotCallSite(const Snapshot& snapshot, std::int32_t stack) {
+  if (stack < 0 || static_cast<std::size_t>(stack) >= snapshot.stacks.size()) return {};
+  const auto& indexes = snapshot.stacks[static_cast<std::size_t>(stack)];
+  std::vector<FrameText> frames;
+  frames.reserve(indexes.size());
+  for (const std::uint32_t f : indexes) {
+    frames.push_back({snapshot.frames[f].name, snapshot.frames[f].filename});
   }
-  return first_python >= 0 ? first_python : static_cast<std::int32_t>(frames.front());
+  CallSite site = ChooseCallSite(frames);
+  if (site.frame >= 0) site.frame = static_cast<std::int32_t>(indexes[site.frame]);
+  return site;
 }
 
 }  // namespace fragscope::sources

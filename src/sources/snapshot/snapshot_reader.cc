@@ -189,19 +189,54 @@ void SnapshotReader::Prepare() {
     header_.allocator_settings = model::ToSettingPairs(*recorded);
   }
 
+  // Call sites (sources/call_site.h): each frame is classified once, each stack chooses from
+  // its frames' roles. A stack of C++ frames only is named by a label; each distinct label
+  // becomes a frame of its own after the file's (no file, no line), so events name it by id
+  // as any other site and `convert` writes it as a frame line.
+  std::vector<FrameRole> role_of_frame;
+  role_of_frame.reserve(s.frames.size());
+  for (const SnapshotFrame& f : s.frames)
+    role_of_frame.push_back(ClassifyFrame({f.name, f.filename}));
+  std::vector<std::string> labels;
+  std::unordered_map<std::string, std::int32_t> label_ids;
+  std::vector<FrameText> texts;
+  std::vector<FrameRole> roles;
   site_of_stack_.resize(s.stacks.size());
   for (std::size_t i = 0; i < s.stacks.size(); ++i) {
-    site_of_stack_[i] = CallSiteFrame(s, static_cast<std::int32_t>(i));
+    texts.clear();
+    roles.clear();
+    for (const std::uint32_t f : s.stacks[i]) {
+      texts.push_back({s.frames[f].name, s.frames[f].filename});
+      roles.push_back(role_of_frame[f]);
+    }
+    CallSite site = ChooseCallSite(texts, roles);
+    if (site.frame >= 0) {
+      site_of_stack_[i] =
+          static_cast<std::int32_t>(s.stacks[i][static_cast<std::size_t>(site.frame)]);
+    } else if (!site.label.empty()) {
+      const auto id = static_cast<std::int32_t>(s.frames.size() + labels.size());
+      auto [it, inserted] = label_ids.try_emplace(site.label, id);
+      if (inserted) labels.push_back(std::move(site.label));
+      site_of_stack_[i] = it->second;
+    } else {
+      site_of_stack_[i] = -1;
+    }
   }
   // The frames' strings move into frames(): the decoder charged one copy of each to the memory
   // budget, and a second would double what a file of many call sites takes (issue 30 item 4).
-  frames_.reserve(s.frames.size());
+  frames_.reserve(s.frames.size() + labels.size());
   for (std::size_t i = 0; i < s.frames.size(); ++i) {
     Frame f;
     f.id = static_cast<std::int32_t>(i);
     f.name = std::move(s.frames[i].name);
     f.filename = std::move(s.frames[i].filename);
     f.line = s.frames[i].line;
+    frames_.push_back(std::move(f));
+  }
+  for (std::string& label : labels) {
+    Frame f;
+    f.id = static_cast<std::int32_t>(frames_.size());
+    f.name = std::move(label);
     frames_.push_back(std::move(f));
   }
 

@@ -11,9 +11,10 @@
 // live later, a free of a block the segments do not know, ...) become warnings naming the
 // device and trace entry; the history continues.
 //
-// Call sites: frames() holds every distinct frame of the file; an event's `frame` is the call
-// site of its stack (CallSiteFrame in snapshot.h). The frames' strings are moved there from
-// snapshot().frames, which keeps only their lines.
+// Call sites: frames() holds every distinct frame of the file, then one frame per distinct label
+// of a C++-only stack (name = the label, no file, line 0); an event's `frame` is the call site
+// of its stack (SnapshotCallSite in snapshot.h, the rules in sources/call_site.h). The frames'
+// strings are moved there from snapshot().frames, which keeps only their lines.
 //
 // Steps: when the file's annotations tell where training steps begin (snapshot_steps.h), a
 // `step` event stands before the first entry of each step; one that begins with the history
