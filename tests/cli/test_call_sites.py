@@ -4,7 +4,7 @@ A stack's call site is its innermost Python frame outside torch's package, else 
 Python frame; a stack of C++ frames only (autograd's backward threads) is named by a label with
 the operator, never by the unwinder or allocator frame innermost in every stack. Checked on the
 real snapshots in ../shared/snapshots/real (read in place, skipped when absent), through
-`analyze` (text and JSON) and `report`.
+`analyze` (text and JSON) and `report`, and on traces whose events carry PyTorch's `frames`.
 """
 
 import json
@@ -91,3 +91,54 @@ def test_no_real_snapshot_names_a_site_after_the_unwinder_or_allocator(name):
         assert not MACHINERY.search(s["site"]), s
         assert s["site"] == "(no stack recorded)" or re.search(r"\.py:\d+ in ", s["site"]) \
             or LABEL.match(s["site"]), s
+
+
+# ---- Traces whose events carry PyTorch's frames --------------------------------------------
+
+def frame(name, filename="??", line=0):
+    return {"name": name, "filename": filename, "line": line}
+
+
+UNWIND = [frame("torch::unwind::unwind()"),
+          frame("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc("
+                "signed char, unsigned long, CUstream_st*)", "CUDACachingAllocator.cpp")]
+BACKWARD = UNWIND + [
+    frame("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)"),
+    frame("torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)"),
+    frame("torch::autograd::Engine::thread_main(std::shared_ptr<GraphTask> const&)"),
+    frame("clone")]
+PYTHON = UNWIND + [
+    frame("_PyEval_EvalFrameDefault"),
+    frame("linear", "/venv/lib/python3.11/site-packages/torch/nn/functional.py", 7),
+    frame("forward", "/home/u/model.py", 33),
+    frame("main", "/home/u/train.py", 5)]
+
+
+def write_trace(path):
+    """One 20 MiB segment: 4 MiB allocated on the backward thread, then 2 MiB from the user's
+    forward, 14 MiB free after them (stranded by both)."""
+    base = 0x7f0000000000
+    lines = [{"format": "fragscope-trace", "version": 1, "kind": "allocator"},
+             {"action": "segment_alloc", "addr": base, "size": 20 * MiB, "pool": "large",
+              "frames": BACKWARD},
+             {"action": "alloc", "addr": base, "size": 4 * MiB, "frames": BACKWARD},
+             {"action": "alloc", "addr": base + 4 * MiB, "size": 2 * MiB, "frames": PYTHON}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_trace_frames_go_through_the_same_choice(tmp_path):
+    trace = tmp_path / "frames.jsonl"
+    write_trace(trace)
+    found = {s["site"]: s for s in sites(trace)}
+    assert set(found) == {"C++ only (autograd backward thread): at::_ops::mm in MmBackward0",
+                          "/home/u/model.py:33 in forward"}, found
+    assert found["/home/u/model.py:33 in forward"]["live_bytes"] == 2 * MiB
+    # convert writes the chosen sites as frame lines: the trace it writes names the same sites.
+    out = tmp_path / "out.jsonl"
+    r = run("convert", trace, "--to", "trace", "-o", out)
+    assert r.returncode == 0, r.stderr
+    frames = [json.loads(x) for x in out.read_text().splitlines()
+              if '"action":"frame"' in x.replace(" ", "")]
+    assert sorted(f["name"] for f in frames) == [
+        "C++ only (autograd backward thread): at::_ops::mm in MmBackward0", "forward"]
+    assert {s["site"] for s in sites(out)} == set(found)

@@ -944,6 +944,114 @@ TEST(TraceReaderInputTest, OpenUsesPathInMessages) {
   std::filesystem::remove_all(dir);
 }
 
+// ---- Call sites from events' frames (issue 29 item 9) ----------------------------------------
+
+// PyTorch's stack of an allocation on autograd's backward thread, as a `frames` value.
+const std::string kBackwardFrames =
+    R"j([{"name":"torch::unwind::unwind()","filename":"??","line":0},)j"
+    R"j({"name":"c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed )j"
+    R"j(char, unsigned long, CUstream_st*)","filename":"CUDACachingAllocator.cpp","line":0},)j"
+    R"j({"name":"at::_ops::mm::call(at::Tensor const&, at::Tensor const&)","filename":"??",)j"
+    R"j("line":0},{"name":"torch::autograd::generated::MmBackward0::apply()","filename":"??",)j"
+    R"j("line":0},{"name":"torch::autograd::Engine::thread_main()","filename":"??","line":0}])j";
+
+// A Python stack: the unwinder, torch's Python, then the user's code.
+const std::string kPythonFrames =
+    R"j([{"name":"torch::unwind::unwind()","filename":"??","line":0},)j"
+    R"j({"name":"linear","filename":"/v/site-packages/torch/nn/functional.py","line":7},)j"
+    R"j({"name":"forward","filename":"/home/u/model.py","line":33,"extra":[1]},)j"
+    R"j({"name":"main","filename":"/home/u/train.py","line":5}])j";
+
+TEST(TraceReaderFramesTest, EventsFramesChooseTheCallSiteAsASnapshotDoes) {
+  const std::string other_python =  // another stack whose site is the same frame
+      R"j([{"name":"_PyEval_EvalFrameDefault","filename":"??","line":0},)j"
+      R"j({"name":"forward","filename":"/home/u/model.py","line":33}])j";
+  std::vector<Event> events;
+  auto reader =
+      OpenOrDie(kHeader + R"j({"action":"alloc","addr":1,"size":8,"frames":)j" + kBackwardFrames +
+                "}\n" + R"j({"action":"alloc","addr":2,"size":8,"frames":)j" + kPythonFrames +
+                "}\n" + R"j({"action":"alloc","addr":3,"size":8,"frames":)j" + kBackwardFrames +
+                "}\n" + R"j({"action":"alloc","addr":4,"size":8,"frames":)j" + other_python +
+                "}\n" + R"j({"action":"alloc","addr":5,"size":8,"frames":[]})j" + "\n");
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(ReadAll(*reader, &events).ok());
+  ASSERT_EQ(events.size(), 5u);
+  const std::vector<Frame>& frames = reader->frames();
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(events[0].frame, 0);
+  EXPECT_EQ(frames[0].name, "C++ only (autograd backward thread): at::_ops::mm in MmBackward0");
+  EXPECT_EQ(frames[0].filename, "");
+  EXPECT_EQ(events[1].frame, 1);
+  EXPECT_EQ(frames[1].id, 1);
+  EXPECT_EQ(frames[1].name, "forward");
+  EXPECT_EQ(frames[1].filename, "/home/u/model.py");
+  EXPECT_EQ(frames[1].line, 33);
+  EXPECT_EQ(events[2].frame, 0);
+  EXPECT_EQ(events[3].frame, 1);
+  EXPECT_EQ(events[4].frame, -1);
+}
+
+TEST(TraceReaderFramesTest, AFrameKeyWinsOverFramesAndIdsFollowFrameLines) {
+  std::vector<Event> events;
+  auto reader = OpenOrDie(
+      kHeader + R"j({"action":"frame","id":0,"name":"mine","filename":"a.py","line":1})j" + "\n" +
+      R"j({"action":"alloc","addr":1,"size":8,"frame":0,"frames":)j" + kPythonFrames + "}\n" +
+      R"j({"action":"alloc","addr":2,"size":8,"frames":)j" + kPythonFrames + "}\n");
+  ASSERT_NE(reader, nullptr);
+  ASSERT_TRUE(ReadAll(*reader, &events).ok());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].frame, 0);
+  EXPECT_EQ(events[1].frame, 1);
+  ASSERT_EQ(reader->frames().size(), 2u);
+  EXPECT_EQ(reader->frames()[1].filename, "/home/u/model.py");
+}
+
+TEST(TraceReaderFramesTest, FramesAreReadAsASnapshotsStackIs) {
+  // As the snapshot reader reads a stack: not a list, or items that are not objects.
+  EXPECT_EQ(ParseOne(R"j({"action":"alloc","addr":1,"size":8,"frames":"x"})j").frame, -1);
+  EXPECT_EQ(ParseOne(R"j({"action":"alloc","addr":1,"size":8,"frames":[1,null,[]]})j").frame, -1);
+  // A name that is not a string reads as "", a line that is not an integer as 0: a frame
+  // with no name and no file is a C++ frame that names nothing, as "??" is.
+  auto reader =
+      OpenOrDie(kHeader + R"j({"action":"alloc","addr":1,"size":8,"frames":[{"name":3}]})j"
+                          "\n"
+                          R"j({"action":"alloc","addr":1,"size":8,"frames":[)j"
+                          R"j({"name":"f\"g","filename":"C:\\u\\t.py","line":"2"}]})j"
+                          "\n");
+  ASSERT_NE(reader, nullptr);
+  std::vector<Event> events;
+  ASSERT_TRUE(ReadAll(*reader, &events).ok());
+  ASSERT_EQ(reader->frames().size(), 2u);
+  EXPECT_EQ(reader->frames()[0].name, "C++ only");
+  // Escapes are decoded.
+  EXPECT_EQ(reader->frames()[1].name, "f\"g");
+  EXPECT_EQ(reader->frames()[1].filename, "C:\\u\\t.py");
+  EXPECT_EQ(reader->frames()[1].line, 0);
+}
+
+TEST(TraceReaderFramesTest, AFrameLineCannotRedefineAnIdTakenByFrames) {
+  Status status =
+      FirstError(kHeader + R"j({"action":"alloc","addr":1,"size":8,"frames":)j" + kPythonFrames +
+                 "}\n" + R"j({"action":"frame","id":0,"name":"late"})j" + "\n");
+  EXPECT_EQ(status.code(), StatusCode::kCorruption);
+  EXPECT_EQ(status.message(),
+            "t:3: frame id 0 is taken by the call site read from the frames of line 2 (frame "
+            "lines come before the events whose frames are read, or use another id)");
+}
+
+TEST(TraceReaderFramesTest, SitesFromFramesCountAgainstTheLimits) {
+  TraceLimits limits;
+  limits.max_frames = 1;
+  Status status = FirstError(
+      kHeader + R"j({"action":"alloc","addr":1,"size":8,"frames":)j" + kPythonFrames + "}\n" +
+          R"j({"action":"alloc","addr":2,"size":8,"frames":)j" + kBackwardFrames + "}\n",
+      limits);
+  EXPECT_EQ(status.code(), StatusCode::kLimitExceeded);
+  EXPECT_EQ(status.message(),
+            "t:3: the call site chosen from this event's frames would be frame id 1, not below "
+            "the limit of 1 (max_frames)");
+}
+
 // ---- Fixtures (tests/data/traces, see its README) -------------------------------------------
 
 std::vector<Event> ReadFixture(const std::string& name, TraceHeader* header = nullptr,
@@ -984,6 +1092,17 @@ TEST(TraceReaderFixtureTest, PyTorchStyleLines) {
   EXPECT_EQ(events[1].size, 4u);
   EXPECT_EQ(events[3].action, Action::kOom);
   EXPECT_EQ(events[3].device_free, std::optional<std::uint64_t>(95682560));
+  // Their call sites come from their frames, as a snapshot's (issue 29 item 9): the one Python
+  // frame of the first (torch's own), the user's of the second; none for an empty stack.
+  std::vector<Frame> frames;
+  events = ReadFixture("pytorch_style.jsonl", nullptr, &frames);
+  ASSERT_EQ(events.size(), 4u);
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[static_cast<std::size_t>(events[0].frame)].name, "_conv_forward");
+  EXPECT_EQ(frames[static_cast<std::size_t>(events[1].frame)].filename, "C:\\Users\\me\\train.py");
+  EXPECT_EQ(frames[static_cast<std::size_t>(events[1].frame)].line, 3);
+  EXPECT_EQ(events[2].frame, -1);
+  EXPECT_EQ(events[3].frame, -1);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "common/keyed_hash.h"
 #include "fragscope/trace.h"
 #include "sources/budget.h"
+#include "sources/call_site.h"
 #include "sources/trace/input_stream.h"
 #include "sources/trace/json_scan.h"
 
@@ -386,13 +387,15 @@ enum Field : std::uint8_t {
   kName,
   kFilename,
   kLine,
+  // PyTorch's stack on an event (innermost first): read when `frame` is absent.
+  kFrames,
   kNumFields,
   kUnknownField = kNumFields,
 };
 constexpr std::string_view kFieldNames[kNumFields] = {
     "action", "addr",       "size", "stream",      "device", "time_us",
     "frame",  "block_size", "step", "device_free", "pool",   "fraction",
-    "conf",   "id",         "name", "filename",    "line"};
+    "conf",   "id",         "name", "filename",    "line",   "frames"};
 
 using FieldMask = std::uint32_t;
 constexpr FieldMask Bit(Field f) { return FieldMask{1} << f; }
@@ -420,6 +423,7 @@ Field LookupField(std::string_view key) {
       if (is("action")) return kAction;
       if (is("stream")) return kStream;
       if (is("device")) return kDevice;
+      if (is("frames")) return kFrames;
       return kUnknownField;
     case 7:
       return is("time_us") ? kTimeUs : kUnknownField;
@@ -673,7 +677,11 @@ class TraceReaderImpl final : public TraceReader {
     }
     // -1 is accepted as an explicit "unknown", the same as leaving time_us out.
     if (Has(kTimeUs) && !GetInt(kTimeUs, -1, INT64_MAX, &event->time_us)) return false;
-    if (Has(kFrame) && !GetFrameRef(&event->frame)) return false;
+    if (Has(kFrame)) {
+      if (!GetFrameRef(&event->frame)) return false;
+    } else if (Has(kFrames) && !SiteOfFrames(&event->frame)) {
+      return false;
+    }
 
     switch (*action) {
       case Action::kAlloc:
@@ -718,6 +726,13 @@ class TraceReaderImpl final : public TraceReader {
     }
     std::size_t index = static_cast<std::size_t>(id);
     if (index < defined_.size() && defined_[index]) {
+      if (const auto found = site_line_.find(index); found != site_line_.end()) {
+        return Corrupt("frame id " + std::to_string(id) +
+                       " is taken by the call site read from the frames of line " +
+                       std::to_string(found->second) +
+                       " (frame lines come before the events whose frames are read, or use "
+                       "another id)");
+      }
       return Corrupt("frame id " + std::to_string(id) + " is defined twice");
     }
     Frame frame;
@@ -876,12 +891,163 @@ class TraceReaderImpl final : public TraceReader {
     return true;
   }
 
+  // The call site of the event's `frames` (PyTorch's stack, innermost first), chosen as a
+  // snapshot's (sources/call_site.h) and read as the snapshot decoder reads one: items that
+  // are not objects are left out, a name or filename that is not a string reads as "", a line
+  // that is not an integer as 0; -1 when nothing is left. The site becomes a frame of its own
+  // with the next id after those in use, shared by every event whose stack chooses it.
+  bool SiteOfFrames(std::int32_t* out) {
+    *out = -1;
+    if (tokens_[kFrames].type != JsonType::kArray) return true;
+    const std::string_view text = Text(kFrames);
+    if (const auto found = site_of_stack_.find(text); found != site_of_stack_.end()) {
+      *out = found->second;
+      return true;
+    }
+    std::size_t n = 0;
+    sources::JsonScanner array(text);  // the line's scan validated it
+    array.Consume('[');
+    for (;;) {
+      array.SkipWhitespace();
+      if (array.AtEnd() || array.Consume(']')) break;
+      JsonToken item;
+      if (!array.ScanValue(&item)) return ScannerError(array);
+      if (item.type == JsonType::kObject) {
+        if (n == stack_.size()) stack_.emplace_back();
+        if (!ReadStackFrame(text.substr(item.begin, item.end - item.begin), &stack_[n])) {
+          return false;
+        }
+        ++n;
+      }
+      array.SkipWhitespace();
+      array.Consume(',');
+    }
+    std::int32_t site = -1;
+    if (n > 0) {
+      std::vector<sources::FrameText> texts;
+      texts.reserve(n);
+      for (std::size_t i = 0; i < n; ++i) texts.push_back({stack_[i].name, stack_[i].filename});
+      sources::CallSite chosen = sources::ChooseCallSite(texts);
+      Frame frame;
+      if (chosen.frame >= 0) {
+        frame = stack_[static_cast<std::size_t>(chosen.frame)];
+      } else {
+        frame.name = std::move(chosen.label);
+      }
+      if (!frame.name.empty() || !frame.filename.empty()) {
+        if (!InternSite(std::move(frame), &site)) return false;
+      }
+    }
+    frame_bytes_ += text.size() + sizeof(std::int32_t);
+    if (frame_bytes_ > memory_budget_) return FramesOverBudget();
+    site_of_stack_.emplace(std::string(text), site);
+    *out = site;
+    return true;
+  }
+
+  // One item of `frames`: {"name": ..., "filename": ..., "line": ...}, other keys ignored.
+  bool ReadStackFrame(std::string_view object, Frame* frame) {
+    frame->name.clear();
+    frame->filename.clear();
+    frame->line = 0;
+    sources::JsonScanner scanner(object);
+    scanner.Consume('{');
+    for (;;) {
+      scanner.SkipWhitespace();
+      if (scanner.AtEnd() || scanner.Consume('}')) return true;
+      JsonToken key;
+      if (!scanner.ScanString(&key)) return ScannerError(scanner);
+      std::string_view key_text = scanner.StringBody(key);
+      if (key.has_escapes) {
+        sources::DecodeJsonString(key_text, &scratch_);
+        key_text = scratch_;
+      }
+      scanner.SkipWhitespace();
+      scanner.Consume(':');
+      scanner.SkipWhitespace();
+      JsonToken value;
+      if (!scanner.ScanValue(&value)) return ScannerError(scanner);
+      std::string* target = key_text == "name"       ? &frame->name
+                            : key_text == "filename" ? &frame->filename
+                                                     : nullptr;
+      if (target != nullptr) {
+        target->clear();
+        if (value.type == JsonType::kString) {
+          const std::string_view body = scanner.StringBody(value);
+          if (value.has_escapes) {
+            sources::DecodeJsonString(body, target);
+          } else {
+            target->assign(body);
+          }
+        }
+      } else if (key_text == "line") {
+        frame->line = 0;
+        if (value.type == JsonType::kNumber && value.is_integer && !value.overflow &&
+            value.magnitude <= static_cast<std::uint64_t>(INT64_MAX)) {
+          const auto magnitude = static_cast<std::int64_t>(value.magnitude);
+          frame->line = value.negative ? -magnitude : magnitude;
+        }
+      }
+      scanner.SkipWhitespace();
+      scanner.Consume(',');
+    }
+  }
+
+  // The id of a call site chosen from a stack: the same frame (name, file, line) has one id.
+  bool InternSite(Frame frame, std::int32_t* id) {
+    std::string key = frame.name;
+    key += '\0';
+    key += frame.filename;
+    key += '\0';
+    key += std::to_string(frame.line);
+    if (const auto found = id_of_site_.find(key); found != id_of_site_.end()) {
+      *id = found->second;
+      return true;
+    }
+    const std::size_t index = frames_.size();
+    if (index >= limits_.max_frames) {
+      return Limit("the call site chosen from this event's frames would be frame id " +
+                   std::to_string(index) + ", not below the limit of " +
+                   std::to_string(limits_.max_frames) + " (max_frames)");
+    }
+    // The frame, its key, and the two map entries.
+    frame_bytes_ += sizeof(Frame) + 1 + frame.name.size() + frame.filename.size() + key.size() +
+                    4 * sizeof(std::size_t);
+    if (frame_bytes_ > memory_budget_) return FramesOverBudget();
+    *id = static_cast<std::int32_t>(index);
+    frame.id = *id;
+    frames_.push_back(std::move(frame));
+    defined_.push_back(true);
+    site_line_.emplace(index, line_number());
+    id_of_site_.emplace(std::move(key), *id);
+    return true;
+  }
+
+  bool FramesOverBudget() {
+    return Limit(BudgetMessage(
+        "the call sites (frame lines and events' frames) outgrew the "
+        "memory budget",
+        "memory", memory_budget_, frame_bytes_, memory_user_set_, "--max-memory", /*bytes=*/true));
+  }
+
   std::unique_ptr<sources::LineReader> lines_;
   std::string name_;
   TraceLimits limits_;
   TraceHeader header_;
   std::vector<Frame> frames_;
-  std::vector<bool> defined_;  // defined_[id]: a frame line defined id
+  std::vector<bool> defined_;  // defined_[id]: a frame line or an event's frames defined id
+  // Call sites chosen from events' frames: by the text of the `frames` array, and by the
+  // chosen frame ("name\0filename\0line"); the line that defined each such id.
+  struct TextHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view text) const {
+      return std::hash<std::string_view>{}(text);
+    }
+  };
+  std::unordered_map<std::string, std::int32_t, TextHash, std::equal_to<>> site_of_stack_;
+  std::unordered_map<std::string, std::int32_t> id_of_site_;
+  std::unordered_map<std::size_t, std::uint64_t> site_line_;
+  std::vector<Frame> stack_;  // the current event's frames, reused
   std::uint64_t memory_budget_ = 0;
   bool memory_user_set_ = false;
   std::uint64_t frame_bytes_ = 0;  // what frames_ holds, as counted against memory_budget_
