@@ -42,6 +42,7 @@ struct BfcChunk {
   std::uint64_t size = 0;
   bool in_use = false;
   bool last_in_region = false;  // "next 18446744073709551615": the region's last chunk
+  bool next_printed = false;    // the line has " next H" (not before TensorFlow 1.3)
   std::uint64_t line = 0;
   std::string tag;  // "lower", "upper", "central_gap" (XLA with chunk tags); "" if none
 };

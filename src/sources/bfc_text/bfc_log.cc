@@ -205,7 +205,9 @@ void BfcSummarize(BfcReport& r) {
     }
     const std::uint64_t covered = g.ChunkBytes();
     r.map_region_bytes += g.size != 0 ? g.size : covered;
-    if (g.chunks.empty() || g.size == 0 || covered != g.size || !g.chunks.back().last_in_region) {
+    const bool ended =
+        g.chunks.empty() || !g.chunks.back().next_printed || g.chunks.back().last_in_region;
+    if (g.chunks.empty() || g.size == 0 || covered != g.size || !ended) {
       complete = false;
     }
   }
@@ -301,6 +303,7 @@ void BfcLogScanner::ChunkLine(std::string_view text, bool in_use) {
   c.line = scan_.lines;
   const std::optional<std::uint64_t> next = BfcNumberAfter(text, " next ");
   c.last_in_region = next && *next == kBfcNoNext;
+  c.next_printed = next.has_value();
   const std::string_view tag = BfcWordAfter(text, " tag ");
   if (!tag.empty()) c.tag = BfcCapped(tag);
   r.regions.back().chunks.push_back(std::move(c));
