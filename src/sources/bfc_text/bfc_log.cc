@@ -318,6 +318,9 @@ void BfcLogScanner::AddLine(std::string_view line) {
     ++scan_.cut_lines;
     line = line.substr(0, limits_.max_line_bytes);
   }
+  // No line this scanner reads is this short (a Stats line is at least "InUse: 0"), and
+  // endless short lines (`yes | fragscope explain -`) must cost no more than counting them.
+  if (line.size() < 8 && stats_lines_ == 0) return;
   BfcLogContext& ctx = scan_.context;
 
   // A Stats block's "Name: value" lines carry no logger prefix (one record, several lines).
