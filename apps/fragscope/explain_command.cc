@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "analysis/bfc_explain.h"
 #include "analysis/explain.h"
 #include "analysis/tune.h"
 #include "cli_util.h"
@@ -16,6 +17,7 @@
 #include "model/alloc_conf.h"
 #include "pipeline/replay.h"
 #include "sinks/report/explain_report.h"
+#include "sources/bfc_text/bfc_log.h"
 #include "sources/oom_text/oom_text_scanner.h"
 #include "sources/snapshot/snapshot_requests.h"
 
@@ -105,6 +107,43 @@ std::string NotErrorText(const std::string& path) {
       expected, path, path, path);
 }
 
+// A TensorFlow / JAX log: every allocator failure it reports, explained (bfc_explain.h).
+int RunBfcExplain(const ExplainFlags& flags, const sources::BfcLogScan& scan,
+                  std::optional<std::uint64_t> capacity, std::uint64_t pytorch_messages) {
+  if (!flags.trace.empty() || !flags.snapshot.empty() || flags.alloc_conf) {
+    return BadInput(
+        "--trace, --snapshot and --alloc-conf replay PyTorch's caching allocator; this log "
+        "reports a TensorFlow/JAX allocator failure, whose remedies are not replayed yet");
+  }
+  analysis::BfcExplainReport report;
+  report.input = flags.path;
+  report.lines = scan.lines;
+  report.cut_lines = scan.cut_lines;
+  report.dropped_reports = scan.dropped_reports;
+  report.soft_failures = scan.context.soft_failures;
+  report.pytorch_messages = pytorch_messages;
+  bool any_explained = false;
+  for (std::size_t i = 0; i < scan.reports.size(); ++i) {
+    report.errors.push_back(analysis::ExplainBfc(scan.reports[i], scan.context, capacity));
+    report.errors.back().report = i;
+    any_explained = any_explained || report.errors.back().figures.has_value();
+  }
+  const std::string out =
+      flags.json ? sinks::RenderBfcExplainJson(report) : sinks::RenderBfcExplainText(report);
+  const int written = WriteReport(out, flags.json ? ReportForm::kJson : ReportForm::kText);
+  if (written != kExitOk) return written;
+  if (any_explained) return kExitOk;
+  const std::string input = flags.path == "-" ? std::string("standard input") : flags.path;
+  for (const analysis::BfcExplanation& e : report.errors) {
+    std::string list;
+    for (const std::string& x : e.missing) list += (list.empty() ? "'" : ", '") + x + "'";
+    PrintSafe(stderr, fmt::format("fragscope: {}:{}: found an allocator failure but no {} "
+                                  "figure{}\n",
+                                  input, e.line, list, e.missing.size() == 1 ? "" : "s"));
+  }
+  return kExitBadInput;
+}
+
 int RunExplain(const ExplainFlags& flags) {
   const model::ConfigVersion version = TorchVersion(flags.torch_version);
   Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
@@ -127,8 +166,26 @@ int RunExplain(const ExplainFlags& flags) {
         "or give a FILE)\n",
         stderr);
   }
-  Result<sources::OomTextScan> scan = sources::ReadOomText(flags.path);
+  // One pass feeds both scanners: PyTorch's messages and TensorFlow/JAX allocator failures.
+  sources::BfcLogScanner bfc;
+  const auto feed = [&bfc](std::string_view line) { bfc.AddLine(line); };
+  Result<sources::OomTextScan> scan = sources::ReadOomText(flags.path, {}, feed);
   if (!scan.ok()) return BadInput(scan.status().message());
+  const sources::BfcLogScan bfc_scan = bfc.Finish();
+  if (!bfc_scan.reports.empty()) {
+    // cuda_malloc_async's line holds "CUDA error: out of memory": not a PyTorch message.
+    const auto inside_bfc = [&bfc_scan](const OomMessage& m) {
+      for (const BfcReport& r : bfc_scan.reports) {
+        if (m.line >= r.line && m.line <= std::max(r.line, r.last_line)) return true;
+      }
+      return false;
+    };
+    std::erase_if(scan->messages, inside_bfc);
+    const auto has_figures = [](const OomMessage& m) { return m.total.has_value(); };
+    if (std::none_of(scan->messages.begin(), scan->messages.end(), has_figures)) {
+      return RunBfcExplain(flags, bfc_scan, *capacity, scan->messages.size());
+    }
+  }
   const std::string input = flags.path == "-" ? std::string("standard input") : flags.path;
   if (scan->messages.empty()) {
     // Standard input and FIFOs too: their first bytes are read again from the buffer every
@@ -136,7 +193,9 @@ int RunExplain(const ExplainFlags& flags) {
     if (const std::string other = NotErrorText(flags.path); !other.empty()) return BadInput(other);
     return BadInput(fmt::format(
         "{}: no out-of-memory message in {} lines (looked for \"CUDA out of memory\", \"HIP out "
-        "of memory\", \"XPU out of memory\" and \"CUDA error: out of memory\")",
+        "of memory\", \"XPU out of memory\", \"CUDA error: out of memory\", and TensorFlow's and "
+        "JAX's \"ran out of memory trying to allocate\", \"Out of memory while trying to "
+        "allocate\", \"cuMemAllocAsync failed\")",
         input, scan->lines));
   }
   analysis::ExplainReport report;

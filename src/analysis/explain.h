@@ -56,6 +56,9 @@ struct Remedy {
   std::optional<RemedyCheck> check;  // set by VerifyRemedies for allocator settings
   /// alloc_conf is the whole setting (a search result), not something added to the job's own.
   bool whole_setting = false;
+  /// TensorFlow / JAX remedies (bfc_explain.h): the framework setting it proposes, as the user
+  /// writes it ("TF_GPU_ALLOCATOR=cuda_malloc_async"); "" for code changes and PyTorch's.
+  std::string setting = {};
 };
 
 /// The figures every verdict uses, in bytes (docs/explain.md, "Formulas").

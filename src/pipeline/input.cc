@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "analysis/analyzer_thread.h"
+#include "analysis/bfc_explain.h"
 #include "analysis/diagnosis.h"
 #include "common/units.h"
 #include "pipeline/progress.h"
@@ -53,6 +54,46 @@ void AddSnapshotNotes(const sources::SnapshotReader& reader,
   result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
 }
 
+// What a BFC dump adds to the report's notes: where it came from, the request against the
+// largest free chunk, and the free chunks per bin (docs/frameworks.md).
+void AddBfcNotes(const sources::BfcTraceReader& reader, analysis::AnalysisResult* result) {
+  const BfcReport& r = reader.report();
+  const analysis::BfcExplanation e = analysis::ExplainBfc(r, reader.scan().context);
+  std::vector<std::string> notes;
+  notes.push_back(fmt::format(
+      "BFC allocator dump (lines {}-{}; {}): {} region{} read as segments, chunks in use as "
+      "blocks (their requested sizes are not in the dump: internal waste reads 0); the pool is "
+      "one, shown as \"large\"",
+      r.line, r.last_line, e.wording, FormatCount(r.regions.size()),
+      r.regions.size() == 1 ? "" : "s"));
+  if (reader.scan().reports.size() > 1) {
+    notes.push_back(
+        fmt::format("the log holds {} allocator failures; this is the last with a "
+                    "chunk map (`fragscope explain` lists them all)",
+                    reader.scan().reports.size()));
+  }
+  if (e.figures) {
+    notes.push_back(fmt::format("request {} against the largest free chunk {}: {}",
+                                FormatBytes(e.figures->request),
+                                FormatBytes(e.figures->largest_free), e.summary));
+  }
+  for (const std::string& n : e.notes) notes.push_back("bfc: " + n);
+  for (const std::string& m : e.missing) notes.push_back("bfc: missing from the log: " + m);
+  if (e.bins) {
+    for (const analysis::BfcBinUse& b : *e.bins) {
+      if (b.chunks == 0) continue;
+      notes.push_back(fmt::format(
+          "bin {} (chunks from {}): {} chunks, {} free ({}), largest free {}; fragmentation {}",
+          b.bin, FormatBytes(std::uint64_t{256} << b.bin), FormatCount(b.chunks),
+          FormatCount(b.free_chunks), FormatBytes(b.free_bytes), FormatBytes(b.largest_free),
+          b.free_bytes > 0 ? fmt::format("{:.2f}", 1.0 - static_cast<double>(b.largest_free) /
+                                                             static_cast<double>(b.free_bytes))
+                           : std::string("-")));
+    }
+  }
+  result->notes.insert(result->notes.begin(), notes.begin(), notes.end());
+}
+
 }  // namespace
 
 std::string RebuiltPeaksNote() {
@@ -62,8 +103,23 @@ std::string RebuiltPeaksNote() {
 
 Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits) {
   Result<sources::InputKind> kind = sources::DetectInputKind(path);
-  if (!kind.ok()) return kind.status();
   OpenedInput opened;
+  if (!kind.ok()) {
+    // Text: a TensorFlow / JAX log whose BFC dump can be read as an allocator trace?
+    if (kind.status().message().find("this file is text") == std::string::npos) {
+      return kind.status();
+    }
+    Result<sources::BfcLogScan> scan = sources::ReadBfcLog(path);
+    if (!scan.ok()) return scan.status();
+    const auto has_map = [](const BfcReport& r) { return !r.regions.empty(); };
+    if (std::none_of(scan->reports.begin(), scan->reports.end(), has_map)) return kind.status();
+    Result<std::unique_ptr<sources::BfcTraceReader>> bfc =
+        sources::BfcTraceReader::Create(std::move(*scan), path);
+    if (!bfc.ok()) return bfc.status();
+    opened.bfc = bfc->get();
+    opened.reader = std::move(*bfc);
+    return opened;
+  }
   if (*kind == sources::InputKind::kTrace) {
     Result<std::unique_ptr<TraceReader>> reader = TraceReader::Open(path, limits);
     if (!reader.ok()) return reader.status();
@@ -376,8 +432,17 @@ Result<analysis::AnalysisResult> AnalyzeInput(
     if (!learnt.ok()) return learnt;
   }
 
+  // A BFC dump records one request, the one that failed: free chunks smaller than it are the
+  // stranded ones (unless --stranded-threshold says otherwise).
+  analysis::AnalysisOptions bfc_options = options;
+  if (opened->bfc != nullptr && !options.stranded_threshold) {
+    const BfcReport& r = opened->bfc->report();
+    if (r.rounded || r.request) {
+      bfc_options.stranded_threshold = r.rounded ? *r.rounded : BfcRoundedBytes(*r.request);
+    }
+  }
   Result<std::unique_ptr<analysis::TraceAnalyzer>> created =
-      analysis::TraceAnalyzer::Create(header, options);
+      analysis::TraceAnalyzer::Create(header, bfc_options);
   if (!created.ok())
     return Status(created.status().code(),
                   fmt::format("{}: {}", reader.Where(), created.status().message()));
@@ -409,6 +474,7 @@ Result<analysis::AnalysisResult> AnalyzeInput(
 
   analysis::AnalysisResult result = analyzer.Finish(path);
   if (opened->snapshot != nullptr) AddSnapshotNotes(*opened->snapshot, notes, &result);
+  if (opened->bfc != nullptr) AddBfcNotes(*opened->bfc, &result);
   result.notes.insert(result.notes.end(), capacity_notes.begin(), capacity_notes.end());
   for (analysis::DeviceReport& d : result.devices) {
     for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);

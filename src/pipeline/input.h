@@ -20,6 +20,7 @@
 #include "fragscope/status.h"
 #include "fragscope/trace.h"
 #include "model/allocator_rules.h"
+#include "sources/bfc_text/bfc_trace.h"
 #include "sources/snapshot/snapshot_reader.h"
 
 namespace fragscope::pipeline {
@@ -28,8 +29,12 @@ namespace fragscope::pipeline {
 struct OpenedInput {
   std::unique_ptr<TraceReader> reader;
   sources::SnapshotReader* snapshot = nullptr;  // reader itself, when the input is a snapshot
+  /// reader itself, when the input is a TensorFlow / JAX log with a BFC allocator dump.
+  sources::BfcTraceReader* bfc = nullptr;
 };
-/// Opens `path`; a snapshot is read and decoded here, with a progress line for big files.
+/// Opens `path`; a snapshot is read and decoded here, with a progress line for big files. A
+/// text file with a BFC allocator dump (a TensorFlow / JAX log) is read as an allocator trace
+/// (sources::BfcTraceReader).
 /// Errors start with the path.
 Result<OpenedInput> OpenInput(const std::string& path, const TraceLimits& limits = {});
 

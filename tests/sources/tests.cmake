@@ -88,6 +88,15 @@ add_test(NAME agent_protocol_fuzz_replay
   COMMAND agent_protocol_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/agent_protocol)
 # Out-of-memory error text in logs (src/sources/oom_text), fixtures in tests/data/oom_text.
 fragscope_add_test(sources/oom_text_scanner_test.cc LIBS fragscope_sources)
+# TensorFlow / JAX allocator logs (src/sources/bfc_text), fixtures in tests/data/bfc_text.
+fragscope_add_test(sources/bfc_log_test.cc LIBS fragscope_sources)
+add_executable(bfc_log_fuzz_replay
+  ${PROJECT_SOURCE_DIR}/fuzz/bfc_log_fuzzer.cc ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)
+target_link_libraries(bfc_log_fuzz_replay PRIVATE fragscope_sources fragscope_analysis
+  fragscope_sinks nlohmann_json::nlohmann_json)
+fragscope_set_warnings(bfc_log_fuzz_replay)
+add_test(NAME bfc_log_fuzz_replay
+  COMMAND bfc_log_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/bfc_log)
 add_executable(oom_text_fuzz_replay
   ${PROJECT_SOURCE_DIR}/fuzz/oom_text_fuzzer.cc
   ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)

@@ -263,4 +263,165 @@ std::string RenderExplainJson(const analysis::ExplainReport& report) {
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
+// ---- TensorFlow and JAX --------------------------------------------------------------------
+
+namespace {
+
+std::string FrameworkName(const std::string& framework) {
+  if (framework == "tensorflow") return "TensorFlow";
+  if (framework == "jax") return "JAX";
+  return "TensorFlow or JAX";
+}
+
+std::string BinRange(int bin) {
+  const std::uint64_t lo = std::uint64_t{256} << bin;
+  if (bin + 1 >= kBfcNumBins) return fmt::format("[{}, ...)", FormatBytes(lo));
+  return fmt::format("[{}, {})", FormatBytes(lo), FormatBytes(lo << 1));
+}
+
+Json BfcFiguresJson(const analysis::BfcExplanation& e) {
+  if (!e.figures) return nullptr;
+  const analysis::BfcFigures& f = *e.figures;
+  Json j = Json::object();
+  j["request_bytes"] = f.request;
+  j["limit_bytes"] = f.limit;
+  j["pool_bytes"] = f.pool;
+  j["in_use_bytes"] = f.in_use;
+  j["free_in_pool_bytes"] = f.free_in_pool;
+  j["largest_free_chunk_bytes"] = f.largest_known ? Json(f.largest_free) : Json(nullptr);
+  j["room_to_grow_bytes"] = f.room;
+  j["device_total_bytes"] = Opt(f.device_total);
+  return j;
+}
+
+}  // namespace
+
+std::string RenderBfcExplainText(const analysis::BfcExplainReport& report) {
+  std::string out;
+  const std::size_t n = report.errors.size();
+  out += fmt::format("fragscope explain: {} ({} lines): {} allocator failure{}",
+                     report.input == "-" ? "standard input" : TerminalSafe(report.input),
+                     report.lines, n, n == 1 ? "" : "s");
+  if (n > 1) {
+    std::string where;
+    for (const analysis::BfcExplanation& e : report.errors) {
+      if (!where.empty()) where += "; ";
+      where += fmt::format("line {} {}", e.line, analysis::OomVerdictName(e.verdict));
+    }
+    out += " (" + where + ")";
+  }
+  out += "\n";
+  if (report.dropped_reports > 0) {
+    out += fmt::format("  ({} earlier failures beyond the limit were not kept)\n",
+                       report.dropped_reports);
+  }
+  if (report.soft_failures > 0) {
+    out += fmt::format("  ({} failed attempts the caller marked \"not a failure\" were skipped)\n",
+                       report.soft_failures);
+  }
+  if (report.pytorch_messages > 0) {
+    out += fmt::format(
+        "  ({} PyTorch out-of-memory message{} in the same input: run explain on "
+        "them alone)\n",
+        report.pytorch_messages, report.pytorch_messages == 1 ? "" : "s");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const analysis::BfcExplanation& e = report.errors[i];
+    out += fmt::format("\nError {} of {}: lines {}-{}: {} allocator {}{}\n", i + 1, n, e.line,
+                       e.last_line, FrameworkName(e.framework),
+                       e.allocator.empty() ? std::string("(unnamed)") : TerminalSafe(e.allocator),
+                       i + 1 == n && n > 1 ? " (the last: its chunk map is kept)" : "");
+    out += fmt::format("  wording: {}\n", TerminalSafe(e.wording));
+    if (e.figures) {
+      const analysis::BfcFigures& f = *e.figures;
+      out += fmt::format("  request {}; pool {} = in use {} + free {}; limit {}\n", B(f.request),
+                         B(f.pool), B(f.in_use), B(f.free_in_pool),
+                         f.limit ? B(f.limit) : std::string("unknown"));
+      if (f.largest_known) out += fmt::format("  largest free chunk {}\n", B(f.largest_free));
+    }
+    out += fmt::format("\n  Verdict: {}\n", e.summary);
+    for (const std::string& r : e.reasons) out += "    " + r + "\n";
+    if (e.figures) {
+      out += fmt::format("  Stranded (free in the pool, unusable for this request): {}\n",
+                         B(e.stranded));
+    }
+    if (!e.missing.empty()) {
+      std::string list;
+      for (const std::string& x : e.missing) list += (list.empty() ? "" : ", ") + x;
+      out += fmt::format("  Missing: {}\n", list);
+    }
+    for (const std::string& note : e.notes) out += "  Note: " + TerminalSafe(note) + "\n";
+    if (e.bins) {
+      out += "\n  Free chunks by bin (bin i holds chunks from 256 << i bytes):\n";
+      for (const analysis::BfcBinUse& b : *e.bins) {
+        if (b.chunks == 0) continue;
+        out += fmt::format("    bin {:2} {:>22}: {} chunks, {} free ({}), largest free {}\n", b.bin,
+                           BinRange(b.bin), FormatCount(b.chunks), FormatCount(b.free_chunks),
+                           B(b.free_bytes), B(b.largest_free));
+      }
+    }
+    out += "\n  Remedies, best first:\n";
+    for (std::size_t r = 0; r < e.remedies.size(); ++r) {
+      const Remedy& x = e.remedies[r];
+      out += fmt::format("    {}. {}\n", r + 1, x.action);
+      out += fmt::format("       {}\n", x.why);
+    }
+  }
+  return out;
+}
+
+std::string RenderBfcExplainJson(const analysis::BfcExplainReport& report) {
+  Json j = Json::object();
+  j["schema"] = kExplainSchemaName;
+  j["schema_version"] = kExplainSchemaVersion;
+  j["input"] = report.input;
+  j["lines"] = report.lines;
+  j["cut_lines"] = report.cut_lines;
+  j["dropped_messages"] = report.dropped_reports;
+  Json errors = Json::array();
+  for (const analysis::BfcExplanation& e : report.errors) {
+    Json x = Json::object();
+    x["line"] = e.line;
+    x["last_line"] = e.last_line;
+    x["framework"] = e.framework.empty() ? Json(nullptr) : Json(e.framework);
+    x["allocator"] = e.allocator;
+    x["wording"] = e.wording;
+    x["figures"] = BfcFiguresJson(e);
+    x["verdict"] = analysis::OomVerdictName(e.verdict);
+    x["summary"] = e.summary;
+    x["reasons"] = e.reasons;
+    x["stranded_bytes"] = e.figures ? Json(e.stranded) : Json(nullptr);
+    x["shortfall_bytes"] = e.figures ? Json(e.shortfall) : Json(nullptr);
+    x["missing"] = e.missing;
+    x["notes"] = e.notes;
+    Json remedies = Json::array();
+    for (const Remedy& r : e.remedies) {
+      remedies.push_back({{"id", r.id},
+                          {"setting", r.setting.empty() ? Json(nullptr) : Json(r.setting)},
+                          {"alloc_conf", nullptr},
+                          {"action", r.action},
+                          {"why", r.why},
+                          {"replay", nullptr}});
+    }
+    x["remedies"] = std::move(remedies);
+    Json bins = Json::array();
+    if (e.bins) {
+      for (const analysis::BfcBinUse& b : *e.bins) {
+        bins.push_back({{"bin", b.bin},
+                        {"min_bytes", std::uint64_t{256} << b.bin},
+                        {"chunks", b.chunks},
+                        {"free_chunks", b.free_chunks},
+                        {"bytes", b.bytes},
+                        {"free_bytes", b.free_bytes},
+                        {"largest_free_bytes", b.largest_free}});
+      }
+    }
+    x["bins"] = e.bins ? std::move(bins) : Json(nullptr);
+    errors.push_back(std::move(x));
+  }
+  j["errors"] = std::move(errors);
+  j["verification"] = nullptr;
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 }  // namespace fragscope::sinks

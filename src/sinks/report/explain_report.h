@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "analysis/bfc_explain.h"
 #include "analysis/explain.h"
 
 namespace fragscope::sinks {
@@ -20,6 +21,11 @@ std::string RenderExplainText(const analysis::ExplainReport& report);
 
 /// One JSON document (indent 2), ending with a newline.
 std::string RenderExplainJson(const analysis::ExplainReport& report);
+
+/// The same two forms for a TensorFlow / JAX log (same schema: its errors carry "framework"
+/// and BFC figures; docs/json-schema.md).
+std::string RenderBfcExplainText(const analysis::BfcExplainReport& report);
+std::string RenderBfcExplainJson(const analysis::BfcExplainReport& report);
 
 }  // namespace fragscope::sinks
 

@@ -541,7 +541,8 @@ OomTextScan ScanOomText(std::string_view text, const OomTextLimits& limits) {
   return scanner.Finish();
 }
 
-Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits) {
+Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits,
+                                const std::function<void(std::string_view)>& also) {
   // "-", FIFOs and pipes as every input (OpenFileSource): read once, bounded by
   // --max-input-bytes.
   Result<std::unique_ptr<ByteSource>> source = OpenFileSource(path);
@@ -567,12 +568,16 @@ Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& li
       }
       if (nl == std::string_view::npos) break;
       scanner.AddLine(line);
+      if (also) also(line);
       line.clear();
       cut = false;
       chunk.remove_prefix(nl + 1);
     }
   }
-  if (!line.empty()) scanner.AddLine(line);  // a last line without '\n'
+  if (!line.empty()) {  // a last line without '\n'
+    scanner.AddLine(line);
+    if (also) also(line);
+  }
   return scanner.Finish();
 }
 

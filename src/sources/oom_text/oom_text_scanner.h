@@ -14,6 +14,7 @@
 #define FRAGSCOPE_SOURCES_OOM_TEXT_OOM_TEXT_SCANNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,7 +85,10 @@ OomTextScan ScanOomText(std::string_view text, const OomTextLimits& limits = {})
 /// Scans a file, or standard input for "-", reading it in chunks (OpenFileSource: a FIFO or a
 /// pipe is read once, and at most --max-input-bytes of it). Errors: kNotFound / kIoError
 /// naming the path (or "standard input"), kLimitExceeded for a stream beyond its limit.
-Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits = {});
+/// `also` (optional) sees every line too, as the scanner does (cut at max_line_bytes + 1):
+/// another scanner of the same input (the BFC log scanner) reads it in the same pass.
+Result<OomTextScan> ReadOomText(const std::string& path, const OomTextLimits& limits = {},
+                                const std::function<void(std::string_view)>& also = {});
 
 /// Parses one figure as PyTorch prints it ("20.00 MiB", "0 bytes", "1.5 GiB", "512 B"), at
 /// the start of `text`; sets *used to the characters read. nullopt if it is not a size or is
