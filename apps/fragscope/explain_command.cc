@@ -263,6 +263,7 @@ int RunExplain(const ExplainFlags& flags) {
         ReadRequestEvents(*opened, replay_path, current->Rules(), &notes);
     if (!events.ok()) return BadInput(events.status().message());
     options.recorded_from = events->recorded_from;
+    options.recorded_device_allocs = events->recorded_device_allocs;
     options.search = analysis::DefaultTuneGrid(version);  // tune's own search, in one pass
     Result<analysis::Verification> verified =
         analysis::VerifyRemedies(events->events, options, &target);

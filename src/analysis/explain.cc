@@ -634,6 +634,7 @@ Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
   tune.threads = options.threads;
   tune.addresses = options.addresses;
   tune.recorded_from = options.recorded_from;
+  tune.recorded_device_allocs = options.recorded_device_allocs;
   auto combined = [&](const std::string& conf) {
     if (options.current_conf.empty()) return conf;
     return options.current_conf + "," + conf;
@@ -686,6 +687,8 @@ Result<Verification> VerifyRemedies(const std::vector<Event>& requests,
   v.options = options;
   v.current = *check_of(options.current_conf);
   v.reproduced = v.current.oom;
+  v.cannot_rank = TuneCannotRank(*outcomes, tune);
+  if (!v.cannot_rank.empty()) return v;  // replays of a rebuilt start state rank nothing
   auto worse = [&](const RemedyCheck& c) {
     return c.oom && (!v.current.oom || c.oom_event < v.current.oom_event);
   };

@@ -126,6 +126,9 @@ struct VerifyOptions {
   /// DefaultTuneGrid): the best that fits becomes a remedy when no proposed setting fits with a
   /// peak as low. Empty: the remedies only.
   std::vector<std::string> search;
+  /// Device allocations the snapshot's recorded history holds (TuneOptions::
+  /// recorded_device_allocs); unset for a request trace.
+  std::optional<std::uint64_t> recorded_device_allocs;
 };
 
 /// What the replay under the job's own settings did, for the report.
@@ -135,6 +138,9 @@ struct Verification {
   VerifyOptions options;
   RemedyCheck current;
   bool reproduced = false;  // the current settings run out of memory, as the job did
+  /// Why the replays cannot rank the remedies (TuneCannotRank), or "": the remedies then keep
+  /// the message's order, without checks, and no searched setting joins them.
+  std::string cannot_rank;
 };
 
 /// Everything `fragscope explain` reports on one input.

@@ -355,10 +355,10 @@ std::string TuneCannotRank(const std::vector<TuneOutcome>& ranked, const TuneOpt
   return fmt::format(
       "the recorded history cannot tell the settings apart: it holds no segment allocation "
       "(every byte its requests used was reserved before recording began), and that start "
-      "state is rebuilt under each setting (docs/snapshots.md), so the {} above compare "
-      "rebuilds{}, not how the settings would have run the job. Record the history from the "
-      "job's start (torch.cuda.memory._record_memory_history() before the first allocation) or "
-      "capture a request trace (docs/capturing-traces.md) to rank them",
+      "state is rebuilt under each setting (docs/snapshots.md), so the {} of each setting "
+      "compare rebuilds{}, not how the settings would have run the job. Record the history "
+      "from the job's start (torch.cuda.memory._record_memory_history() before the first "
+      "allocation) or capture a request trace (docs/capturing-traces.md) to rank them",
       options.find_min_capacity ? "peaks, waste and min capacities" : "peaks and waste",
       grew == 0 ? std::string()
                 : fmt::format(" ({} of the {} needed more memory only because their rebuild "

@@ -506,3 +506,31 @@ def test_tune_says_when_the_history_cannot_tell_the_settings_apart(tmp_path):
     # A request trace is its whole history.
     s = json.loads(run("tune", SAMPLE, "--capacity", "1GiB", "--json").stdout)
     assert s["cannot_rank"] is None and s["recommended"] is not None
+
+
+def test_explain_says_when_the_history_cannot_rank_its_remedies(tmp_path):
+    # Issue 29 items 5 and 6d (one search serves both): explain's replays of a snapshot whose
+    # history holds no segment allocation compare rebuilds; it keeps the message's remedies
+    # unranked and says why, instead of a "searched setting" the history cannot support.
+    message = tmp_path / "oom.txt"
+    message.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 MiB. GPU 0 has a "
+        "total capacity of 24.00 MiB of which 2.00 MiB is free. Of the allocated memory 6.00 MiB "
+        "is allocated by PyTorch, and 14.00 MiB is reserved by PyTorch but unallocated. If "
+        "reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n")
+    for grow, ranked in ((False, False), (True, True)):
+        snap = snapshot_reserved_before(tmp_path, grow=grow)
+        r = run("explain", str(message), "--snapshot", snap, "--json")
+        assert r.returncode in (0, 1), r.stderr.decode()
+        v = json.loads(r.stdout)["verification"]
+        remedies = json.loads(r.stdout)["errors"][0]["remedies"]
+        if ranked:
+            assert v["cannot_rank"] is None, v
+        else:
+            assert "cannot tell the settings apart" in v["cannot_rank"], v
+            assert all(x["replay"] is None for x in remedies), remedies
+            assert not any(x["id"] == "searched_setting" for x in remedies), remedies
+            text = run("explain", str(message), "--snapshot", snap).stdout.decode()
+            assert "Remedies not ranked: the recorded history cannot tell" in text
+            assert "ranked by the replay" not in text

@@ -151,7 +151,8 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
       out += fmt::format("  Missing: {}\n", list);
     }
     for (const std::string& note : e.notes) out += "  Note: " + TerminalSafe(note) + "\n";
-    const bool verified = report.verification && report.verified_error == i;
+    const bool verified = report.verification && report.verified_error == i &&
+                          report.verification->cannot_rank.empty();
     const RemedyCheck* current = verified ? &report.verification->current : nullptr;
     out += verified ? "\n  Remedies, ranked by the replay:\n" : "\n  Remedies, best first:\n";
     for (std::size_t r = 0; r < e.remedies.size(); ++r) {
@@ -160,7 +161,7 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
       out += fmt::format("       {}\n", x.why);
       if (x.check) out += fmt::format("       {}\n", CheckText(*x.check, current));
     }
-    if (verified) {
+    if (report.verification && report.verified_error == i) {
       const analysis::Verification& v = *report.verification;
       out += fmt::format(
           "\n  Replay of {} ({} request events) on {} with {} used outside PyTorch:\n", v.source,
@@ -169,7 +170,9 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
       out += fmt::format("    current settings ({}): {}\n",
                          v.options.current_conf.empty() ? "defaults" : v.options.current_conf,
                          CheckText(v.current));
-      if (!v.reproduced) {
+      if (!v.cannot_rank.empty()) {
+        out += "    Remedies not ranked: " + TerminalSafe(v.cannot_rank) + ".\n";
+      } else if (!v.reproduced) {
         out +=
             "    The replay does not run out of memory with the current settings, so it does "
             "not reproduce this error (another run, other figures?); the comparison shows "
@@ -249,14 +252,16 @@ std::string RenderExplainJson(const analysis::ExplainReport& report) {
   j["errors"] = std::move(errors);
   if (report.verification) {
     const analysis::Verification& v = *report.verification;
-    j["verification"] = {{"source", v.source},
-                         {"error_index", report.verified_error},
-                         {"request_events", v.request_events},
-                         {"capacity_bytes", v.options.capacity_bytes},
-                         {"used_by_others_bytes", v.options.used_by_others_bytes},
-                         {"current_alloc_conf", v.options.current_conf},
-                         {"current", CheckJson(v.current)},
-                         {"reproduced", v.reproduced}};
+    Json x = {{"source", v.source},
+              {"error_index", report.verified_error},
+              {"request_events", v.request_events},
+              {"capacity_bytes", v.options.capacity_bytes},
+              {"used_by_others_bytes", v.options.used_by_others_bytes},
+              {"current_alloc_conf", v.options.current_conf},
+              {"current", CheckJson(v.current)},
+              {"reproduced", v.reproduced}};
+    x["cannot_rank"] = v.cannot_rank.empty() ? Json(nullptr) : Json(v.cannot_rank);
+    j["verification"] = std::move(x);
   } else {
     j["verification"] = nullptr;
   }
