@@ -24,7 +24,8 @@ def torchrun(installed, script, run_dir, args, restarts, env=None, timeout=900):
            "--rdzv-endpoint", "127.0.0.1:{}".format(29600 + os.getpid() % 300),
            "--log-dir", os.path.join(run_dir, "torchrun-logs"), "--redirects", "2", "--tee", "2",
            os.path.join(HERE, script), run_dir] + args
-    env = dict(env or {}, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    # PYTHONFAULTHANDLER: a rank that aborts prints every thread's Python stack into the log.
+    env = dict(env or {}, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", PYTHONFAULTHANDLER="1")
     proc = subprocess.run(cmd, env=installed.env(**env), capture_output=True,
                           text=True, timeout=timeout)
     return proc.returncode, proc.stdout + proc.stderr
