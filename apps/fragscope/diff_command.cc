@@ -80,6 +80,11 @@ std::string KindOf(const analysis::AnalysisResult& r) {
   return "allocator trace";
 }
 
+// "a snapshot", "an allocator trace".
+std::string WithArticle(const std::string& kind) {
+  return (kind.front() == 'a' ? "an " : "a ") + kind;
+}
+
 Result<AnalyzedInput> AnalyzeForDiff(const std::string& path) {
   analysis::SiteMemoryTracker tracker;
   auto tap = [&tracker](const TraceHeader&, const Event& e, bool) {
@@ -196,34 +201,9 @@ int RunDiff(const DiffFlags& flags) {
     specs[0].alloc_conf = flags.alloc_conf_a;
     specs[1].alloc_conf = flags.alloc_conf;
   }
-  auto name = [&](std::size_t i) {
-    return specs.size() == 2 ? std::string(i == 0 ? "A" : "B") : fmt::format("rank {}", i);
-  };
-
-  // Every input is read before any is replayed, so that a mismatch of kinds is told first.
-  std::vector<AnalyzedInput> inputs;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (i == 1 && n == 1) {
-      inputs.push_back(inputs.front());
-      continue;
-    }
-    Result<AnalyzedInput> read = AnalyzeForDiff(specs[i].path);
-    if (!read.ok()) return BadInput(fmt::format("{}: {}", name(i), read.status().message()));
-    if (!inputs.empty() && read->kind != inputs.front().kind) {
-      return BadInput(fmt::format(
-          "diff: {} ({}) is a {} but {} ({}) is a {}: compare inputs of one kind (two "
-          "snapshots, two allocator traces or two request traces; `fragscope convert` turns a "
-          "snapshot into a trace)",
-          name(0), specs[0].path, inputs.front().kind, name(i), specs[i].path, read->kind));
-    }
-    inputs.push_back(std::move(*read));
-  }
-  std::vector<analysis::RunFigures> runs;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    Result<analysis::RunFigures> run = FiguresFor(specs[i], std::move(inputs[i]));
-    if (!run.ok()) return BadInput(fmt::format("{}: {}", name(i), run.status().message()));
-    runs.push_back(std::move(*run));
-  }
+  Result<std::vector<analysis::RunFigures>> read = ReadRuns(specs);
+  if (!read.ok()) return BadInput(read.status().message());
+  std::vector<analysis::RunFigures> runs = std::move(*read);
 
   const bool json = flags.format == "json";
   std::string report;
@@ -240,10 +220,37 @@ int RunDiff(const DiffFlags& flags) {
 
 }  // namespace
 
-Result<analysis::RunFigures> ReadRunFigures(const RunSpec& spec) {
-  Result<AnalyzedInput> read = AnalyzeForDiff(spec.path);
-  if (!read.ok()) return read.status();
-  return FiguresFor(spec, std::move(*read));
+Result<std::vector<analysis::RunFigures>> ReadRuns(const std::vector<RunSpec>& specs) {
+  auto name = [&](std::size_t i) {
+    return specs.size() == 2 ? std::string(i == 0 ? "A" : "B") : fmt::format("rank {}", i);
+  };
+  // Every input is read before any is replayed, so that a mismatch of kinds is told first. An
+  // input named twice in a row (one input under two settings) is read once.
+  std::vector<AnalyzedInput> inputs;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (i > 0 && specs[i].path == specs[i - 1].path) {
+      inputs.push_back(inputs.back());
+      continue;
+    }
+    Result<AnalyzedInput> read = AnalyzeForDiff(specs[i].path);
+    if (!read.ok()) return read.status().WithPrefix(name(i));
+    if (!inputs.empty() && read->kind != inputs.front().kind) {
+      return Status::InvalidArgument(fmt::format(
+          "diff: {} ({}) is {} but {} ({}) is {}: compare inputs of one kind (two "
+          "snapshots, two allocator traces or two request traces; `fragscope convert` turns a "
+          "snapshot into a trace)",
+          name(0), specs[0].path, WithArticle(inputs.front().kind), name(i), specs[i].path,
+          WithArticle(read->kind)));
+    }
+    inputs.push_back(std::move(*read));
+  }
+  std::vector<analysis::RunFigures> runs;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    Result<analysis::RunFigures> run = FiguresFor(specs[i], std::move(inputs[i]));
+    if (!run.ok()) return run.status().WithPrefix(name(i));
+    runs.push_back(std::move(*run));
+  }
+  return runs;
 }
 
 Command AddDiffCommand(CLI::App& app) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "analysis/compare.h"
 #include "command.h"
@@ -41,10 +42,12 @@ struct RunSpec {
   bool force_replay = false;
 };
 
-/// The figures of one run: the input analyzed as recorded, or its requests replayed (a request
+/// The figures of each run: its input analyzed as recorded, or its requests replayed (a request
 /// trace; any input given alloc_conf, capacity or force_replay), with each call site's memory
-/// from the input's own events. Errors (kInvalidArgument) name the file and where.
-Result<analysis::RunFigures> ReadRunFigures(const RunSpec& spec);
+/// from the input's own events. Every input is read before any is replayed. Errors
+/// (kInvalidArgument) start with "A: ", "B: " (two specs) or "rank N: " and name the file and
+/// where; inputs of different kinds (snapshot, allocator trace, request trace) are refused.
+Result<std::vector<analysis::RunFigures>> ReadRuns(const std::vector<RunSpec>& specs);
 
 }  // namespace fragscope::cli
 
