@@ -180,7 +180,7 @@ struct RankFinding {
 inline constexpr double kRankZThreshold = 3.5;
 /// The deviation is at least this fraction of the others' median (and 1 MiB for bytes, 0.01
 /// for a ratio), so that identical ranks do not make a tiny difference infinite.
-inline constexpr double kRankMinRelativeScale = 0.05;
+inline constexpr double kRankMinRelativeScale = 0.02;
 /// A call site counts for extra/missing when its peak reaches max(1 MiB, this fraction of the
 /// rank's peak requested).
 inline constexpr double kRankSiteMinShare = 0.01;
