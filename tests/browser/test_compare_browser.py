@@ -1,10 +1,11 @@
 """`fragscope report A --compare B` in a real headless Chromium (issue 33 item 2; docs/report.md).
 
-For two real snapshots (skipped without /work/shared) and two of the hand-made allocator
-traces: the page loads with no console error and no exception; its compare section shows A and
-B's figures as `fragscope diff A B --format json` gives them (the same values, formatted), the
-first OOMs and the call sites whose memory changed most. A screenshot of the section goes to
-FRAGSCOPE_SCREENSHOT_DIR. Skipped, not failed, when no Chromium is installed.
+For two real snapshots (skipped without /work/shared), two of the hand-made allocator traces,
+and the bundled runs of 3 and 50 steps replayed on 520 MiB (only the longer one runs out of
+memory): the page loads with no console error and no exception; its compare section shows A
+and B's figures as `fragscope diff A B --format json` gives them (the same values, formatted),
+the first OOMs and the call sites whose memory changed most. A screenshot of the section goes
+to FRAGSCOPE_SCREENSHOT_DIR. Skipped, not failed, when no Chromium is installed.
 """
 
 import json
@@ -28,11 +29,16 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not instal
                                 "(tools/install-deps.sh installs Debian's chromium)")
 
 CASES = {
-    # name: (A, B, needs /work/shared)
+    # name: (A, B, extra arguments, needs /work/shared)
     "real_snapshots": (SHARED / "silmont_memory_forward_bf16_128.pickle",
-                       SHARED / "silmont_memory_forward_fp32_128.pickle", True),
+                       SHARED / "silmont_memory_forward_fp32_128.pickle", [], True),
     "allocator_traces": (pathlib.Path("tests/data/cli/allocator_basic.jsonl"),
-                         pathlib.Path("tests/data/cli/allocator_no_steps.jsonl"), False),
+                         pathlib.Path("tests/data/cli/allocator_no_steps.jsonl"), [], False),
+    # The bundled runs of 3 and 50 steps replayed on 520 MiB: only the longer one runs out of
+    # memory (docs/report.md's picture).
+    "sample_runs": (pathlib.Path("tests/data/sample/gpt_tiny_3steps.jsonl.gz"),
+                    pathlib.Path("tests/data/sample/gpt_tiny_50steps.jsonl.gz"),
+                    ["--capacity", "520MiB"], False),
 }
 
 
@@ -58,12 +64,12 @@ def cells(b, selector):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_compare_section(name, browser, tmp_path):
-    a, b_path, shared = CASES[name]
+    a, b_path, extra, shared = CASES[name]
     if shared and not (a.exists() and b_path.exists()):
         pytest.skip(f"{a} or {b_path} is absent")
     html = tmp_path / f"{name}.html"
-    run("report", a, "--compare", b_path, "-o", html)
-    diff = json.loads(run("diff", a, b_path, "--format", "json").stdout)
+    run("report", a, *extra, "--compare", b_path, "-o", html)
+    diff = json.loads(run("diff", a, b_path, *extra, "--format", "json").stdout)
 
     b = browser
     b.events.clear()

@@ -672,6 +672,9 @@
       out.push(t);
       if (p.a) out.push(el('p', {}, 'First OOM of A: ' + compareOom(p.a.first_oom)));
       if (p.b) out.push(el('p', {}, 'First OOM of B: ' + compareOom(p.b.first_oom)));
+      for (const [side, d] of [['A', p.a], ['B', p.b]]) {
+        if (d && d.first_oom && d.first_oom.index_of === 'request') out.push(el('p', { class: 'hint' }, `${side}'s replay stops at its first OOM: its figures are of the run up to it.`));
+      }
       if (!p.site_changes.length) {
         out.push(el('p', { class: 'hint' }, "No call site's peak memory changed."));
         continue;

@@ -224,6 +224,13 @@ std::string RenderDiffText(const RunDiff& diff) {
           "  first OOM of B: " + (d.b->first_oom ? OomText(*d.b->first_oom) : std::string("none")) +
           "\n";
     }
+    // A replay stops at its first OOM (as `replay` does): its peaks are of the run up to it.
+    for (const auto& [side, f] : {std::pair{"A", &d.a}, std::pair{"B", &d.b}}) {
+      if (*f && (*f)->first_oom && (*f)->first_oom->request_index) {
+        out += fmt::format(
+            "  ({}'s replay stops at its first OOM: its figures are of the run up to it)\n", side);
+      }
+    }
     if (d.sites_changed == 0) {
       out += "\n  No call site's peak memory changed.\n";
       continue;
