@@ -85,6 +85,7 @@ RunFigures FiguresOf(const AnalysisResult& result, const std::vector<SiteMemory>
   RunFigures run;
   run.path = result.source;
   run.notes = result.notes;
+  run.steps = result.steps;
   for (const DeviceReport& d : result.devices) {
     DeviceFigures f;
     f.device = d.device;

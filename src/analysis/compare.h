@@ -105,9 +105,10 @@ struct DeviceFigures {
 /// One run: an input as recorded, or replayed under some settings.
 struct RunFigures {
   std::string path;
-  std::string kind;        // "snapshot", "allocator trace", "request trace"
-  std::string how;         // "as recorded", or "replayed on 1.00 GiB under <conf>"
-  std::string alloc_conf;  // the settings replayed under, or the recorded ones ("" defaults)
+  std::string kind;                    // "snapshot", "allocator trace", "request trace"
+  std::string how;                     // "as recorded", or "replayed on 1.00 GiB under <conf>"
+  std::string alloc_conf;              // a replay's settings; "" as recorded (or the defaults)
+  std::uint64_t steps = 0;             // step markers the run saw (AnalysisResult::steps)
   std::vector<DeviceFigures> devices;  // ascending device
   std::vector<std::string> notes;
 };

@@ -212,3 +212,14 @@ def test_settings_are_for_two_runs_only():
 def test_a_bad_setting_names_the_side():
     err = bad(SAMPLE, "--capacity", "1GiB", "--alloc-conf", "expandable_segments:Maybe")
     assert err.startswith("fragscope: B: "), err
+
+
+def test_inputs_without_step_markers_name_no_step():
+    # Two TensorFlow BFC dumps (read as allocator traces, no step markers): each first OOM is
+    # named by its event alone, not "before the first step marker".
+    out = ok("tests/data/bfc_text/tf1_fragmentation.log", "tests/data/bfc_text/tf2_shortage.log")
+    lines = [line for line in out.splitlines() if line.startswith("  first OOM of ")]
+    assert len(lines) == 2, out
+    for line in lines:
+        assert ": event " in line and "step" not in line, line
+    assert "fragmentation:" in lines[0] and "shortage:" in lines[1], lines

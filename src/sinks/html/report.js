@@ -651,7 +651,7 @@
   }
   function compareOom(o) {
     if (!o) return 'none';
-    return `${stepText(o.step)}, ${o.index_of === 'request' ? 'request event' : 'event'} ${num(o.event_index)}: ${bytes(o.requested_bytes)} ` +
+    return `${o.step != null ? stepText(o.step) + ', ' : ''}${o.index_of === 'request' ? 'request event' : 'event'} ${num(o.event_index)}: ${bytes(o.requested_bytes)} ` +
       `(rounded ${bytes(o.rounded_bytes)}, ${o.pool} pool); ${o.cause}` + (o.site ? '; call site: ' + o.site : '');
   }
   function compareSection() {

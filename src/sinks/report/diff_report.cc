@@ -123,11 +123,11 @@ std::string DiffStep(std::int64_t step) {
 
 // "step 3, request event 1,234: 20.0 MiB (rounded 20.0 MiB, large pool); fragmentation, 2.0 MiB
 // more was free than it needed, in pieces; call site: train.py:12 in forward".
-std::string OomText(const RunOom& o) {
-  std::string out =
-      fmt::format("{}, {} {}: {} (rounded {}, {} pool)", DiffStep(o.step),
-                  o.request_index ? "request event" : "event", FormatCount(o.event_index),
-                  FormatBytes(o.requested), FormatBytes(o.rounded), PoolName(o.pool));
+std::string OomText(const RunOom& o, bool has_steps) {
+  std::string out = fmt::format(
+      "{}{} {}: {} (rounded {}, {} pool)", has_steps ? DiffStep(o.step) + ", " : std::string(),
+      o.request_index ? "request event" : "event", FormatCount(o.event_index),
+      FormatBytes(o.requested), FormatBytes(o.rounded), PoolName(o.pool));
   switch (o.cause) {
     case analysis::OomCause::kFragmentation:
       out += fmt::format("; fragmentation: {} more was free than it needed, in pieces",
@@ -215,14 +215,14 @@ std::string RenderDiffText(const RunDiff& diff) {
     }
     out += t.Render("  ");
     if (d.a) {
-      out +=
-          "  first OOM of A: " + (d.a->first_oom ? OomText(*d.a->first_oom) : std::string("none")) +
-          "\n";
+      out += "  first OOM of A: " +
+             (d.a->first_oom ? OomText(*d.a->first_oom, diff.a.steps > 0) : std::string("none")) +
+             "\n";
     }
     if (d.b) {
-      out +=
-          "  first OOM of B: " + (d.b->first_oom ? OomText(*d.b->first_oom) : std::string("none")) +
-          "\n";
+      out += "  first OOM of B: " +
+             (d.b->first_oom ? OomText(*d.b->first_oom, diff.b.steps > 0) : std::string("none")) +
+             "\n";
     }
     // A replay stops at its first OOM (as `replay` does): its peaks are of the run up to it.
     for (const auto& [side, f] : {std::pair{"A", &d.a}, std::pair{"B", &d.b}}) {
