@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "common/units.h"
@@ -272,12 +274,11 @@ bool Significant(const SiteMemory& s, const DeviceFigures& d) {
   return static_cast<double>(s.peak_live_bytes) >= floor;
 }
 
-const SiteMemory* FindSite(const DeviceFigures& d, const std::string& site) {
-  for (const SiteMemory& s : d.sites) {
-    if (s.site == site) return &s;
-  }
-  return nullptr;
-}
+// Per site name: on how many ranks it is, and on how many it is significant.
+struct SiteCounts {
+  std::unordered_map<std::string_view, std::size_t> ranks_with;
+  std::map<std::string_view, std::size_t> ranks_significant;  // ordered: findings are stable
+};
 
 }  // namespace
 
@@ -286,6 +287,21 @@ RankComparison CompareRanks(std::vector<RunFigures> ranks) {
   std::vector<const DeviceFigures*> main;
   for (const RunFigures& r : ranks) main.push_back(MainDevice(r));
   const std::size_t n = ranks.size();
+  // Each rank's sites by name, and on how many ranks each site is (significant), so that the
+  // site findings cost O(ranks x sites), not its square: per-rank dumps of a real job can
+  // hold thousands of sites each.
+  std::vector<std::unordered_map<std::string_view, const SiteMemory*>> index(n);
+  SiteCounts sites;
+  std::size_t ranks_with_device = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (main[j] == nullptr) continue;
+    ++ranks_with_device;
+    for (const SiteMemory& s : main[j]->sites) {
+      index[j].emplace(s.site, &s);
+      ++sites.ranks_with[s.site];
+      if (Significant(s, *main[j])) ++sites.ranks_significant[s.site];
+    }
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (main[i] == nullptr) continue;
     RankFinding finding;
@@ -314,38 +330,19 @@ RankComparison CompareRanks(std::vector<RunFigures> ranks) {
       return std::fabs(x.z) > std::fabs(y.z);
     };
     std::stable_sort(finding.deviations.begin(), finding.deviations.end(), by_abs_z);
-    // Sites: only this rank has it, or every other rank has it and this one does not.
+    // Sites: only this rank has it, or every other rank has it (significant) and this one not.
     for (const SiteMemory& s : main[i]->sites) {
-      if (!Significant(s, *main[i])) continue;
-      bool elsewhere = false;
-      for (std::size_t j = 0; j < n && !elsewhere; ++j) {
-        if (j != i && main[j] != nullptr && FindSite(*main[j], s.site) != nullptr) {
-          elsewhere = true;
-        }
-      }
-      if (!elsewhere) finding.extra_sites.push_back(s);
-    }
-    std::set<std::string> candidates;
-    for (std::size_t j = 0; j < n; ++j) {
-      if (j == i || main[j] == nullptr) continue;
-      for (const SiteMemory& s : main[j]->sites) {
-        if (Significant(s, *main[j])) candidates.insert(s.site);
+      if (Significant(s, *main[i]) && sites.ranks_with[s.site] == 1) {
+        finding.extra_sites.push_back(s);
       }
     }
-    for (const std::string& site : candidates) {
-      if (FindSite(*main[i], site) != nullptr) continue;
+    for (const auto& [site, count] : sites.ranks_significant) {
+      if (count != ranks_with_device - 1 || index[i].count(site) != 0) continue;
       std::vector<double> peaks;
-      bool everywhere = true;
-      for (std::size_t j = 0; j < n && everywhere; ++j) {
+      for (std::size_t j = 0; j < n; ++j) {
         if (j == i || main[j] == nullptr) continue;
-        const SiteMemory* s = FindSite(*main[j], site);
-        if (s == nullptr || !Significant(*s, *main[j])) {
-          everywhere = false;
-        } else {
-          peaks.push_back(static_cast<double>(s->peak_live_bytes));
-        }
+        peaks.push_back(static_cast<double>(index[j].at(site)->peak_live_bytes));
       }
-      if (!everywhere) continue;
       SiteMemory missing;
       missing.device = main[i]->device;
       missing.site = site;
