@@ -27,6 +27,7 @@ struct DiffFlags {
   std::string used_by_others;
   std::string torch_version = "newest";
   std::string format = "text";
+  bool json = false;  // --json: the same as --format json, as the other commands write it
   std::size_t top = 10;
 };
 
@@ -205,7 +206,7 @@ int RunDiff(const DiffFlags& flags) {
   if (!read.ok()) return BadInput(read.status().message());
   std::vector<analysis::RunFigures> runs = std::move(*read);
 
-  const bool json = flags.format == "json";
+  const bool json = flags.json || flags.format == "json";
   std::string report;
   if (runs.size() == 2) {
     const analysis::RunDiff diff =
@@ -282,6 +283,7 @@ Command AddDiffCommand(CLI::App& app) {
       ->type_name("FORMAT")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  sub->add_flag("--json", flags->json, "The same as --format json");
   sub->add_option("--top", flags->top, "Call sites listed per device (those that changed most)")
       ->type_name("N")
       ->check(IntegerAtLeast(1))

@@ -223,3 +223,7 @@ def test_inputs_without_step_markers_name_no_step():
     for line in lines:
         assert ": event " in line and "step" not in line, line
     assert "fragmentation:" in lines[0] and "shortage:" in lines[1], lines
+
+
+def test_json_flag_is_format_json():
+    assert ok(*TWO_SETTINGS, "--json") == ok(*TWO_SETTINGS, "--format", "json")
