@@ -15,6 +15,7 @@
 #include "common/out_of_memory.h"
 #include "common/units.h"
 #include "convert_command.h"
+#include "diff_command.h"
 #include "explain_command.h"
 #include "gpus_command.h"
 #include "history_command.h"
@@ -77,13 +78,14 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddExplainCommand(app));
   commands.push_back(fragscope::cli::AddAlertsCommand(app));
   commands.push_back(fragscope::cli::AddReportCommand(app));
+  commands.push_back(fragscope::cli::AddDiffCommand(app));
   commands.push_back(fragscope::cli::AddProbeCommand(app));
 
   // Commands that read snapshots or traces take the input budgets (issue 24 item 1).
   for (const Command& command : commands) {
     const std::string& name = command.app->get_name();
     if (name == "analyze" || name == "replay" || name == "tune" || name == "convert" ||
-        name == "check" || name == "explain" || name == "report") {
+        name == "check" || name == "explain" || name == "report" || name == "diff") {
       fragscope::cli::AddBudgetOptions(*command.app);
     }
   }

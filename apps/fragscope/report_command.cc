@@ -22,9 +22,11 @@
 #include "cli_util.h"
 #include "common/safe_file.h"
 #include "common/units.h"
+#include "diff_command.h"
 #include "model/alloc_conf.h"
 #include "replay_command.h"
 #include "sinks/html/html_report.h"
+#include "sinks/report/diff_report.h"
 #include "sources/snapshot/snapshot_requests.h"
 
 namespace fragscope::cli {
@@ -49,6 +51,7 @@ struct ReportCommandFlags {
   std::string max_size = "64MiB";
   bool verify = true;
   bool tune = false;
+  std::string compare;  // --compare B: empty for none
 };
 
 constexpr std::string_view kReportDescription =
@@ -68,7 +71,10 @@ inside) that shows, per device:
     requested size, stream and call site;
   * the OOM panel: the failing request against the free blocks of its pool, and explain's
     verdict and ranked remedies (docs/explain.md);
-  * the call sites whose live blocks strand the most free memory.
+  * the call sites whose live blocks strand the most free memory;
+  * with --compare B: this input (A) and B side by side, as `fragscope diff A B` gives them
+    (peaks, worst fragmentation, stranded bytes, first OOMs, the call sites whose memory
+    changed most).
 
 The map is kept at up to --max-frames moments spread over the run (and just before each OOM,
 and at the end); a click shows the nearest kept moment at or before it. docs/report.md says how
@@ -90,6 +96,7 @@ Examples:
   fragscope report requests.jsonl.gz --capacity 16GiB --alloc-conf expandable_segments:True
   fragscope report trace.jsonl.gz --forecast --device 1
   fragscope report huge.pickle --max-frames 16 --every 10000
+  fragscope report after.pickle --compare before.pickle -o compare.html
 
 Exit status: 0 when the report was written; 2 for bad input or usage, or when the report would
 exceed --max-size (nothing is written; the message names the options that make it smaller),
@@ -372,6 +379,23 @@ int RunReport(const ReportCommandFlags& flags) {
     input.tune = &tuned;
     input.tune_cannot_rank = analysis::TuneCannotRank(tuned, tune);
   }
+  // --compare B: this input (A) and B side by side, as `diff` gives them, replayed when this
+  // report is (the same capacity and settings for A; B under its own settings).
+  if (!flags.compare.empty()) {
+    RunSpec a;
+    a.path = flags.path;
+    a.alloc_conf = flags.alloc_conf;
+    a.capacity = *capacity;
+    a.used_by_others = *others;
+    a.version = TorchVersion(flags.torch_version);
+    RunSpec b = a;
+    b.path = flags.compare;
+    b.alloc_conf.reset();
+    Result<std::vector<analysis::RunFigures>> runs = ReadRuns({a, b});
+    if (!runs.ok()) return BadInput("--compare: " + runs.status().message());
+    input.compare_json = sinks::RenderDiffJson(
+        analysis::CompareRuns(std::move((*runs)[0]), std::move((*runs)[1])), -1);
+  }
   input.command = "fragscope report " + flags.path;
   const std::string html = sinks::RenderHtml(input);
   if (html.size() > *max_size) {
@@ -458,6 +482,9 @@ Command AddReportCommand(CLI::App& app) {
       ->type_name("SIZE")
       ->check(ByteSize(1))
       ->capture_default_str();
+  sub->add_option("--compare", flags->compare,
+                  "Also compare this input (A) with B, as `fragscope diff A B` does")
+      ->type_name("B");
   CLI::Option* output_option = sub->get_option("--output");
   return Command{sub, [flags, output_option] {
                    flags->output_named = output_option->count() > 0;

@@ -427,6 +427,8 @@ std::string RenderHtml(const HtmlReportInput& input) {
     data["tune_cannot_rank"] = input.tune_cannot_rank;
   }
 
+  if (!input.compare_json.empty()) data["compare"] = json::parse(input.compare_json);
+
   std::string out;
   out += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";

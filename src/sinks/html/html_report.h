@@ -36,6 +36,9 @@ struct HtmlReportInput {
   /// empty: shown above the table.
   std::string tune_cannot_rank;
   std::string command;  // the command line that made the report
+  /// `report --compare B`: the comparison of this input (A) with B, as `diff --format json`
+  /// writes it (sinks/report/diff_report.h); empty: no compare section.
+  std::string compare_json;
 };
 
 /// The one-sentence verdict of a device: "Out of memory at step 12 (event 3,041) on device 0:

@@ -623,12 +623,72 @@
         el('td', { class: 'n' }, bytes(r.peak_reserved)), el('td', { class: 'n' }, (r.waste_at_peak * 100).toFixed(1) + '%'))));
       app.append(t);
     }
+    if (D.compare) app.append(...compareSection());
     const notes = [...D.notes, ...(D.replay ? D.replay.notes : []), ...(dev.forecast ? dev.forecast.notes : [])];
     if (notes.length) {
       app.append(el('h2', {}, 'Notes'));
       app.append(el('ul', { class: 'notes' }, ...notes.map((n) => el('li', {}, n))));
     }
     app.append(el('p', { class: 'hint' }, 'Made by ' + D.command + '. Metrics: docs/metrics.md; this page: docs/report.md.'));
+  }
+
+  // `report A --compare B` (issue 33 item 2): the two runs side by side, from diff's JSON
+  // (docs/json-schema.md, "fragscope diff"): the pair of the device shown, else every pair.
+  const COMPARE_ROWS = [['peak_reserved_bytes', 'peak reserved', 'bytes'], ['peak_allocated_bytes', 'peak allocated', 'bytes'],
+    ['peak_requested_bytes', 'peak requested', 'bytes'], ['worst_fragmentation_ratio', 'worst fragmentation ratio', 'ratio'],
+    ['stranded_bytes_at_end', 'stranded at the end', 'bytes'], ['ooms', 'OOMs', 'count']];
+  function compareValue(kind, v) {
+    if (v == null) return '-';
+    return kind === 'bytes' ? bytes(v) : kind === 'ratio' ? (100 * v).toFixed(1) + '%' : num(v);
+  }
+  function compareChange(kind, c, a) {
+    if (c == null) return '-';
+    if (c === 0) return 'same';
+    const sign = c > 0 ? '+' : '-';
+    if (kind === 'ratio') return sign + Math.abs(100 * c).toFixed(Math.abs(100 * c) < 0.05 ? 2 : 1) + ' points';
+    if (kind === 'count') return sign + num(Math.abs(c));
+    return sign + bytes(Math.abs(c)) + (a ? ` (${sign}${Math.abs(100 * c / a).toFixed(1)}%)` : '');
+  }
+  function compareOom(o) {
+    if (!o) return 'none';
+    return `${o.step != null ? stepText(o.step) + ', ' : ''}${o.index_of === 'request' ? 'request event' : 'event'} ${num(o.event_index)}: ${bytes(o.requested_bytes)} ` +
+      `(rounded ${bytes(o.rounded_bytes)}, ${o.pool} pool); ${o.cause}` + (o.site ? '; call site: ' + o.site : '');
+  }
+  function compareSection() {
+    const C = D.compare;
+    const out = [el('h2', {}, 'Compared with ' + C.b.path),
+      el('p', { class: 'hint' }, `A: ${C.a.path} (${C.a.kind}, ${C.a.how}). B: ${C.b.path} (${C.b.kind}, ${C.b.how}). ` +
+        'Figures as `fragscope diff` gives them (docs/metrics.md, "Comparing runs").')];
+    const shown = C.devices.filter((p) => p.a && p.a.device === dev.device);
+    for (const p of shown.length ? shown : C.devices) {
+      const title = `${p.a ? 'device ' + p.a.device : 'no device'} of A against ${p.b ? 'device ' + p.b.device : 'no device'} of B`;
+      out.push(el('p', { class: 'compare-headline' }, el('b', {}, title + ': '), p.headline));
+      const t = el('table', { class: 'compare' }, el('tr', {}, el('th', {}, ''), el('th', { class: 'n' }, 'A'), el('th', { class: 'n' }, 'B'), el('th', { class: 'n' }, 'change')));
+      for (const [key, label, kind] of COMPARE_ROWS) {
+        const c = p.changes[key];
+        t.append(el('tr', {}, el('td', {}, label), el('td', { class: 'n' }, compareValue(kind, c.a)), el('td', { class: 'n' }, compareValue(kind, c.b)),
+          el('td', { class: 'n' }, compareChange(kind, c.change, c.a))));
+      }
+      out.push(t);
+      if (p.a) out.push(el('p', {}, 'First OOM of A: ' + compareOom(p.a.first_oom)));
+      if (p.b) out.push(el('p', {}, 'First OOM of B: ' + compareOom(p.b.first_oom)));
+      for (const [side, d] of [['A', p.a], ['B', p.b]]) {
+        if (d && d.first_oom && d.first_oom.index_of === 'request') out.push(el('p', { class: 'hint' }, `${side}'s replay stops at its first OOM: its figures are of the run up to it.`));
+      }
+      if (!p.site_changes.length) {
+        out.push(el('p', { class: 'hint' }, "No call site's peak memory changed."));
+        continue;
+      }
+      out.push(el('h3', {}, `Call sites whose memory changed most (peak live requested bytes; ${num(p.site_changes.length)} of ${num(p.sites_changed)} changed)`));
+      const s = el('table', { class: 'compare-sites' }, el('tr', {}, el('th', { class: 'n' }, 'A'), el('th', { class: 'n' }, 'B'), el('th', { class: 'n' }, 'change'), el('th', {}, 'call site')));
+      for (const c of p.site_changes) {
+        const only = c.a_peak_live_bytes == null ? ' (only in B)' : c.b_peak_live_bytes == null ? ' (only in A)' : '';
+        s.append(el('tr', {}, el('td', { class: 'n' }, bytes(c.a_peak_live_bytes || 0)), el('td', { class: 'n' }, bytes(c.b_peak_live_bytes || 0)),
+          el('td', { class: 'n' }, compareChange('bytes', c.change_bytes, 0)), el('td', {}, c.site + only)));
+      }
+      out.push(s);
+    }
+    return out;
   }
 
   function choose(i) {

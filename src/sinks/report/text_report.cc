@@ -13,6 +13,7 @@
 #include "common/units.h"
 #include "fragscope/event.h"
 #include "model/caching_allocator_sim.h"
+#include "sinks/report/text_table.h"
 
 namespace fragscope::sinks {
 namespace {
@@ -100,68 +101,6 @@ class Styler {
     return fmt::format("{}{}\x1b[0m", code, text);
   }
   bool color_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// Tables: columns padded to their widest cell.
-// ---------------------------------------------------------------------------------------------
-
-// Width on screen: ANSI color sequences ("\x1b[...m") take none.
-std::size_t VisibleWidth(std::string_view text) {
-  std::size_t width = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\x1b') {
-      while (i < text.size() && text[i] != 'm') ++i;
-      continue;
-    }
-    ++width;
-  }
-  return width;
-}
-
-std::string Pad(std::string_view text, std::size_t width, char align) {
-  const std::size_t visible = VisibleWidth(text);
-  const std::string fill(width > visible ? width - visible : 0, ' ');
-  return align == '>' ? fill + std::string(text) : std::string(text) + fill;
-}
-
-class Table {
- public:
-  // `align` holds one of '<' or '>' per column.
-  Table(std::vector<std::string> header, std::string align)
-      : header_(std::move(header)), align_(std::move(align)) {}
-
-  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-
-  std::string Render(std::string_view indent) const {
-    std::vector<std::size_t> width(header_.size(), 0);
-    auto measure = [&](const std::vector<std::string>& row) {
-      for (std::size_t i = 0; i < row.size() && i < width.size(); ++i) {
-        width[i] = std::max(width[i], VisibleWidth(row[i]));
-      }
-    };
-    measure(header_);
-    for (const auto& row : rows_) measure(row);
-    std::string out;
-    auto emit = [&](const std::vector<std::string>& row) {
-      std::string line(indent);
-      for (std::size_t i = 0; i < row.size() && i < width.size(); ++i) {
-        if (i != 0) line += "  ";
-        line += Pad(row[i], width[i], align_[i]);
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      out += line;
-      out += '\n';
-    };
-    emit(header_);
-    for (const auto& row : rows_) emit(row);
-    return out;
-  }
-
- private:
-  std::vector<std::string> header_;
-  std::string align_;
-  std::vector<std::vector<std::string>> rows_;
 };
 
 // ---------------------------------------------------------------------------------------------
