@@ -164,7 +164,7 @@ def run_model(fragscope, events, limit_mib, workdir, name):
         for e in events:
             f.write(json.dumps(e) + "\n")
     proc = subprocess.run([fragscope, "replay", path, "--allocator", "bfc", "--bfc-conf",
-                           f"memory_limit:{limit_mib}MiB", "--json", "--no-map"],
+                           f"memory_limit:{limit_mib}MiB,regions:descending", "--json", "--no-map"],
                           capture_output=True, text=True, timeout=600)
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"fragscope replay failed: {proc.stderr.strip()}")

@@ -126,6 +126,12 @@ Result<BfcSettings> ParseBfcSettings(std::string_view conf) {
       Result<double> f = ParseFraction(key, value, true);
       if (!f.ok()) return f.status();
       s.fragmentation_fraction = *f;
+    } else if (key == "regions") {
+      if (value != "ascending" && value != "descending") {
+        return Status::InvalidArgument(
+            fmt::format("regions: expected ascending or descending, got \"{}\"", value));
+      }
+      s.descending_regions = value == "descending";
     } else if (key == "version") {
       if (value == "newest" || value == "tsl" || value == "xla") {
         s.version = BfcVersion::kNewest;
@@ -140,7 +146,7 @@ Result<BfcSettings> ParseBfcSettings(std::string_view conf) {
     } else {
       return Status::InvalidArgument(fmt::format(
           "unknown key \"{}\" (known: allow_growth, preallocate, memory_limit, memory_fraction, "
-          "garbage_collection, fragmentation_fraction, version)",
+          "garbage_collection, fragmentation_fraction, regions, version)",
           key));
     }
   }
@@ -170,6 +176,7 @@ std::string ToBfcConfString(const BfcSettings& s) {
   if (s.fragmentation_fraction != d.fragmentation_fraction) {
     parts.push_back(fmt::format("fragmentation_fraction:{}", s.fragmentation_fraction));
   }
+  if (s.descending_regions) parts.push_back("regions:descending");
   if (s.version == BfcVersion::kTf2) parts.push_back("version:2.x");
   if (s.version == BfcVersion::kTf0) parts.push_back("version:0.x");
   return fmt::format("{}", fmt::join(parts, ","));
@@ -195,6 +202,7 @@ std::map<std::string, std::int64_t> BfcStats::Flatten(std::uint64_t largest_free
 BfcAllocatorSim::BfcAllocatorSim(const BfcSettings& settings, const BfcDevice& device,
                                  std::int32_t device_index)
     : settings_(settings), device_(device), device_index_(device_index) {
+  device_.descending = device.descending || settings.descending_regions;
   if (settings.memory_limit) {
     limit_ = *settings.memory_limit;
   } else if (device.capacity_bytes > 0) {
@@ -215,7 +223,19 @@ std::uint64_t BfcAllocatorSim::largest_free_chunk() const {
 }
 
 std::uint64_t BfcAllocatorSim::PlaceRegion(std::uint64_t bytes) const {
-  std::uint64_t candidate = device_.address_base != 0 ? device_.address_base : kDefaultAddressBase;
+  const std::uint64_t base = device_.address_base != 0 ? device_.address_base : kDefaultAddressBase;
+  if (device_.descending) {
+    const auto below = [&](std::uint64_t end) {
+      return (end - bytes) / kRegionAlignment * kRegionAlignment;
+    };
+    std::uint64_t candidate = below(base);
+    for (auto r = regions_.rbegin(); r != regions_.rend(); ++r) {
+      if (r->first + r->second <= candidate) break;
+      candidate = std::min(candidate, below(r->first));
+    }
+    return candidate;
+  }
+  std::uint64_t candidate = base;
   for (const auto& [addr, size] : regions_) {
     if (candidate + bytes <= addr) break;
     const std::uint64_t end = addr + size;

@@ -70,13 +70,17 @@ struct BfcSettings {
   /// > 0: split also when the remainder is at least this fraction of the limit; 0: 128 MiB.
   double fragmentation_fraction = 0.0;
   BfcVersion version = BfcVersion::kNewest;
+  /// Where the device puts new regions (BfcDevice::descending): "regions:descending" for
+  /// TensorFlow's CPU BFC allocator over malloc.
+  bool descending_regions = false;
 
   bool operator==(const BfcSettings&) const = default;
 };
 
 /// Parses "key:value,key:value" (whitespace ignored). Keys: allow_growth, preallocate (the
 /// inverse of allow_growth), memory_limit (a size: "12GiB", bytes), memory_fraction,
-/// garbage_collection, fragmentation_fraction, version (newest, 2.x, 0.x). Booleans are
+/// garbage_collection, fragmentation_fraction, regions (ascending, descending), version
+/// (newest, 2.x, 0.x). Booleans are
 /// true/false/1/0. Unknown keys and bad values are kInvalidArgument naming the key.
 Result<BfcSettings> ParseBfcSettings(std::string_view conf);
 /// The canonical text of `settings` (keys that differ from the defaults, in the order above).
@@ -86,9 +90,14 @@ std::string ToBfcConfString(const BfcSettings& settings);
 struct BfcDevice {
   std::uint64_t capacity_bytes = 0;  // 0: unlimited (a region fails only at the limit)
   std::uint64_t used_by_others_bytes = 0;
-  /// Where the first region goes (a multiple of 2 MiB; 0 = 0x7f0000000000). Regions are placed
-  /// upwards at the lowest 2 MiB-aligned gap where they fit.
+  /// Where regions go (a multiple of 2 MiB; 0 = 0x7f0000000000). Ascending: upwards from the
+  /// base, at the lowest 2 MiB-aligned gap where a region fits (cudaMalloc / cuMemAlloc hand out
+  /// addresses upwards). Descending: downwards from the base, at the highest such gap (host
+  /// memory: glibc maps large mallocs below the previous ones, so TensorFlow's CPU BFC regions
+  /// go down). Where regions lie decides which of two equal free chunks in different regions
+  /// best fit takes (the lower address).
   std::uint64_t address_base = 0;
+  bool descending = false;
 };
 
 /// TensorFlow's AllocatorStats, under the names JAX's Device.memory_stats() uses.

@@ -211,6 +211,21 @@ TEST(BfcAllocatorSimTest, EventsRebuildTheSameLayoutInDeviceMemory) {
   EXPECT_TRUE(mem.CheckInvariants().ok());
 }
 
+TEST(BfcAllocatorSimTest, DescendingRegionsTurnTheTieBetweenRegions) {
+  for (bool descending : {false, true}) {
+    BfcSettings s = Limit(64 * kMiB);
+    s.descending_regions = descending;
+    BfcAllocatorSim sim(s, {}, 0);
+    const std::uint64_t a = *sim.Malloc(kMiB);      // region 1 (2 MiB): 1 MiB left
+    const std::uint64_t b = *sim.Malloc(3 * kMiB);  // region 2 (4 MiB): 1 MiB left
+    EXPECT_EQ(b < a, descending);
+    // Two free 1 MiB chunks, one per region: best fit takes the lower address.
+    const std::uint64_t c = *sim.Malloc(kMiB);
+    EXPECT_EQ(c, descending ? b + 3 * kMiB : a + kMiB);
+    EXPECT_TRUE(sim.CheckInvariants().ok());
+  }
+}
+
 TEST(BfcAllocatorSimTest, FreeOfAnUnknownAddressIsAnError) {
   BfcAllocatorSim sim(Limit(kMiB), {}, 0);
   EXPECT_EQ(sim.Free(0x1234).code(), StatusCode::kInvalidArgument);
@@ -238,6 +253,8 @@ TEST(BfcSettingsTest, ParsesEveryKeyAndRefusesTheUnknown) {
   EXPECT_FALSE(ParseBfcSettings("version:0.x,garbage_collection:true").ok());
   EXPECT_FALSE(ParseBfcSettings("version:2.x,fragmentation_fraction:0.2").ok());
   EXPECT_FALSE(ParseBfcSettings("memory_limit:12").ok());
+  EXPECT_TRUE(ParseBfcSettings("regions:descending")->descending_regions);
+  EXPECT_FALSE(ParseBfcSettings("regions:sideways").ok());
 }
 
 TEST(BfcSettingsTest, TheLimitIsAFractionOfTheDeviceWhenNotGiven) {

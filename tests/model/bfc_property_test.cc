@@ -42,6 +42,7 @@ int RunSequence(std::uint64_t seed, int ops) {
   // One sequence in four works in sizes 64 times larger, where a remainder reaches 128 MiB.
   const std::uint64_t scale = rng() % 4 == 0 ? 64 : 1;
   s.memory_limit = (4 + rng() % 60) * kMiB * scale + 256 * (rng() % 16);
+  s.descending_regions = rng() % 2 == 0;
   model::BfcDevice d;
   if (rng() % 3 == 0) d.capacity_bytes = *s.memory_limit * (5 + rng() % 6) / 10;  // back-off
   model::BfcAllocatorSim sim(s, d, 0);

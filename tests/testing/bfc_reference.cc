@@ -77,12 +77,16 @@ bool BfcReference::Extend(std::uint64_t rounded) {
   if (!ok) return false;
   if (!grew) next_region_ *= 2;
   // Lowest 2 MiB-aligned address from the base where the region fits between the others.
-  std::uint64_t at = device_.address_base ? device_.address_base : 0x7f0000000000;
+  // Descending: the highest such address below the base, stepping below each overlap.
+  const std::uint64_t base = device_.address_base ? device_.address_base : 0x7f0000000000;
+  const bool down = device_.descending || settings_.descending_regions;
+  std::uint64_t at = down ? (base - bytes) / (2u << 20) * (2u << 20) : base;
   for (bool moved = true; moved;) {
     moved = false;
     for (const auto& r : regions_) {
       if (at < r.address + r.size && r.address < at + bytes) {
-        at = (r.address + r.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+        at = down ? (r.address - bytes) / (2u << 20) * (2u << 20)
+                  : (r.address + r.size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
         moved = true;
       }
     }
