@@ -264,17 +264,21 @@ bool BfcAllocatorSim::Extend(std::uint64_t rounded) {
   bool ok = device_has(bytes);
   if (!ok && !started_backpedal_) {
     started_backpedal_ = true;  // TensorFlow backs off once in the allocator's life
+    // Below 2560 bytes, 0.9x rounded up to 256 bytes no longer shrinks: TensorFlow would try
+    // the same size forever there; the model gives up (a device that cannot give 2 KiB).
     if (settings_.version == BfcVersion::kTf0) {
       // 0.x shrinks first and tries only sizes strictly above the request.
       bytes = BackedOff(bytes);
       while (!ok && bytes > rounded) {
         ok = device_has(bytes);
-        if (!ok) bytes = BackedOff(bytes);
+        if (ok || BackedOff(bytes) == bytes) break;
+        bytes = BackedOff(bytes);
       }
     } else {
       while (!ok) {
-        bytes = BackedOff(bytes);
-        if (bytes < rounded) break;
+        const std::uint64_t smaller = BackedOff(bytes);
+        if (smaller < rounded || smaller == bytes) break;
+        bytes = smaller;
         ok = device_has(bytes);
       }
     }

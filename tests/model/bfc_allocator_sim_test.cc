@@ -216,12 +216,15 @@ TEST(BfcAllocatorSimTest, DescendingRegionsTurnTheTieBetweenRegions) {
     BfcSettings s = Limit(64 * kMiB);
     s.descending_regions = descending;
     BfcAllocatorSim sim(s, {}, 0);
-    const std::uint64_t a = *sim.Malloc(kMiB);      // region 1 (2 MiB): 1 MiB left
-    const std::uint64_t b = *sim.Malloc(3 * kMiB);  // region 2 (4 MiB): 1 MiB left
-    EXPECT_EQ(b < a, descending);
+    const std::uint64_t r1a = *sim.Malloc(kMiB);  // region 1 (2 MiB), split
+    ASSERT_TRUE(sim.Malloc(kMiB).ok());           // its other half, exactly
+    const std::uint64_t r2a = *sim.Malloc(kMiB);  // region 2 (4 MiB)
+    ASSERT_TRUE(sim.Malloc(kMiB).ok());           // keeps r2a from merging when freed
+    EXPECT_EQ(r2a < r1a, descending);
+    ASSERT_TRUE(sim.Free(r1a).ok());
+    ASSERT_TRUE(sim.Free(r2a).ok());
     // Two free 1 MiB chunks, one per region: best fit takes the lower address.
-    const std::uint64_t c = *sim.Malloc(kMiB);
-    EXPECT_EQ(c, descending ? b + 3 * kMiB : a + kMiB);
+    EXPECT_EQ(*sim.Malloc(kMiB), descending ? r2a : r1a);
     EXPECT_TRUE(sim.CheckInvariants().ok());
   }
 }

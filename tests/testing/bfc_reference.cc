@@ -62,14 +62,15 @@ bool BfcReference::Extend(std::uint64_t rounded) {
   bool ok = fits(bytes);
   if (!ok && !backed_off_) {
     backed_off_ = true;
+    // A size that 0.9x no longer shrinks ends the back-off (TensorFlow would spin there).
     if (settings_.version == model::BfcVersion::kTf0) {
-      for (bytes = shrink(bytes); !ok && bytes > rounded; bytes = ok ? bytes : shrink(bytes)) {
-        ok = fits(bytes);
+      for (bytes = shrink(bytes); bytes > rounded; bytes = shrink(bytes)) {
+        if ((ok = fits(bytes)) || shrink(bytes) == bytes) break;
       }
     } else {
       for (;;) {
+        if (shrink(bytes) < rounded || shrink(bytes) == bytes) break;
         bytes = shrink(bytes);
-        if (bytes < rounded) break;
         if ((ok = fits(bytes))) break;
       }
     }
