@@ -7,6 +7,7 @@
 #        FRAGSCOPE_USER_PYTHON the interpreter)
 set -euo pipefail
 pins=(torch==2.13.0 lightning==2.6.6 pytorch-lightning==2.6.6 transformers==5.17.0
+      tensorflow-cpu==2.21.0
       accelerate==1.15.0 pytest numpy scikit-build-core pybind11 cmake ninja)
 dir=${FRAGSCOPE_USER_ENV:-$HOME/.cache/fragscope/user-env-py311}
 python=${FRAGSCOPE_USER_PYTHON:-}

@@ -19,6 +19,8 @@ struct ReplayFlags {
   std::string capacity;                   // size; empty: from the trace header
   std::string used_by_others;             // size; empty: from the trace header, else 0
   std::optional<std::string> alloc_conf;  // unset: the header's allocator_settings
+  std::string allocator = "pytorch";      // or "bfc"
+  std::optional<std::string> bfc_conf;    // --allocator bfc settings
   std::string torch_version = "newest";
   bool continue_after_oom = false;
   std::string emit;
@@ -68,12 +70,28 @@ Examples:
   fragscope replay snapshot.pickle
   fragscope replay snapshot.pickle --json | jq .fidelity
   fragscope replay snapshot.pickle --capacity 40GiB --alloc-conf expandable_segments:True
+  fragscope replay trace.jsonl --allocator bfc --capacity 16GiB --bfc-conf preallocate:true
+  fragscope replay trace.jsonl --allocator bfc --bfc-conf memory_limit:12GiB,garbage_collection:true
+
+--allocator bfc replays through a model of TensorFlow's and JAX's BFC allocator instead
+(docs/simulator.md, "The BFC allocator model"); --bfc-conf takes its settings as
+key:value pairs: allow_growth or preallocate, memory_limit, memory_fraction (of --capacity less
+--used-by-others; default 1), garbage_collection, fragmentation_fraction, version (newest, 2.x,
+0.x). Its memory_stats use JAX's names (bytes_in_use, peak_bytes_in_use, pool_bytes, ...).
 
 Exit status: 0 if the trace fits, 1 if it runs out of memory, 2 for bad input or usage.)";
 
 int RunReplay(const ReplayFlags& flags) {
   ReplayRequest request;
   request.path = flags.path;
+  if (flags.allocator == "bfc") {
+    Result<model::BfcSettings> bfc = model::ParseBfcSettings(flags.bfc_conf.value_or(""));
+    if (!bfc.ok()) return BadInput("--bfc-conf: " + bfc.status().message());
+    if (flags.alloc_conf) return BadInput("--alloc-conf sets PyTorch's allocator; use --bfc-conf");
+    request.bfc = *bfc;
+  } else if (flags.bfc_conf) {
+    return BadInput("--bfc-conf needs --allocator bfc");
+  }
   Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
   if (!capacity.ok()) return BadInput(capacity.status().message());
   Result<std::optional<std::uint64_t>> others =
@@ -136,6 +154,15 @@ Command AddReplayCommand(CLI::App& app) {
       ->check(ByteSize(0));
   sub->add_option("--alloc-conf", flags->alloc_conf,
                   "PYTORCH_CUDA_ALLOC_CONF to simulate (default: the trace header's settings)")
+      ->type_name("STR");
+  sub->add_option("--allocator", flags->allocator,
+                  "Allocator model: pytorch (CUDA caching allocator) or bfc (TensorFlow / JAX)")
+      ->type_name("NAME")
+      ->check(CLI::IsMember({"pytorch", "bfc"}))
+      ->default_val("pytorch");
+  sub->add_option("--bfc-conf", flags->bfc_conf,
+                  "BFC settings with --allocator bfc: allow_growth, preallocate, memory_limit, "
+                  "memory_fraction, garbage_collection, fragmentation_fraction, version")
       ->type_name("STR");
   AddTorchVersionOption(*sub, &flags->torch_version);
   sub->add_flag("--continue-after-oom", flags->continue_after_oom,

@@ -14,6 +14,7 @@
 
 #include "analysis/replay_result.h"
 #include "analysis/tune.h"
+#include "analysis/tune_bfc.h"
 #include "cli_util.h"
 #include "common/units.h"
 #include "fragscope/trace.h"
@@ -34,6 +35,7 @@ struct TuneFlags {
   bool min_capacity = false;
   bool json = false;
   std::size_t rows = 20;
+  std::string allocator = "pytorch";  // or "bfc"
 };
 
 constexpr std::string_view kTuneDescription =
@@ -56,6 +58,11 @@ unset/32/64/128/256/512 x roundup_power2_divisions 0/4/8 x garbage_collection_th
 --torch-version knows: 2 leaves out per_process_memory_fraction (set it in code there), 1.13
 also expandable_segments (36 settings). --setting replaces the grid; it takes any string PyTorch
 accepts, and a pasted PYTORCH_CUDA_ALLOC_CONF=... line.
+
+--allocator bfc ranks the settings of TensorFlow's and JAX's BFC allocator instead (a request
+trace only): the default grid is allow_growth true/false x memory_fraction 1/0.95/0.9/0.75 x
+garbage_collection false/true (16), --setting takes `replay --bfc-conf` strings, and the ranking
+is no OOM first, then the lowest peak pool (device memory held), then the fewest keys set.
 
 --min-capacity also finds, by bisection to 2 MiB, the smallest device each setting runs on
 without an OOM (about 15 more replays per setting).
@@ -105,6 +112,80 @@ std::string CapacityText(const analysis::TuneOptions& options,
   return text;
 }
 
+// `tune --allocator bfc`: the BFC settings of TensorFlow / JAX on a request trace.
+int RunTuneBfc(const TuneFlags& flags, std::optional<std::uint64_t> capacity,
+               std::uint64_t used_by_others) {
+  if (flags.min_capacity) return BadInput("--min-capacity is not offered with --allocator bfc");
+  Result<OpenedInput> opened = OpenInput(flags.path);
+  if (!opened.ok()) return BadInput(opened.status().message());
+  if (opened->snapshot != nullptr) {
+    return BadInput(
+        fmt::format("{}: --allocator bfc tunes a request trace (`fragscope convert "
+                    "{} -o requests.jsonl --to requests` makes one)",
+                    flags.path, flags.path));
+  }
+  std::vector<std::string> notes;
+  Result<pipeline::RequestEvents> read =
+      ReadRequestEvents(*opened, flags.path, model::AllocatorRules{}, &notes, {});
+  if (!read.ok()) return BadInput(read.status().message());
+  Result<std::vector<analysis::BfcTuneOutcome>> tuned =
+      analysis::TuneBfc(read->events, capacity.value_or(0), used_by_others, flags.settings);
+  if (!tuned.ok()) return BadInput(fmt::format("{}: {}", flags.path, tuned.status().message()));
+  const std::vector<analysis::BfcTuneOutcome>& ranked = *tuned;
+  std::string out;
+  if (flags.json) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    j["trace"] = flags.path;
+    j["allocator"] = "bfc";
+    j["capacity_bytes"] = capacity ? nlohmann::ordered_json(*capacity) : nullptr;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const analysis::BfcTuneOutcome& o : ranked) {
+      nlohmann::ordered_json x = nlohmann::ordered_json::object();
+      x["conf"] = o.conf;
+      x["oom"] = o.oom;
+      x["oom_event"] = o.oom ? nlohmann::ordered_json(o.oom_event) : nullptr;
+      x["limit_bytes"] = o.limit_bytes;
+      x["peak_pool_bytes"] = o.peak_pool_bytes;
+      x["peak_in_use_bytes"] = o.peak_in_use_bytes;
+      x["regions"] = o.regions;
+      x["regions_freed"] = o.regions_freed;
+      rows.push_back(std::move(x));
+    }
+    j["ranked"] = std::move(rows);
+    j["recommended"] = ranked.empty() || ranked.front().oom
+                           ? nlohmann::ordered_json(nullptr)
+                           : nlohmann::ordered_json(ranked.front().conf);
+    out = j.dump(2) + "\n";
+  } else {
+    out = fmt::format("fragscope tune --allocator bfc: {} ({} settings{})\n",
+                      TerminalSafe(flags.path), ranked.size(),
+                      capacity ? ", device of " + FormatBytes(*capacity) : std::string());
+    out += "  rank  OOM at      limit       peak pool   peak in use  regions  setting\n";
+    std::size_t shown = 0;
+    for (const analysis::BfcTuneOutcome& o : ranked) {
+      if (flags.rows != 0 && shown++ >= flags.rows) break;
+      out += fmt::format("  {:>4}  {:<10}  {:>10}  {:>10}  {:>11}  {:>7}  {}\n", shown,
+                         o.oom ? fmt::format("event {}", o.oom_event) : std::string("-"),
+                         FormatBytes(o.limit_bytes), FormatBytes(o.peak_pool_bytes),
+                         FormatBytes(o.peak_in_use_bytes), o.regions,
+                         o.conf.empty() ? std::string("(defaults)") : TerminalSafe(o.conf));
+    }
+    if (!ranked.empty() && ranked.front().oom) {
+      out +=
+          "  No setting avoids the out-of-memory error: the job needs a larger device or "
+          "less memory.\n";
+    } else if (!ranked.empty()) {
+      out += fmt::format("  Recommended: {}\n", ranked.front().conf.empty()
+                                                    ? std::string("the defaults")
+                                                    : TerminalSafe(ranked.front().conf));
+    }
+    for (const std::string& note : notes) out += fmt::format("  note: {}\n", TerminalSafe(note));
+  }
+  const int written = WriteReport(out, flags.json ? ReportForm::kJson : ReportForm::kText);
+  if (written != kExitOk) return written;
+  return !ranked.empty() && ranked.front().oom ? kExitFailure : kExitOk;
+}
+
 int RunTune(const TuneFlags& flags) {
   analysis::TuneOptions options;
   Result<std::optional<std::uint64_t>> capacity = OptionalCapacity("--capacity", flags.capacity);
@@ -115,6 +196,7 @@ int RunTune(const TuneFlags& flags) {
     options.used_by_others_bytes = *u;
     if (Status fits = CheckUsedByOthers(*capacity, *u); !fits.ok()) return BadInput(fits.message());
   }
+  if (flags.allocator == "bfc") return RunTuneBfc(flags, *capacity, options.used_by_others_bytes);
   options.version = TorchVersion(flags.torch_version);
   options.settings = flags.settings;
   options.threads = flags.threads;
@@ -349,6 +431,12 @@ Command AddTuneCommand(CLI::App& app) {
       ->type_name("N")
       ->check(IntegerAtLeast(0))
       ->capture_default_str();
+  sub->add_option("--allocator", flags->allocator,
+                  "Allocator model: pytorch (settings are PYTORCH_CUDA_ALLOC_CONF strings) or bfc "
+                  "(TensorFlow / JAX; settings are --bfc-conf strings of `replay`)")
+      ->type_name("NAME")
+      ->check(CLI::IsMember({"pytorch", "bfc"}))
+      ->default_val("pytorch");
   sub->add_flag("--min-capacity", flags->min_capacity,
                 "Also find the smallest device each setting fits on (bisection)");
   sub->add_flag("--json", flags->json, "Print JSON instead of text");

@@ -30,6 +30,10 @@ struct DeviceReplay {
 
 struct ReplayResult {
   std::string trace;
+  /// Which allocator model ran: "pytorch" (CachingAllocatorSim) or "bfc" (BfcAllocatorSim,
+  /// whose memory_stats carry TensorFlow's / JAX's names and whose OOM messages are
+  /// TensorFlow's).
+  std::string allocator = "pytorch";
   model::OomPolicy policy = model::OomPolicy::kStop;
   bool stopped_at_oom = false;       // the replay ended at the first OOM (policy kStop)
   std::uint64_t request_events = 0;  // request events replayed

@@ -92,6 +92,7 @@ void AddRequestedBytesNotes(const sources::SnapshotReader& snapshot,
 }  // namespace
 
 Result<ReplayRun> ReplayInput(const ReplayRequest& request) {
+  if (request.bfc) return ReplayBfcInput(request);
   std::optional<std::uint64_t> capacity = request.capacity;
   const std::optional<std::uint64_t>& used_by_others = request.used_by_others;
   const model::ConfigVersion version = request.version;

@@ -29,6 +29,7 @@
 #include "fragscope/status.h"
 #include "fragscope/trace.h"
 #include "model/alloc_conf.h"
+#include "model/bfc_allocator_sim.h"
 #include "sources/snapshot/snapshot_reader.h"
 
 namespace fragscope::pipeline {
@@ -53,6 +54,10 @@ struct ReplayRequest {
   /// result); 0: 2 when the machine has more than one hardware thread.
   unsigned threads = 0;
   analysis::AnalysisOptions options;  // for the analysis of the simulated allocator trace
+  /// Set: replay through the BFC allocator model (TensorFlow / JAX) with these settings
+  /// instead of PyTorch's caching allocator (ReplayBfcInput); alloc_conf, version and
+  /// recorded_addresses must then be unset, and the input must be a request trace.
+  std::optional<model::BfcSettings> bfc;
   /// Optional: sees every simulated event after the analysis accepted it (on the analysis
   /// thread), with the simulated trace's header and whether it rebuilds a snapshot's start
   /// state. An error ends the replay with it (`report` records its layouts here, so the
@@ -68,6 +73,12 @@ struct ReplayRun {
 /// Replays `request.path` as `fragscope replay` does. An OOM is a result (replay.ooms), not an
 /// error; errors (kInvalidArgument) name the file and where.
 Result<ReplayRun> ReplayInput(const ReplayRequest& request);
+
+/// ReplayInput for request.bfc: the request trace through model::BfcAllocatorSim, one per
+/// device, each with the limit the settings give (memory_limit, or memory_fraction of the
+/// device's capacity). Regions are reported as segments, chunks as blocks; memory_stats use
+/// TensorFlow's / JAX's names (bytes_in_use, peak_bytes_in_use, pool_bytes, bytes_limit, ...).
+Result<ReplayRun> ReplayBfcInput(const ReplayRequest& request);
 
 /// Whether a replay puts segments at the recorded addresses: `wanted` (unset: yes for a
 /// snapshot, no for a request trace, which records none). Yes for a request trace is an error

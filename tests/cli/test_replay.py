@@ -534,3 +534,63 @@ def test_explain_says_when_the_history_cannot_rank_its_remedies(tmp_path):
             text = run("explain", str(message), "--snapshot", snap).stdout.decode()
             assert "Remedies not ranked: the recorded history cannot tell" in text
             assert "ranked by the replay" not in text
+
+
+# ---- --allocator bfc (issue 32 item 3) ----
+
+def _bfc_trace(tmp_path, sizes, frees, last):
+    path = tmp_path / "bfc.jsonl"
+    lines = [{"format": "fragscope-trace", "version": 1, "kind": "request", "producer": "test"}]
+    lines += [{"action": "alloc", "addr": i + 1, "size": s} for i, s in enumerate(sizes)]
+    lines += [{"action": "free_requested", "addr": i + 1} for i in frees]
+    lines.append({"action": "alloc", "addr": 1000, "size": last})
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return str(path)
+
+
+def test_bfc_replay_reports_regions_chunks_and_a_fragmentation_oom(tmp_path):
+    # 13 chunks of about 1 MiB in regions of 2, 4 and 8 MiB under a 16 MiB limit; every other one
+    # freed: over 6 MiB free, no chunk of 3 MiB, and 2 MiB left under the limit.
+    trace = _bfc_trace(tmp_path, [(1 << 20) - 1000 + i for i in range(13)], range(0, 13, 2),
+                       3 << 20)
+    proc = run("replay", trace, "--allocator", "bfc", "--bfc-conf", "memory_limit:16MiB",
+               "--json", "--no-map")
+    assert proc.returncode == 1, proc.stderr.decode()
+    report = json.loads(proc.stdout)
+    assert report["allocator"] == "bfc"
+    assert report["oom"]["event_index"] == 20  # 13 allocs, 7 frees, then the 3 MiB request
+    assert report["oom"]["rounded_bytes"] == 3 << 20
+    assert report["oom"]["message"].startswith("Allocator (bfc) ran out of memory trying to "
+                                               "allocate 3.00MiB")
+    device = report["devices"][0]
+    assert [s["total_size"] for s in device["segments"]] == [2 << 20, 4 << 20, 8 << 20]
+    assert device["memory_stats"]["bytes_limit"] == 16 << 20
+    assert device["memory_stats"]["pool_bytes"] == 14 << 20
+    text = run("replay", trace, "--allocator", "bfc", "--bfc-conf", "memory_limit:16MiB",
+               "--no-map").stdout.decode()
+    assert "BFC allocator (TensorFlow / JAX) with a limit of 16.0 MiB" in text
+    assert "ResourceExhaustedError" in text
+
+
+def test_bfc_replay_refuses_bad_settings_and_a_missing_limit(tmp_path):
+    trace = _bfc_trace(tmp_path, [1000], [], 2000)
+    bad = run("replay", trace, "--allocator", "bfc", "--bfc-conf", "allow_grwoth:true")
+    assert bad.returncode == 2 and b"allow_grwoth" in bad.stderr
+    none = run("replay", trace, "--allocator", "bfc")
+    assert none.returncode == 2 and b"--capacity" in none.stderr
+    mixed = run("replay", trace, "--bfc-conf", "allow_growth:true", "--capacity", "1GiB")
+    assert mixed.returncode == 2 and b"--allocator bfc" in mixed.stderr
+
+
+def test_bfc_tune_ranks_settings_that_fit_first(tmp_path):
+    trace = _bfc_trace(tmp_path, [(1 << 20) - 1000 + i for i in range(13)], range(0, 13, 2),
+                       3 << 20)
+    proc = run("tune", trace, "--allocator", "bfc", "--capacity", "64MiB", "--json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    ranked = json.loads(proc.stdout)["ranked"]
+    assert len(ranked) == 16
+    assert not ranked[0]["oom"]
+    oom_flags = [r["oom"] for r in ranked]
+    assert oom_flags == sorted(oom_flags)  # every fitting setting before every failing one
+    pools = [r["peak_pool_bytes"] for r in ranked if not r["oom"]]
+    assert pools == sorted(pools)

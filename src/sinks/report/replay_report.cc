@@ -63,7 +63,19 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
   // Input-derived strings (the trace's name, its recorded settings, notes) are escaped as
   // fields (common/terminal_text.h).
   std::string out = fmt::format("fragscope replay: {}\n", TerminalSafe(replay.trace));
+  const bool bfc = replay.allocator == "bfc";
   for (const analysis::DeviceReplay& d : replay.devices) {
+    if (bfc) {
+      out += fmt::format(
+          "  device {}: BFC allocator (TensorFlow / JAX) with a limit of {}{}, settings \"{}\"\n",
+          d.device, Bytes(Stat(d, "bytes_limit")),
+          d.capacity_bytes == 0
+              ? std::string()
+              : fmt::format(" on a device of {} ({} used by others)", FormatBytes(d.capacity_bytes),
+                            FormatBytes(d.used_by_others_bytes)),
+          TerminalSafe(d.alloc_conf));
+      continue;
+    }
     out += fmt::format(
         "  device {}: virtual GPU of {} ({} used by others), "
         "PYTORCH_CUDA_ALLOC_CONF=\"{}\"\n",
@@ -89,20 +101,34 @@ std::string RenderReplayText(const analysis::ReplayResult& replay,
                        FormatCount(first.event_index), first.device,
                        StepText(first.step, analysis.steps > 0), simulated,
                        replay.stopped_at_oom ? "; the replay stops there, as the job would" : "");
-    out += fmt::format("    torch.OutOfMemoryError: {}\n", first.details.message);
+    out += fmt::format(
+        "    {}: {}\n",
+        bfc ? "ResourceExhaustedError (TensorFlow's allocator log)" : "torch.OutOfMemoryError",
+        first.details.message);
     // Rounded 0: the request never reached the allocator (PyTorch's 1 EiB guard).
-    out += fmt::format("    request {} ({}); reserved {}, allocated {}, driver free {}\n",
-                       FormatBytes(first.details.requested),
-                       first.details.rounded == 0 ? std::string("refused before the allocator ran")
-                                                  : "rounded " + FormatBytes(first.details.rounded),
-                       FormatBytes(first.details.reserved), FormatBytes(first.details.allocated),
-                       FormatBytes(first.details.device_free));
+    out += fmt::format(
+        "    request {} ({}); {} {}, {} {}, {} {}\n", FormatBytes(first.details.requested),
+        first.details.rounded == 0 ? std::string("refused before the allocator ran")
+                                   : "rounded " + FormatBytes(first.details.rounded),
+        bfc ? "pool" : "reserved", FormatBytes(first.details.reserved),
+        bfc ? "in use" : "allocated", FormatBytes(first.details.allocated),
+        bfc ? "left under the limit" : "driver free", FormatBytes(first.details.device_free));
     if (replay.ooms.size() > 1) {
       out += fmt::format("    {} more OOMs were caught and the replay went on (--json lists all)\n",
                          replay.ooms.size() - 1);
     }
   }
   for (const analysis::DeviceReplay& d : replay.devices) {
+    if (bfc) {
+      out += fmt::format(
+          "  memory_stats (device {}): pool {} (peak {}), in use {} (peak {}), largest free "
+          "chunk {}, regions {}, allocations {}, OOMs {}\n",
+          d.device, Bytes(Stat(d, "pool_bytes")), Bytes(Stat(d, "peak_pool_bytes")),
+          Bytes(Stat(d, "bytes_in_use")), Bytes(Stat(d, "peak_bytes_in_use")),
+          Bytes(Stat(d, "largest_free_block_bytes")), d.segments.size(), Stat(d, "num_allocs"),
+          Stat(d, "num_ooms"));
+      continue;
+    }
     out += fmt::format(
         "  memory_stats (device {}): reserved peak {}, allocated peak {}, segments {} "
         "(peak {}), cudaMalloc calls {}, cudaFree calls {}, alloc retries {}, OOMs {}\n",
@@ -136,6 +162,7 @@ std::string RenderReplayJson(const analysis::ReplayResult& replay,
   j["schema"] = kReplaySchemaName;
   j["schema_version"] = kReplaySchemaVersion;
   j["trace"] = replay.trace;
+  j["allocator"] = replay.allocator;
   j["on_oom"] = replay.policy == model::OomPolicy::kStop ? "stop" : "continue";
   j["stopped_at_oom"] = replay.stopped_at_oom;
   j["request_events"] = replay.request_events;
@@ -191,8 +218,10 @@ std::string RenderReplayJson(const analysis::ReplayResult& replay,
     x["capacity_bytes"] = d.capacity_bytes;
     x["used_by_others_bytes"] = d.used_by_others_bytes;
     x["alloc_conf"] = d.alloc_conf;
-    x["peak_reserved_bytes"] = Stat(d, "reserved_bytes.all.peak");
-    x["peak_allocated_bytes"] = Stat(d, "allocated_bytes.all.peak");
+    // The BFC's pool is what it reserved from the device; its chunks in use are allocated.
+    const bool bfc = replay.allocator == "bfc";
+    x["peak_reserved_bytes"] = Stat(d, bfc ? "peak_pool_bytes" : "reserved_bytes.all.peak");
+    x["peak_allocated_bytes"] = Stat(d, bfc ? "peak_bytes_in_use" : "allocated_bytes.all.peak");
     Json stats = Json::object();
     for (const auto& [key, value] : d.memory_stats) stats[key] = value;
     x["memory_stats"] = std::move(stats);
