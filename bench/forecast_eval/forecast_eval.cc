@@ -500,7 +500,7 @@ struct RiskTotals {
   std::uint64_t unscored_positives = 0;     // ... followed by an OOM within H
   std::array<std::uint64_t, kBucketCount> n{};
   std::array<double, kBucketCount> p_sum{}, o_sum{};
-  std::uint64_t ooms = 0, warned_20 = 0, warned = 0;                  // OOMs at step >= 50
+  std::uint64_t ooms = 0, warned_20 = 0, warned = 0;  // OOMs at step >= 50
   std::uint64_t ooms_60 = 0, warned_60 = 0;  // OOMs at step >= 60, warned before they happen
   std::uint64_t clean_runs = 0, clean_steps = 0, clean_episodes = 0;  // >= 10% headroom
 };
@@ -644,6 +644,12 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   if (key == "max_shape") return (o->max_shape = v), true;
   if (key == "half_life_steps") return (o->half_life_steps = v), true;
   if (key == "trend_sigmas") return (o->trend_sigmas = v), true;
+  if (key == "use_record") return (o->use_record = v != 0), true;
+  if (key == "shape_se_floor") return (o->shape_se_floor = v), true;
+  if (key == "prior_shape_sd") return (o->prior_shape_sd = v), true;
+  if (key == "prior_scale") return (o->prior_scale = v), true;
+  if (key == "few_scale") return (o->few_scale = v), true;
+  if (key == "record_all_steps") return (o->record_all_steps = v != 0), true;
   if (key == "warning_probability") return (o->warning_probability = v), true;
   return false;
 }
@@ -662,8 +668,9 @@ int Usage() {
       "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
       "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction,\n"
       "tail_weight, use_records (0 or 1), min_shape, max_shape, half_life_steps,\n"
-      "trend_sigmas, warning_probability) for every forecaster: the analyzer's, the agents'\n"
-      "and the risk's.\n"
+      "trend_sigmas, use_record (0 or 1), shape_se_floor, prior_shape_sd, prior_scale,\n"
+      "few_scale, record_all_steps (0 or 1),\n"
+      "warning_probability) for every forecaster: the analyzer's, the agents' and the risk's.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",
@@ -838,6 +845,10 @@ int main(int argc, char** argv) {
     variants.push_back({"risk/1", 1, tuned});
     variants.push_back({"risk/10", 10, tuned});
     variants.push_back({"risk/50", 50, tuned});
+    variants.push_back(
+        {"no-record/1", 1, with([](auto& o) { o.risk_options.use_record = false; })});
+    variants.push_back(
+        {"no-record/50", 50, with([](auto& o) { o.risk_options.use_record = false; })});
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
     variants.push_back({"tail-only/1", 1, with([](auto& o) { o.risk_options.tail_weight = 1; })});
     variants.push_back(
@@ -1098,9 +1109,8 @@ int main(int argc, char** argv) {
       const RiskTotals* one = find("risk/1");
       const RiskTotals* fifty = find("risk/50");
       if (one == nullptr || fifty == nullptr) continue;
-      const double rate = one->scored ? static_cast<double>(one->positives) /
-                                            static_cast<double>(one->scored)
-                                      : 0;
+      const double rate =
+          one->scored ? static_cast<double>(one->positives) / static_cast<double>(one->scored) : 0;
       const double bs = one->scored ? one->brier / static_cast<double>(one->scored) : 0;
       const double skill = rate > 0 && rate < 1 ? 1 - bs / (rate * (1 - rate)) : 0;
       const double falses = one->clean_steps ? 1000.0 * static_cast<double>(one->clean_episodes) /
@@ -1117,8 +1127,8 @@ int main(int argc, char** argv) {
           "60%: {})\n",
           set, kRiskHorizon, one->warned_20, one->ooms, 100 * share(one->warned_20, one->ooms),
           share(one->warned_20, one->ooms) >= 0.8 ? "met" : "MISSED", falses,
-          falses <= 1 ? "met" : "MISSED", skill, skill >= 0.3 ? "met" : "MISSED",
-          fifty->warned_60, fifty->ooms_60, 100 * share(fifty->warned_60, fifty->ooms_60),
+          falses <= 1 ? "met" : "MISSED", skill, skill >= 0.3 ? "met" : "MISSED", fifty->warned_60,
+          fifty->ooms_60, 100 * share(fifty->warned_60, fifty->ooms_60),
           share(fifty->warned_60, fifty->ooms_60) >= 0.6 ? "met" : "MISSED");
     }
   }
