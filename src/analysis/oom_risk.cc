@@ -430,9 +430,12 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
         values_.end() - std::lower_bound(values_.begin(), values_.end(), low - spread_);
     const double window_steps = WindowSteps();
     const double record_h = static_cast<double>(o.warning_horizon);
-    const std::string span = mean_steps_ > 1.5 ? fmt::format("the last {} samples ({:.0f} steps)",
-                                                             values_.size(), window_steps)
-                                               : fmt::format("the last {} steps", values_.size());
+    std::string span = fmt::format("the last {} steps", values_.size());
+    if (values_.size() == 1) {
+      span = fmt::format("the one sample so far ({:.0f} steps)", window_steps);
+    } else if (mean_steps_ > 1.5) {
+      span = fmt::format("the last {} samples ({:.0f} steps)", values_.size(), window_steps);
+    }
     const double mid = (low + high) / 2;
     const bool spread = spread_ > 1e-4 * std::max(largest, 1.0);
     const std::string gap = spread ? fmt::format("{:.1f} spreads", (mid - largest) / spread_)
