@@ -19,7 +19,14 @@ while (($#)); do
   esac
   shift
 done
-capture="nice -n 10 /usr/bin/python3 $here/../../tools/capture_trace.py"
+root=$(cd "$here/../.." && pwd)
+capture="nice -n 10 /usr/bin/python3 $root/tools/capture_trace.py"
+# A manifest line whose arguments start with --virtual-gpu runs the program live on the virtual
+# GPU under the user environment's PyTorch (tools/run_on_virtual_gpu.py --trace) instead: it needs
+# that environment (tools/setup_user_env.sh) and the native core (fragscope_core, any preset).
+user_python=${FRAGSCOPE_USER_PYTHON:-/root/.cache/fragscope/user-env-py311/bin/python}
+virtual="env PYTHONPATH=$root/python nice -n 10 $user_python $root/tools/run_on_virtual_gpu.py"
+virtual+=" --capacity 1TiB --no-record-function"
 mkdir -p "$out"
 
 workload() {  # NAME ARGS...
@@ -32,10 +39,22 @@ workload() {  # NAME ARGS...
   fi
   echo "capture_workloads: $name: capturing…"
   local start=$SECONDS
-  # --seed 0 first: a manifest line's own --seed comes later and wins.
-  # shellcheck disable=SC2086  # the argument strings are word lists on purpose
-  if ! $capture --seed 0 --model-name "$name" --run "eval-$name" "$@" -o "$path" \
-      2>"$out/$name.log"; then
+  local ok=1
+  if [[ "${1:-}" == --virtual-gpu ]]; then
+    shift
+    if [[ ! -x "$user_python" ]]; then
+      echo "capture_workloads: $name: skipped (no $user_python: tools/setup_user_env.sh)"
+      return
+    fi
+    # shellcheck disable=SC2086
+    $virtual --seed 0 --trace "$path" "$@" >"$out/$name.log" 2>&1 || ok=0
+  else
+    # --seed 0 first: a manifest line's own --seed comes later and wins.
+    # shellcheck disable=SC2086  # the argument strings are word lists on purpose
+    $capture --seed 0 --model-name "$name" --run "eval-$name" "$@" -o "$path" \
+      2>"$out/$name.log" || ok=0
+  fi
+  if ((!ok)); then
     tail -n 20 "$out/$name.log"
     echo "capture_workloads: $name: FAILED (log: $out/$name.log)"
     rm -f "$path"
