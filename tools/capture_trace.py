@@ -107,7 +107,8 @@ def parse_args(argv=None):
                        help="the program to run (tools/workloads.py): gpt "
                             "decoder, cnn classifier, moe decoder with "
                             "routed experts, kv-server inference with "
-                            "growing key/value caches")
+                            "growing key/value caches, detect dense "
+                            "prediction on variable image sizes")
     train.add_argument("--steps", type=int, default=50,
                        help="number of training steps to capture")
     train.add_argument("--seed", type=int, default=0,
@@ -127,7 +128,7 @@ def parse_args(argv=None):
                             "implementation, the default on CUDA in recent "
                             "PyTorch")
     other = parser.add_argument_group(
-        "other workloads (cnn, moe, kv-server)")
+        "other workloads (cnn, moe, kv-server, detect)")
     other.add_argument("--min-batch", type=int, default=32,
                        help="cnn: smallest batch drawn for a step")
     other.add_argument("--max-batch", type=int, default=32,
@@ -135,6 +136,11 @@ def parse_args(argv=None):
                             "--min-batch: a fixed batch)")
     other.add_argument("--image-size", type=int, default=32,
                        help="cnn: input images are 3 x SIZE x SIZE")
+    other.add_argument("--min-image", type=int, default=64,
+                       help="detect: smallest image side (rounded up to a "
+                            "multiple of 32 by the draw)")
+    other.add_argument("--max-image", type=int, default=192,
+                       help="detect: largest image side")
     other.add_argument("--cnn-width", type=int, default=16,
                        help="cnn: channels of the stem (doubled per stage)")
     other.add_argument("--n-experts", type=int, default=8,
@@ -187,6 +193,11 @@ def parse_args(argv=None):
     if args.image_size < 16 or args.cnn_width < 1 or args.n_experts < 1:
         parser.error("--image-size must be at least 16, --cnn-width and "
                      "--n-experts at least 1")
+    if not 32 <= args.min_image <= args.max_image:
+        parser.error("need 32 <= --min-image <= --max-image")
+    args.min_image = -(-args.min_image // 32) * 32
+    if args.min_image > args.max_image:
+        parser.error("--min-image..--max-image holds no multiple of 32")
     if not 0 <= args.arrival_rate <= args.max_arrivals:
         parser.error("need 0 <= --arrival-rate <= --max-arrivals")
     if args.workload == "kv-server" and args.max_seq_len < 2:
@@ -625,10 +636,12 @@ def header(args, torch_version, architecture="gpt"):
     workload = ""
     if args.workload != "gpt":
         workload = (
-            "workload={}, batch={}..{}, image={}, cnn_width={}, experts={}, "
+            "workload={}, batch={}..{}, image={}, images={}..{}, "
+            "cnn_width={}, experts={}, "
             "arrival_rate={}, max_arrivals={}, ").format(
                 args.workload, args.min_batch, args.max_batch,
-                args.image_size, args.cnn_width, args.n_experts,
+                args.image_size, args.min_image, args.max_image,
+                args.cnn_width, args.n_experts,
                 args.arrival_rate, args.max_arrivals)
     producer = (
         "{} {} (torch {}, {}steps={}, seed={}, batch={}, seq={}..{}, "

@@ -28,18 +28,24 @@ moe        decoder whose feed-forward layers are top-1 routed mixtures of
 kv-server  inference server: requests arrive and finish at random, each
            keeps a key/value cache per layer that grows by one token per
            decode step (torch.cat, as simple serving loops do)
+detect     dense-prediction (detection/segmentation-style) network whose
+           input images change size every step: height and width drawn
+           independently from multiples of 32 in [--min-image,
+           --max-image] (a batch is padded to one size, as detection
+           loaders do), batch size drawn from [--min-batch, --max-batch]
 """
 
 import math
 import random
 
-WORKLOADS = ("gpt", "cnn", "moe", "kv-server")
+WORKLOADS = ("gpt", "cnn", "moe", "kv-server", "detect")
 
 
 def make_workload(torch, args, gpt_classes):
     """The workload named by args.workload, with its host-side setup done."""
     kind = {"gpt": GptTraining, "cnn": CnnTraining, "moe": MoeTraining,
-            "kv-server": KvCacheServer}[args.workload]
+            "kv-server": KvCacheServer,
+            "detect": DetectionTraining}[args.workload]
     return kind(torch, args, gpt_classes)
 
 
@@ -231,6 +237,66 @@ def build_moe_model(torch, gpt_classes, args):
             return logits, loss
 
     return MoeLM()
+
+
+def build_dense_head_net(torch, width, n_classes):
+    """A fully convolutional detector-like network: a stem and three stages
+    (stride 8 overall), then a 3x3 head and a 1x1 classifier per location
+    (the per-anchor score map of a one-stage detector)."""
+    nn = torch.nn
+    layers = [nn.Conv2d(3, width, 3, padding=1, bias=False),
+              nn.BatchNorm2d(width), nn.ReLU()]
+    w = width
+    for _ in range(3):
+        layers += [nn.Conv2d(w, 2 * w, 3, stride=2, padding=1, bias=False),
+                   nn.BatchNorm2d(2 * w), nn.ReLU()]
+        w *= 2
+    layers += [nn.Conv2d(w, w, 3, padding=1), nn.ReLU(),
+               nn.Conv2d(w, n_classes, 1)]
+    return nn.Sequential(*layers)
+
+
+class DetectionTraining:
+    """Dense prediction on images whose size changes per step: each step a
+    batch of (height, width) drawn from multiples of 32, every location of
+    the stride-8 score map classified (cross-entropy), SGD + momentum."""
+    architecture = "detect"
+
+    def __init__(self, torch, args, gpt_classes):
+        del gpt_classes
+        self.torch = torch
+        self.args = args
+        self.model = build_dense_head_net(torch, args.cnn_width, 8)
+        rng = random.Random(args.seed)
+        sizes = list(range(args.min_image, args.max_image + 1, 32))
+        self.plan = []
+        for _ in range(args.steps):
+            self.plan.append((rng.randint(args.min_batch, args.max_batch),
+                              rng.choice(sizes), rng.choice(sizes),
+                              rng.randrange(1 << 30)))
+
+    def start(self, model):
+        self.model = model
+        self.optimizer = self.torch.optim.SGD(
+            model.parameters(), lr=0.01, momentum=0.9,
+            foreach=self.args.foreach)
+        model.train()
+
+    def step(self, i, optimizer_step):
+        torch = self.torch
+        b, h, w, seed = self.plan[i]
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(b, 3, h, w, generator=g)
+        y = torch.randint(0, 8, (b, h // 8, w // 8), generator=g)
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        optimizer_step(self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+        return "batch {:3d} {:4d}x{:<4d}".format(b, h, w), loss.item()
+
+    def teardown(self):
+        self.optimizer = None
+        self.model = None
 
 
 class MoeTraining(GptTraining):

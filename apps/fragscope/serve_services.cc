@@ -96,8 +96,14 @@ void ProcessForecasts::Prepare(agent::AgentSample& sample) {
   }
   const bool alarm = v.point.level >= RiskLevel::kWarning;
   if (log_ && alarm != (v.previous >= RiskLevel::kWarning)) {
-    log_(fmt::format("forecast: pid {} on {}, step {}: {}: {}", sample.pid, sample.device_uuid,
-                     sample.step, RiskLevelName(v.point.level), v.point.reason));
+    // Where the risk comes from (issue 31 item 5), unless the reason already says it.
+    std::string why;
+    if (v.point.risk && !v.point.risk->explanation.empty() &&
+        v.point.reason.find(v.point.risk->explanation) == std::string::npos) {
+      why = "; OOM risk from: " + v.point.risk->explanation;
+    }
+    log_(fmt::format("forecast: pid {} on {}, step {}: {}: {}{}", sample.pid, sample.device_uuid,
+                     sample.step, RiskLevelName(v.point.level), v.point.reason, why));
   }
 }
 

@@ -13,6 +13,10 @@
 //                      [--no-synthetic] [--every A,B] [--live A,B] [--verbose]
 //                      [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]
 //                      [--risk-opt KEY=VALUE]... (a risk model knob: --help lists them)
+//                      [--manifest FILE] [--set tuning|test]
+// Every workload belongs to a set (bench/forecast_eval/manifest.txt, issue 31 item 1): `tuning`
+// (what defaults may be decided on: the manifest's tuning lines, trace files it does not list,
+// and the synthetic workloads) or `test` (held out); totals and the targets are printed per set.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -56,7 +60,23 @@ struct Workload {
   std::vector<Event> events;
   std::int64_t steps = 0;
   bool synthetic = false;
+  std::string set = "tuning";  // the manifest's set: "tuning" or "test"
 };
+
+// The manifest's sets by workload name (lines "SET NAME ARGS...", `#` comments).
+std::map<std::string, std::string> ReadManifest(const std::string& path) {
+  std::map<std::string, std::string> sets;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return sets;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    char set[64], name[256];
+    if (line[0] == '#' || std::sscanf(line, "%63s %255s", set, name) != 2) continue;
+    sets[name] = set;
+  }
+  std::fclose(f);
+  return sets;
+}
 
 std::int64_t CountSteps(const std::vector<Event>& events) {
   std::int64_t n = 0;
@@ -100,6 +120,7 @@ Workload Resample(const Workload& w, std::int64_t steps, std::uint64_t seed,
   Workload out;
   out.name = fmt::format("{}~{}", w.name, steps);
   out.synthetic = w.synthetic;
+  out.set = w.set;
   const std::size_t verbatim_end =
       static_cast<std::size_t>(prefix) < marks.size() ? marks[prefix] : w.events.size();
   out.events.assign(w.events.begin(), w.events.begin() + static_cast<std::ptrdiff_t>(verbatim_end));
@@ -479,7 +500,8 @@ struct RiskTotals {
   std::uint64_t unscored_positives = 0;     // ... followed by an OOM within H
   std::array<std::uint64_t, kBucketCount> n{};
   std::array<double, kBucketCount> p_sum{}, o_sum{};
-  std::uint64_t ooms = 0, warned_20 = 0, warned = 0;                  // OOMs at step >= 50
+  std::uint64_t ooms = 0, warned_20 = 0, warned = 0;  // OOMs at step >= 50
+  std::uint64_t ooms_60 = 0, warned_60 = 0;  // OOMs at step >= 60, warned before they happen
   std::uint64_t clean_runs = 0, clean_steps = 0, clean_episodes = 0;  // >= 10% headroom
 };
 
@@ -518,6 +540,10 @@ void ScoreRisk(const std::vector<RiskSample>& samples, std::optional<std::int64_
         first = r.step;
         break;
       }
+    }
+    if (*oom_step >= 60) {
+      ++t->ooms_60;
+      t->warned_60 += first.has_value();
     }
     if (first) {
       ++t->warned;
@@ -618,6 +644,13 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   if (key == "max_shape") return (o->max_shape = v), true;
   if (key == "half_life_steps") return (o->half_life_steps = v), true;
   if (key == "trend_sigmas") return (o->trend_sigmas = v), true;
+  if (key == "use_record") return (o->use_record = v != 0), true;
+  if (key == "shape_se_floor") return (o->shape_se_floor = v), true;
+  if (key == "prior_shape_sd") return (o->prior_shape_sd = v), true;
+  if (key == "prior_scale") return (o->prior_scale = v), true;
+  if (key == "few_scale") return (o->few_scale = v), true;
+  if (key == "record_all_steps") return (o->record_all_steps = v != 0), true;
+  if (key == "warning_probability") return (o->warning_probability = v), true;
   return false;
 }
 
@@ -627,12 +660,17 @@ int Usage() {
       "                     [--no-synthetic] [--every A,B] [--live A,B] [--verbose]\n"
       "                     [--risk] [--risk-only] [--long-steps N] [--risk-allowance X]\n"
       "                     [--write-resampled DIR] [--risk-opt KEY=VALUE]...\n"
+      "                     [--manifest FILE] [--set tuning|test]\n"
+      "--set runs one set of the manifest (tuning: its tuning lines, unlisted trace files\n"
+      "and the synthetic workloads; test: the held-out lines).\n"
       "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
       "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
       "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction,\n"
       "tail_weight, use_records (0 or 1), min_shape, max_shape, half_life_steps,\n"
-      "trend_sigmas) for every forecaster: the analyzer's, the agents' and the risk's.\n"
+      "trend_sigmas, use_record (0 or 1), shape_se_floor, prior_shape_sd, prior_scale,\n"
+      "few_scale, record_all_steps (0 or 1),\n"
+      "warning_probability) for every forecaster: the analyzer's, the agents' and the risk's.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
       "runs that never fail (docs/forecast.md).\n",
@@ -654,6 +692,8 @@ int main(int argc, char** argv) {
   std::optional<double> risk_allowance;
   std::vector<std::string> risk_opts;  // --risk-opt KEY=VALUE: overrides of the risk defaults
   std::string write_dir;               // --write-resampled: the long runs, as request traces
+  std::string manifest_path = "bench/forecast_eval/manifest.txt";
+  std::string only_set;  // --set: one set only
   std::vector<std::uint64_t> periods = {1, 50};
   std::vector<std::uint64_t> live_periods = {10, 50};
   for (int i = 1; i < argc; ++i) {
@@ -690,6 +730,11 @@ int main(int argc, char** argv) {
       risk_opts.push_back(*v);
     } else if (a == "--long-steps" && (v = value())) {
       long_steps = std::max<std::int64_t>(2, std::strtoll(v->c_str(), nullptr, 10));
+    } else if (a == "--manifest" && (v = value())) {
+      manifest_path = *v;
+    } else if (a == "--set" && (v = value())) {
+      only_set = *v;
+      if (only_set != "tuning" && only_set != "test") return Usage();
     } else if (a == "--verbose") {
       verbose = true;
     } else if (a == "--no-synthetic") {
@@ -709,9 +754,12 @@ int main(int argc, char** argv) {
     std::sort(found.begin(), found.end());
     traces.insert(traces.begin(), found.begin(), found.end());
   }
+  const std::map<std::string, std::string> sets = ReadManifest(manifest_path);
   for (const std::string& path : traces) {
     std::string error;
     if (auto w = Load(path, &error)) {
+      if (auto it = sets.find(w->name); it != sets.end()) w->set = it->second;
+      if (!only_set.empty() && w->set != only_set) continue;
       if (risk && w->steps < long_steps) {
         const std::int64_t source = w->steps;
         *w = Resample(*w, long_steps, seed);
@@ -738,7 +786,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "forecast_eval: skipped %s: %s\n", path.c_str(), error.c_str());
     }
   }
-  if (synthetic) {
+  if (synthetic && only_set != "test") {
     for (bench::SyntheticWorkload& s : bench::MakeSyntheticWorkloads(steps, seed)) {
       Workload w{s.name, std::move(s.events), 0, true};
       w.steps = CountSteps(w.events);
@@ -763,7 +811,8 @@ int main(int argc, char** argv) {
   // warned in time by the trend or the spread.
   const auto history_step = static_cast<std::int64_t>(
       std::max(defaults.warmup_steps + defaults.trend_min_steps, 3 * defaults.block_steps - 1));
-  // Totals by set ("captured": trace files, "synthetic": synthetic.cc, "all") and period.
+  // Totals by set ("tuning", "test", and each split into trace files "/captured" and
+  // synthetic.cc's "/synth") and period.
   std::map<std::pair<std::string, std::size_t>, Totals> totals;  // by set and mode index
   // The risk evaluation's forecasters: the default, and ablations that each switch one signal
   // off (a good forecaster should beat each of them).
@@ -794,7 +843,12 @@ int main(int argc, char** argv) {
       return o;
     };
     variants.push_back({"risk/1", 1, tuned});
+    variants.push_back({"risk/10", 10, tuned});
     variants.push_back({"risk/50", 50, tuned});
+    variants.push_back(
+        {"no-record/1", 1, with([](auto& o) { o.risk_options.use_record = false; })});
+    variants.push_back(
+        {"no-record/50", 50, with([](auto& o) { o.risk_options.use_record = false; })});
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
     variants.push_back({"tail-only/1", 1, with([](auto& o) { o.risk_options.tail_weight = 1; })});
     variants.push_back(
@@ -843,7 +897,7 @@ int main(int argc, char** argv) {
           const auto samples = RiskTrack(run->timeline, run->oom_step, capacity, variants[v].every,
                                          variants[v].options);
           std::string lead;
-          for (const std::string set : {w.synthetic ? "synthetic" : "captured", "all"}) {
+          for (const std::string& set : {w.set, w.set + (w.synthetic ? "/synth" : "/captured")}) {
             ScoreRisk(samples, run->oom_step, end, factor >= 1.10 - 1e-9, &risk_totals[{set, v}],
                       &lead);
           }
@@ -920,7 +974,7 @@ int main(int argc, char** argv) {
           t.clean_steps += covered;
           t.clean_episodes += episodes;
         }
-        for (const std::string set : {w.synthetic ? "synthetic" : "captured", "all"}) {
+        for (const std::string& set : {w.set, w.set + (w.synthetic ? "/synth" : "/captured")}) {
           Totals& sum = totals[{set, mode}];
           sum.frag_ooms += t.frag_ooms;
           sum.frag_in_time += t.frag_in_time;
@@ -1024,14 +1078,14 @@ int main(int argc, char** argv) {
                       t.clean_runs));
     }
     for (const auto& [key, t] : risk_totals) {
-      if (key.first != "all" ||
+      if ((key.first != "tuning" && key.first != "test") ||
           (variants[key.second].name != "risk/1" && variants[key.second].name != "risk/50")) {
         continue;
       }
       fmt::print(
-          "\nReliability at H = {} ({}, all workloads): predicted bucket, samples, mean "
+          "\nReliability at H = {} ({}, {} set): predicted bucket, samples, mean "
           "predicted, observed\n",
-          kRiskHorizon, variants[key.second].name);
+          kRiskHorizon, variants[key.second].name, key.first);
       for (std::size_t b = 0; b < kBucketCount; ++b) {
         if (t.n[b] == 0) {
           fmt::print("  [{:.2f}, {:.2f})  {:>7}\n", kBuckets[b], std::min(kBuckets[b + 1], 1.0), 0);
@@ -1041,6 +1095,41 @@ int main(int argc, char** argv) {
                    std::min(kBuckets[b + 1], 1.0), t.n[b], t.p_sum[b] / static_cast<double>(t.n[b]),
                    t.o_sum[b] / static_cast<double>(t.n[b]));
       }
+    }
+    // The four targets of issue 31 item 4, per set (reported on the test set only).
+    for (const std::string set : {"tuning", "test"}) {
+      const auto find = [&](const std::string& name) -> const RiskTotals* {
+        for (std::size_t v = 0; v < variants.size(); ++v) {
+          if (variants[v].name != name) continue;
+          auto it = risk_totals.find({set, v});
+          return it == risk_totals.end() ? nullptr : &it->second;
+        }
+        return nullptr;
+      };
+      const RiskTotals* one = find("risk/1");
+      const RiskTotals* fifty = find("risk/50");
+      if (one == nullptr || fifty == nullptr) continue;
+      const double rate =
+          one->scored ? static_cast<double>(one->positives) / static_cast<double>(one->scored) : 0;
+      const double bs = one->scored ? one->brier / static_cast<double>(one->scored) : 0;
+      const double skill = rate > 0 && rate < 1 ? 1 - bs / (rate * (1 - rate)) : 0;
+      const double falses = one->clean_steps ? 1000.0 * static_cast<double>(one->clean_episodes) /
+                                                   static_cast<double>(one->clean_steps)
+                                             : 0;
+      const auto share = [](std::uint64_t a, std::uint64_t b) {
+        return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+      };
+      fmt::print(
+          "\nTargets, {} set (H = {}): OOMs after step 50 warned >= 20 steps ahead at every 1: "
+          "{}/{} = {:.0f}% (target >= 80%: {}); false warnings at >= 10% headroom: {:.2f} per "
+          "1000 steps (target <= 1: {}); Brier skill at every 1: {:.3f} (target >= 0.3: {}); "
+          "OOMs after step 60 warned before they happen at every 50: {}/{} = {:.0f}% (target >= "
+          "60%: {})\n",
+          set, kRiskHorizon, one->warned_20, one->ooms, 100 * share(one->warned_20, one->ooms),
+          share(one->warned_20, one->ooms) >= 0.8 ? "met" : "MISSED", falses,
+          falses <= 1 ? "met" : "MISSED", skill, skill >= 0.3 ? "met" : "MISSED", fifty->warned_60,
+          fifty->ooms_60, 100 * share(fifty->warned_60, fifty->ooms_60),
+          share(fifty->warned_60, fifty->ooms_60) >= 0.6 ? "met" : "MISSED");
     }
   }
   return 0;

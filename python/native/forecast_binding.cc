@@ -77,8 +77,11 @@ py::dict VerdictDict(const analysis::LiveVerdict& v) {
     py::dict risk;
     for (const auto& h : v.point.risk->horizons) risk[py::int_(h.steps)] = h.probability;
     out["risk"] = risk;
+    // Where the number comes from, one line (issue 31 item 5).
+    out["risk_explanation"] = v.point.risk->explanation;
   } else {
     out["risk"] = py::none();
+    out["risk_explanation"] = py::none();
   }
   return out;
 }

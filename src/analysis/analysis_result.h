@@ -119,6 +119,9 @@ struct OomRisk {
   std::string advice;
   std::optional<std::uint64_t> shape_cap_bytes;  // N of the shape cap (peak allocated)
   bool tail_only = false;  // every kept step fits: the risk comes from the fitted tail alone
+  /// Where the number comes from, one line for users (issue 31 item 5): how often step demand
+  /// came near the limit, how far the largest step is below it, the chance of a new largest.
+  std::string explanation;
   /// P(OOM within `steps`) if that horizon is reported.
   std::optional<double> At(std::uint64_t steps) const {
     for (const Horizon& h : horizons) {

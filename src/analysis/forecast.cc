@@ -325,7 +325,9 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
       trend.level =
           std::max(demand, demand_.level() + trend.slope * std::max(x - demand_.last_x(), 0.0));
     }
-    risk_->Add(step, steps, base_demand, cost, trend);
+    const double resting =
+        static_cast<double>(allocator ? s.allocated_bytes : s.live_requested_bytes);
+    risk_->Add(step, steps, base_demand, cost, trend, resting);
   }
   if (risk_ && warm) risk = risk_->Estimate();
   if (risk) {
@@ -339,9 +341,8 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
       findings.push_back(
           {level,
            fmt::format(
-               "P(OOM within {}); step demand {} ± {}, the device serves {}–{}{}{}", horizons,
-               Bytes(risk->mean_demand_bytes), Bytes(risk->spread_bytes),
-               Bytes(risk->limit_low_bytes), Bytes(risk->limit_high_bytes),
+               "P(OOM within {}); the device serves {}–{}: {}{}{}", horizons,
+               Bytes(risk->limit_low_bytes), Bytes(risk->limit_high_bytes), risk->explanation,
                risk->tail_only ? " (above every step seen: the tail model's estimate)" : "",
                risk_->YoungTail()
                    ? fmt::format("; a young tail (under {} steps, every step below {}): watch "
@@ -531,11 +532,10 @@ DeviceForecast ForecastTrack::Finish() {
         "header's capacity_bytes, or replay with --capacity)");
   }
   if (capacity_ && options_.risk && !out.last.risk && windows_total_ >= 2) {
-    out.notes.push_back(fmt::format(
-        "no OOM risk yet: it needs {} steps in {} samples after the {}-step warm-up ({} {}{} "
-        "seen)",
-        options_.risk_options.min_steps, options_.risk_options.min_samples, options_.warmup_steps,
-        out.steps_covered, step_unit_ ? "step" : "window", out.steps_covered == 1 ? "" : "s"));
+    out.notes.push_back(
+        fmt::format("no OOM risk yet: it needs {} steps after the {}-step warm-up ({} {}{} seen)",
+                    options_.risk_options.min_steps, options_.warmup_steps, out.steps_covered,
+                    step_unit_ ? "step" : "window", out.steps_covered == 1 ? "" : "s"));
   }
   if (windows_total_ < 2) {
     out.enough_data = false;

@@ -63,6 +63,14 @@ Status ValidateOomRiskOptions(const OomRiskOptions& o) {
   if (!(o.min_shape <= o.max_shape && o.min_shape >= -1 && o.max_shape < 1)) {
     return Status::InvalidArgument("risk tail shape bounds must satisfy -1 <= min <= max < 1");
   }
+  if (!(o.prior_scale >= 0 && o.prior_scale <= 10) || !(o.few_scale >= 0 && o.few_scale <= 10)) {
+    return Status::InvalidArgument("risk prior_scale and few_scale must be in [0, 10]");
+  }
+  if (!(o.shape_se_floor > 0 && o.shape_se_floor <= 10) ||
+      !(o.prior_shape_sd >= 0 && o.prior_shape_sd <= 10)) {
+    return Status::InvalidArgument(
+        "risk shape_se_floor must be in (0, 10] and prior_shape_sd in [0, 10]");
+  }
   if (!(o.allowance >= 1 && o.allowance < 100)) {
     return Status::InvalidArgument(
         fmt::format("risk allowance {} is outside [1, 100)", o.allowance));
@@ -157,7 +165,7 @@ OomRiskModel::OomRiskModel(const OomRiskOptions& options, double capacity_bytes)
 }
 
 void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, double cost,
-                       std::optional<DemandTrend> demand_trend) {
+                       std::optional<DemandTrend> demand_trend, double resting) {
   const OomRiskOptions& o = options_;
   if (!o.use_cost) cost = 0;
   const double x = static_cast<double>(step);
@@ -183,6 +191,7 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
                                      : 1.0;
   tail_weight_now_ = o.tail_weight >= 1 ? 1.0 : odds * ratio / (1 + odds * ratio);
   cost_now_ = cost;
+  resting_ = std::max(resting, 0.0);
   base_trend_.Add(x, base);
   cost_trend_.Add(x, cost);
   // Significant trends only: a slope beyond trend_sigmas standard errors.
@@ -223,6 +232,8 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
   spread_ = values_.size() > 1 ? std::sqrt(sq / static_cast<double>(values_.size() - 1)) : 0;
   // Peaks over threshold: the top tail_fraction of the kept demands (at least 4).
   tail_.reset();
+  exceedances_ = 0;
+  mean_excess_ = 0;
   const std::size_t n = values_.size();
   if (o.use_tail && n >= o.min_samples) {
     const auto k = std::min<std::size_t>(
@@ -236,6 +247,10 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
                  excess.end());
     const double floor = kMinScaleFraction * std::max(u, 1.0);
     auto tail = FitParetoTail(excess, o.min_shape, o.max_shape);
+    if (tail) {
+      exceedances_ = excess.size();
+      mean_excess_ = tail->scale / (1 - tail->shape);
+    }
     if (!tail) {
       // Constant or nearly constant demand: an exponential tail with the floor scale.
       tail = ParetoTail{};
@@ -268,11 +283,76 @@ double OomRiskModel::StepExceedance(double need) const {
   return -std::expm1(std::log1p(-p_sample) / mean_steps_);
 }
 
+double OomRiskModel::BeyondLargest(double need, double largest) const {
+  const OomRiskOptions& o = options_;
+  if (need <= largest) return 1;
+  const double gap = need - largest;
+  const double floor = kMinScaleFraction * std::max(largest, 1.0);
+  // Gauss-Hermite nodes and weights for a standard normal (5 points).
+  constexpr std::array<double, 5> kNodes = {-2.8569700138728056, -1.3556261799742659, 0.0,
+                                            1.3556261799742659, 2.8569700138728056};
+  constexpr std::array<double, 5> kWeights = {0.011257411327720691, 0.22207592200561266,
+                                              0.53333333333333333, 0.22207592200561266,
+                                              0.011257411327720691};
+  double centre = 0, se = o.prior_shape_sd;
+  // The mean excess over the largest step, given the shape xi: with a fit, the Pareto tail
+  // above its threshold u carried to the largest (sigma + xi (largest - u)); without one, the
+  // prior scale below.
+  double prior_mean_excess = 0;
+  const bool fitted = tail_ && exceedances_ >= 3;
+  if (fitted) {
+    centre = tail_->shape;
+    se = std::max(1 + centre, o.shape_se_floor) / std::sqrt(static_cast<double>(exceedances_));
+  } else {
+    constexpr double kEulerGamma = 0.5772156649015329;
+    constexpr double kGumbelScale = 0.7796968012336761;  // sqrt(6) / pi
+    const std::size_t n = values_.size();
+    if (n >= 2) {
+      // The kept samples' Gumbel scale, widened for the few points it comes from.
+      prior_mean_excess =
+          o.few_scale * kGumbelScale * spread_ * std::sqrt(1 + 2.0 / static_cast<double>(n - 1));
+    } else if (resting_ > 0 && largest > resting_) {
+      // One sample: the exponential scale under which the largest of its N steps rises as far
+      // above the resting memory as the one seen, times prior_scale (a fixed-shape job's steps
+      // all rise alike, a variable one's spread out: one sample cannot tell).
+      const double n_steps = std::max(WindowSteps(), 2.0);
+      prior_mean_excess = o.prior_scale * (largest - resting_) / (std::log(n_steps) + kEulerGamma);
+    }
+    prior_mean_excess = std::max(prior_mean_excess, floor);
+  }
+  double total = 0;
+  for (std::size_t i = 0; i < kNodes.size(); ++i) {
+    const double xi = std::clamp(centre + se * kNodes[i], o.min_shape, o.max_shape);
+    double sigma;
+    if (fitted) {
+      const double sigma_u = std::max(mean_excess_ * (1 - xi), floor);
+      sigma = sigma_u + xi * (largest - tail_->threshold);
+    } else {
+      sigma = prior_mean_excess * (1 - xi);
+    }
+    sigma = std::max(sigma, floor);
+    double c;
+    if (std::fabs(xi) < 1e-9) {
+      c = std::exp(-gap / sigma);
+    } else {
+      const double t = 1 + xi * gap / sigma;
+      c = t <= 0 ? 0.0 : std::pow(t, -1 / xi);
+    }
+    total += kWeights[i] * c;
+  }
+  return std::clamp(total, 0.0, 1.0);
+}
+
 std::optional<OomRisk> OomRiskModel::Estimate() const {
   const OomRiskOptions& o = options_;
-  if (ring_.size() < o.min_samples || steps_ < o.min_steps || !(capacity_ > 0)) {
+  if (ring_.empty() || steps_ < o.min_steps || !(capacity_ > 0)) {
     return std::nullopt;
   }
+  // Steps seen for the record rate: every step since the start when the demand has no trend
+  // (its largest is then the largest ever survived), the window's when it is detrended.
+  const double largest = slope_ > 0 ? values_.back() : std::max(values_.back(), survived_);
+  const double record_steps = std::max(
+      slope_ > 0 && !o.record_all_steps ? WindowSteps() : static_cast<double>(steps_), 1.0);
   const double high = capacity_;
   const double low =
       std::min(high, std::max(high / o.allowance, o.learn_survived ? survived_ : 0.0));
@@ -291,14 +371,25 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   };
   // P(OOM within k steps), averaged over the limit; `shift` moves every demand (cost removed).
   // Per limit, a step above it (the tail, demands moved by the trend) or the trend reaching it.
+  // Per limit, a step above it (below the largest kept step: the kept samples; beyond it: a
+  // new largest step, at rate 1 / (N + j) for step j ahead, exceeding the limit with the
+  // tail's conditional probability), or the trend reaching it.
   const auto risk_at = [&](double k, double shift) {
     double total = 0;
     for (double limit : limits) {
       double log_survive = std::log1p(-std::min(crossing_at(limit, k, shift), 1.0));
-      const int chunks = slope_ > 0 ? kChunks : 1;
+      const int chunks = slope_ > 0 ? kChunks : o.use_record && o.use_tail ? 4 : 1;
       for (int c = 0; c < chunks && std::isfinite(log_survive); ++c) {
         const double mid = k * (c + 0.5) / chunks;
-        const double p = StepExceedance(limit - slope_ * mid - shift);
+        const double need = limit - slope_ * mid - shift;
+        if (o.use_record && o.use_tail && need > largest) {
+          // sum over the chunk's steps j of log(1 - q / (N + j)) ~ -q ln((N + b) / (N + a)).
+          const double q = BeyondLargest(need, largest);
+          const double a = k * c / chunks, b = k * (c + 1) / chunks;
+          log_survive -= q * std::log((record_steps + b + 1) / (record_steps + a + 1));
+          continue;
+        }
+        const double p = StepExceedance(need);
         if (p >= 1) {
           log_survive = -std::numeric_limits<double>::infinity();
           break;
@@ -332,7 +423,34 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   }
   r.cost_bytes = cost_now_;
   r.slope_bytes_per_step = slope_;
-  r.tail_only = values_.back() <= low;
+  r.tail_only = largest <= low;
+  // Where the number comes from, in one line (issue 31 item 5).
+  {
+    const auto near =
+        values_.end() - std::lower_bound(values_.begin(), values_.end(), low - spread_);
+    const double window_steps = WindowSteps();
+    const double record_h = static_cast<double>(o.warning_horizon);
+    std::string span = fmt::format("the last {} steps", values_.size());
+    if (values_.size() == 1) {
+      span = fmt::format("the one sample so far ({:.0f} steps)", window_steps);
+    } else if (mean_steps_ > 1.5) {
+      span = fmt::format("the last {} samples ({:.0f} steps)", values_.size(), window_steps);
+    }
+    const double mid = (low + high) / 2;
+    const bool spread = spread_ > 1e-4 * std::max(largest, 1.0);
+    const std::string gap = spread ? fmt::format("{:.1f} spreads", (mid - largest) / spread_)
+                                   : RiskBytes(mid - largest);
+    r.explanation = fmt::format(
+        "{}; the largest, {}, is {} the limit's middle {}; P(a new largest step within {} "
+        "steps) = {:.0f}%{}",
+        spread ? fmt::format("step demand came within one spread ({}) of the limit's low end {} "
+                             "in {} of {}",
+                             RiskBytes(spread_), RiskBytes(low), near, span)
+               : fmt::format("step demand did not vary over {}", span),
+        RiskBytes(largest), largest <= mid ? gap + " below" : std::string("above"), RiskBytes(mid),
+        o.warning_horizon, 100 * record_h / (record_steps + record_h),
+        slope_ > 0 ? fmt::format("; demand grows {}/step", RiskBytes(slope_)) : std::string());
+  }
   // Median steps to OOM: the smallest k with risk >= 50%, by doubling then bisection.
   if (risk_at(kMaxSteps, 0) >= 0.5) {
     double lo = 0, hi = 1;

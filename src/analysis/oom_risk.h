@@ -42,8 +42,9 @@ struct OomRiskOptions {
   double watch_probability = 0.10;
   /// Samples kept for the demand distribution (the most recent).
   std::size_t window = 256;
-  /// Samples, and steps they cover, needed before a risk is given (at every = 1, 20 steps give
-  /// the 4 exceedances a fit needs: early enough to warn the OOMs of the first hundred steps).
+  /// Steps the kept samples must cover before a risk is given; one sample is enough (an agent
+  /// sampling every 50 steps has one at step 50, issue 31 item 3). `min_samples` samples are
+  /// needed to fit the tail; before that the tail beyond the largest step is the prior below.
   std::size_t min_samples = 6;
   std::uint64_t min_steps = 20;
   /// Before this many steps, the risk of a job whose steps all stayed below the limit's low
@@ -51,7 +52,9 @@ struct OomRiskOptions {
   /// cannot tell a bounded demand (a batch or length cap) from an unbounded one, and would
   /// extrapolate past the cap. A job that already came within the allowance of the capacity gets
   /// its level from the risk at once.
-  std::uint64_t tail_warning_steps = 100;
+  /// 0 (the default since issue 31): off; the record term below carries the uncertainty of a
+  /// short history instead of a cap on the level.
+  std::uint64_t tail_warning_steps = 0;
   /// Fraction of the kept samples above the tail threshold (at least 4 exceedances): the top
   /// tenth, so that the threshold lies in the tail and not in the body of a multi-modal demand.
   double tail_fraction = 0.10;
@@ -60,6 +63,30 @@ struct OomRiskOptions {
   /// window shows: a fixed set of shapes, a cap). This is the tail's prior weight (equal
   /// odds); with `use_records` the time since the last record step moves it (docs/forecast.md).
   double tail_weight = 0.5;
+  /// Beyond the largest kept step (issue 31 item 2): a step sets a new largest demand with
+  /// probability 1 / (N + j) for an exchangeable demand (N steps seen, j steps ahead), and that
+  /// new largest exceeds x with the tail's conditional probability P(X > x | X > largest),
+  /// averaged over the tail shape's uncertainty: xi ~ Normal(fit, se), se =
+  /// max(1 + xi, shape_se_floor) / sqrt(exceedances) (the asymptotic standard error of the
+  /// fitted shape, floored so a fitted cap is never certain). Without a fit (fewer than
+  /// min_samples samples) the shape is `prior_shape_sd` around 0 (exponential) and the scale
+  /// is the kept samples' Gumbel scale (widened by sqrt(1 + 2 / (n - 1)) for n samples), or
+  /// with a single sample `prior_scale` x (largest - resting) / (ln N + 0.58), the exponential
+  /// scale that makes the largest of N steps rise as far above the resting memory as the one
+  /// seen. 0.25: on the tuning set (synthetic + sample, every 50) 1 / 0.5 / 0.25 / 0 gave Brier
+  /// skill 0.267 / 0.300 / 0.319 / 0.239, false warnings 1.00 / 0.69 / 0.54 / 0.38 per 1000
+  /// steps, leads 17 / 17 / 17 / 13 of 22 (docs/benchmarks.md, issue 31).
+  bool use_record = true;
+  double shape_se_floor = 0.5;
+  double prior_shape_sd = 0.5;
+  double prior_scale = 0.25;
+  /// Factor on the Gumbel scale of 2 to min_samples - 1 samples (before a fit). 0.25: on the
+  /// tuning set (every 50) 1 / 0.5 / 0.25 gave Brier skill 0.319 / 0.329 / 0.333, false
+  /// warnings 0.54 / 0.46 / 0.46 per 1000 steps, the same leads.
+  double few_scale = 0.25;
+  /// The record rate's N: every step since the start (on) or, when the demand has a trend, the
+  /// window's steps (off: the detrended window is all that is comparable).
+  bool record_all_steps = false;
   /// Bounds of the fitted tail shape xi: -1 is a uniform tail (a hard maximum of the demand,
   /// as a length or batch cap gives); above 0.5 the variance is infinite.
   double min_shape = -1.0;
@@ -115,8 +142,10 @@ class OomRiskModel {
   /// `demand_trend`: the caller's significant trend of the demand (the Forecaster's block-peak
   /// trend; slope 0 when not significant); nullopt: the model's own regression of the base over
   /// samples.
+  /// `resting`: the memory held at the sample's end (weights, optimizer state, caches), the
+  /// floor of a step's demand; 0 when unknown.
   void Add(std::int64_t step, std::uint64_t steps, double base, double cost,
-           std::optional<DemandTrend> demand_trend = std::nullopt);
+           std::optional<DemandTrend> demand_trend = std::nullopt, double resting = 0);
 
   /// The risk now (after the latest Add); nullopt before min_samples samples covering
   /// min_steps steps, or without a capacity.
@@ -132,9 +161,14 @@ class OomRiskModel {
     double x, base, cost;
     std::uint64_t steps;
   };
-  // P(one step's demand > need), from the kept samples (empirical below the tail threshold,
-  // the Pareto tail above it), per step.
+  // P(one step's demand > need) for need below the largest kept demand, from the kept samples
+  // (empirical below the tail threshold, averaged with the Pareto tail above it), per step.
   double StepExceedance(double need) const;
+  // P(X > need | X > largest kept demand): the conditional tail beyond the largest step, the
+  // shape's uncertainty averaged (1 at or below the largest).
+  double BeyondLargest(double need, double largest) const;
+  // Steps the kept samples cover (N of the record rate 1 / (N + j)).
+  double WindowSteps() const { return mean_steps_ * static_cast<double>(values_.size()); }
 
   OomRiskOptions options_;
   double capacity_;
@@ -158,11 +192,14 @@ class OomRiskModel {
   std::vector<double> values_;  // detrended demands, ascending
   std::optional<ParetoTail> tail_;
   double mean_steps_ = 1;
-  double slope_ = 0;       // significant demand slope per step (base + cost)
-  DemandTrend crossing_;   // the trend whose crossing of the limit is asked (slope 0: none)
-  double cost_slope_ = 0;  // its cost part
-  double spread_ = 0;      // standard deviation of the detrended demands
-  double cost_now_ = 0;    // latest cost
+  double slope_ = 0;             // significant demand slope per step (base + cost)
+  DemandTrend crossing_;         // the trend whose crossing of the limit is asked (slope 0: none)
+  double cost_slope_ = 0;        // its cost part
+  double spread_ = 0;            // standard deviation of the detrended demands
+  double cost_now_ = 0;          // latest cost
+  double resting_ = 0;           // latest resting memory (0: unknown)
+  std::size_t exceedances_ = 0;  // points the tail was fitted to (0: no fit)
+  double mean_excess_ = 0;       // their mean excess over the threshold
 };
 
 }  // namespace fragscope::analysis

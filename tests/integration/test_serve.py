@@ -219,6 +219,9 @@ def test_daemon_forecasts_for_agents_that_send_none(workdir):
     log = d.read_log()
     assert re.search(rf"forecast: pid {ME} on GPU-\S+, step 1[5-9]0: (warning|critical): ~\d+ steps "
                      r"to OOM: peak allocated grows", log), log
+    # Issue 31 item 5: the line says where the risk comes from.
+    assert re.search(r"forecast: pid \d+ on GPU-\S+, step \d+: (warning|critical): .*"
+                     r"P\(a new largest step within 100 steps\)", log), log
     # --no-forecast: the level stays what the agent sent (nothing: unknown).
     d = Daemon(workdir, "--no-forecast")
     try:

@@ -49,6 +49,21 @@ def test_bound_forecaster_warns_on_growth_and_not_on_a_flat_series():
         grow.observe("b", 1, {"reserved_bytes": -5})
 
 
+def test_bound_forecaster_and_monitor_log_say_where_the_risk_comes_from():
+    # Issue 31 item 5: every risk carries one line a user can judge it by; the Monitor's log
+    # line adds it when the reason does not already say it.
+    f = N.LiveForecasts(4)
+    first = f.observe("a", 0, sample(0, 100 * MiB))
+    assert first["risk"] is None and first["risk_explanation"] is None
+    for step in range(50, 400, 50):
+        v = f.observe("a", step, sample(step, 100 * MiB))
+    assert v["risk"] is not None
+    assert "P(a new largest step within 100 steps)" in v["risk_explanation"], v
+    assert mon._risk_source(v).startswith("; OOM risk from: step demand")
+    assert mon._risk_source({"reason": "x; " + v["risk_explanation"],
+                             "risk_explanation": v["risk_explanation"]}) == ""
+
+
 def sample_steps(capacity):
     """The bundled sample replayed on `capacity`: one agent sample dict per step (the replay's
     per-step timeline, under the agent's field names)."""

@@ -199,6 +199,8 @@ def test_capture_is_deterministic(tmp_path, captured):
              "--cnn-width", "4"]),
     ("moe", ["--n-experts", "3"]),
     ("kv-server", ["--arrival-rate", "2", "--max-arrivals", "3"]),
+    ("detect", ["--min-batch", "1", "--max-batch", "2", "--min-image", "32",
+                "--max-image", "96", "--cnn-width", "4"]),
 ])
 def test_other_workloads_capture_valid_traces(tmp_path, workload, extra):
     """Every workload trains or serves for real, frees all it allocated, and

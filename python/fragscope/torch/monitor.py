@@ -51,6 +51,14 @@ FALLBACK_ALLOC_CONF = {"1.13": "max_split_size_mb:128", "2": "expandable_segment
                        "newest": "expandable_segments:True"}
 
 
+def _risk_source(verdict):
+    """Where the OOM risk comes from (issue 31 item 5), when the reason does not say it."""
+    why = verdict.get("risk_explanation")
+    if not why or why in verdict["reason"]:
+        return ""
+    return "; OOM risk from: " + why
+
+
 def _log(message):
     print("fragscope.monitor: " + message, file=sys.stderr, flush=True)
 
@@ -448,7 +456,8 @@ class Monitor:
         self.last = dict(step=step, level=LEVELS[own], worst=LEVELS[worst],
                          levels=[LEVELS[lv] for lv, _ in levels], requested=any_request,
                          steps_to_oom=verdict.get("steps_to_oom"), reason=verdict["reason"],
-                         risk=verdict.get("risk"))
+                         risk=verdict.get("risk"),
+                         risk_explanation=verdict.get("risk_explanation"))
         self.history.append((step, LEVELS[own], LEVELS[worst]))
         self._send(step, own, verdict, sample)
         if worst != self._logged_level:  # a level is logged when it changes, not per sample
@@ -456,7 +465,8 @@ class Monitor:
                 _log("step {}: {} (was {}); worst rank {} {}; this rank: {}".format(
                     step, LEVELS[worst], LEVELS[self._logged_level or 0],
                     max(range(len(levels)), key=lambda r: levels[r][0]),
-                    "agreed over {} ranks".format(len(levels)), verdict["reason"]))
+                    "agreed over {} ranks".format(len(levels)), verdict["reason"])
+                     + _risk_source(verdict))
             self._logged_level = worst
         if worst < self.level and not any_request:
             return False

@@ -185,7 +185,9 @@ std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
                "none is expected).");
   Family risk("fragscope_process_oom_risk", "gauge",
               "The daemon's calibrated OOM risk: P(an out-of-memory error within the next "
-              "horizon_steps steps), 0..1 (docs/forecast.md, \"OOM risk\"; absent until known).");
+              "horizon_steps steps), 0..1, from how close the job's step demand came to the "
+              "limit and the chance of a new largest step (docs/forecast.md, \"OOM risk\"; "
+              "absent until known).");
   Family samples("fragscope_process_samples_total", "counter",
                  "Samples accepted for this process and device since its series appeared.");
   Family step("fragscope_process_step", "gauge", "The training step of the latest sample.");

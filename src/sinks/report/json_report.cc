@@ -233,6 +233,7 @@ Json OomRiskJson(const analysis::OomRisk& r) {
   j["slope_bytes_per_step"] = r.slope_bytes_per_step;
   j["tail_only"] = r.tail_only;
   j["advice"] = r.advice;
+  j["explanation"] = r.explanation;
   j["shape_cap_bytes"] = r.shape_cap_bytes ? Json(*r.shape_cap_bytes) : Json(nullptr);
   return j;
 }

@@ -566,7 +566,8 @@ void RenderStrandingSites(const DeviceReport& d, const Styler& style, std::strin
   *out += t.Render("  ");
 }
 
-// One line of the calibrated OOM risk: P per horizon, headroom, median steps to OOM, advice.
+// One line of the calibrated OOM risk: P per horizon, headroom, median steps to OOM, advice;
+// then where the number comes from (issue 31 item 5).
 std::string RiskLine(const analysis::OomRisk& r) {
   std::string line = "OOM risk:";
   for (const analysis::OomRisk::Horizon& h : r.horizons) {
@@ -582,6 +583,7 @@ std::string RiskLine(const analysis::OomRisk& r) {
                          : std::string("; no OOM expected");
   if (r.tail_only) line += " (tail model only: no step seen was this large)";
   if (!r.advice.empty()) line += "; would lower it most: " + r.advice;
+  if (!r.explanation.empty()) line += "\n    from: " + r.explanation;
   return line;
 }
 
