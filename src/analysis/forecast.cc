@@ -285,16 +285,25 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
       const double typical = largest_.mean();
       const double big = typical + o.request_sigmas * largest_.stddev();
       const double m = static_cast<double>(s.max_allocatable);
+      // Why, when the cache holds the bytes but not in one piece (the classic fragmentation
+      // signal): said with the level, never a level by itself, since while the device can
+      // still give a segment that large, a scattered cache costs nothing (issue 29 item 3).
+      const std::string scattered =
+          static_cast<double>(s.cached_free_bytes) >= typical
+              ? fmt::format(" ({} cached free, scattered: its largest free block is {})",
+                            Bytes(static_cast<double>(s.cached_free_bytes)),
+                            Bytes(static_cast<double>(s.largest_free_block)))
+              : std::string();
       if (m < typical) {
         findings.push_back(
             {RiskLevel::kCritical, fmt::format("the largest block obtainable now, {}, is below the "
-                                               "job's typical largest request, {}",
-                                               Bytes(m), Bytes(typical))});
+                                               "job's typical largest request, {}{}",
+                                               Bytes(m), Bytes(typical), scattered)});
       } else if (m < big) {
         findings.push_back(
             {RiskLevel::kWarning, fmt::format("the largest block obtainable now, {}, is below the "
-                                              "job's large requests (up to {})",
-                                              Bytes(m), Bytes(big))});
+                                              "job's large requests (up to {}){}",
+                                              Bytes(m), Bytes(big), scattered)});
       }
     }
   }
@@ -386,21 +395,6 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
         {RiskLevel::kWatch, fmt::format("fragmentation ratio {:.2f} > {:.2f}",
                                         s.fragmentation_ratio, *o.fragmentation_threshold)});
   }
-  // 7. Classic: enough free bytes in the cache, but no block as large as the job's large
-  // requests (scattered free space).
-  if (allocator && largest_.weight() > 0) {
-    const double typical = largest_.mean();
-    if (static_cast<double>(s.cached_free_bytes) >= typical &&
-        static_cast<double>(s.largest_free_block) < typical) {
-      findings.push_back(
-          {RiskLevel::kWatch,
-           fmt::format("{} cached free, but the largest free block, {}, is below "
-                       "the typical largest request, {}",
-                       Bytes(static_cast<double>(s.cached_free_bytes)),
-                       Bytes(static_cast<double>(s.largest_free_block)), Bytes(typical))});
-    }
-  }
-
   ForecastPoint point;
   point.step = step;
   point.risk = std::move(risk);

@@ -363,20 +363,22 @@ TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatchOnlyWhenAsked) {
   EXPECT_EQ(ForecastTimeline(timeline, asked, 16 * kGiB).worst, RiskLevel::kOk);
 }
 
-// 7. Enough bytes free in the cache, but in blocks below the job's typical large request.
-TEST(ForecastTest, LargestFreeBlockBelowTypicalRequestRaisesWatch) {
+// 7. Enough bytes free in the cache, but in blocks below the job's typical large request: no
+// level while the device can still give a segment that large (a healthy caching job); said with
+// the level when the largest block obtainable is short (issue 29 item 3).
+TEST(ForecastTest, AScatteredCacheIsALevelOnlyWhenNothingLargerIsObtainable) {
   std::vector<TimelineSample> timeline = FlatHealthy(100);
   timeline.back().largest_free_block = 128 * kMiB;  // 1 GiB cached free; requests of 256 MiB
+  const DeviceForecast healthy = ForecastTimeline(timeline, Every(1), 16 * kGiB);
+  EXPECT_EQ(healthy.last.level, RiskLevel::kOk) << healthy.last.reason;  // 4 GiB obtainable
+  EXPECT_EQ(healthy.worst, RiskLevel::kOk);
+  timeline.back().max_allocatable = 128 * kMiB;  // and the device has no room left
   const DeviceForecast f = ForecastTimeline(timeline, Every(1), 16 * kGiB);
-  EXPECT_EQ(f.last.level, RiskLevel::kWatch);
-  EXPECT_EQ(f.first_warning_step, std::nullopt);  // max_allocatable (4 GiB) is still enough
-  EXPECT_NE(f.last.reason.find("the largest free block, 128.0 MiB, is below the typical "
-                               "largest request, 256.0 MiB"),
+  EXPECT_EQ(f.last.level, RiskLevel::kCritical);
+  EXPECT_NE(f.last.reason.find("1.00 GiB cached free, scattered: its largest free block is "
+                               "128.0 MiB"),
             std::string::npos)
       << f.last.reason;
-  // Little free in the cache at all: a full cache, not a scattered one; no signal.
-  timeline.back().cached_free_bytes = 200 * kMiB;
-  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).last.level, RiskLevel::kOk);
 }
 
 TEST(ForecastTest, ValidatesOptions) {
