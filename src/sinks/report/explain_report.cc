@@ -183,14 +183,25 @@ std::string RenderExplainText(const analysis::ExplainReport& report) {
   return out;
 }
 
-std::string RenderExplainJson(const analysis::ExplainReport& report) {
+namespace {
+
+// The head both explain reports share (PyTorch messages and BFC logs): one schema.
+Json ExplainJsonHead(const std::string& input, std::uint64_t lines, std::uint64_t cut_lines,
+                     std::uint64_t dropped) {
   Json j = Json::object();
   j["schema"] = kExplainSchemaName;
   j["schema_version"] = kExplainSchemaVersion;
-  j["input"] = report.input;
-  j["lines"] = report.lines;
-  j["cut_lines"] = report.cut_lines;
-  j["dropped_messages"] = report.dropped_messages;
+  j["input"] = input;
+  j["lines"] = lines;
+  j["cut_lines"] = cut_lines;
+  j["dropped_messages"] = dropped;
+  return j;
+}
+
+}  // namespace
+
+std::string RenderExplainJson(const analysis::ExplainReport& report) {
+  Json j = ExplainJsonHead(report.input, report.lines, report.cut_lines, report.dropped_messages);
   Json errors = Json::array();
   for (std::size_t i = 0; i < report.errors.size(); ++i) {
     const OomExplanation& e = report.errors[i];
@@ -376,13 +387,7 @@ std::string RenderBfcExplainText(const analysis::BfcExplainReport& report) {
 }
 
 std::string RenderBfcExplainJson(const analysis::BfcExplainReport& report) {
-  Json j = Json::object();
-  j["schema"] = kExplainSchemaName;
-  j["schema_version"] = kExplainSchemaVersion;
-  j["input"] = report.input;
-  j["lines"] = report.lines;
-  j["cut_lines"] = report.cut_lines;
-  j["dropped_messages"] = report.dropped_reports;
+  Json j = ExplainJsonHead(report.input, report.lines, report.cut_lines, report.dropped_reports);
   Json errors = Json::array();
   for (const analysis::BfcExplanation& e : report.errors) {
     Json x = Json::object();
