@@ -276,7 +276,9 @@ int RunExplain(const ExplainFlags& flags) {
     const bool larger_gpu =
         std::any_of(target.remedies.begin(), target.remedies.end(),
                     [](const analysis::Remedy& r) { return r.id == "larger_gpu"; });
-    if (larger_gpu) {
+    // A history that cannot rank the settings (verified->cannot_rank) cannot size the GPU
+    // either: its minimum capacity would be a rebuild's.
+    if (larger_gpu && verified->cannot_rank.empty()) {
       analysis::TuneOptions tune;
       tune.capacity_bytes = options.capacity_bytes;
       tune.used_by_others_bytes = options.used_by_others_bytes;

@@ -534,6 +534,18 @@ def test_explain_says_when_the_history_cannot_rank_its_remedies(tmp_path):
             text = run("explain", str(message), "--snapshot", snap).stdout.decode()
             assert "Remedies not ranked: the recorded history cannot tell" in text
             assert "ranked by the replay" not in text
+    # A shortage (a larger GPU is a remedy): the smallest device the job fits on is not
+    # measured on a rebuild either.
+    short = tmp_path / "short.txt"
+    short.write_text(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 10.00 MiB. GPU 0 has a "
+        "total capacity of 24.00 MiB of which 1.00 MiB is free. Of the allocated memory 20.00 MiB "
+        "is allocated by PyTorch, and 1.00 MiB is reserved by PyTorch but unallocated.\n")
+    for grow in (False, True):
+        snap = snapshot_reserved_before(tmp_path, grow=grow)
+        text = run("explain", str(short), "--snapshot", snap).stdout.decode()
+        assert "Use a GPU with at least" in text, text
+        assert ("the whole job fits on a GPU of" in text) == grow, text
 
 
 # ---- --allocator bfc (issue 32 item 3) ----
