@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "analysis/bfc_explain.h"
+#include "analysis/bfc_verify.h"
 #include "analysis/explain.h"
 #include "analysis/tune.h"
 #include "cli_util.h"
@@ -31,6 +32,7 @@ struct ExplainFlags {
   std::string capacity;
   std::string used_by_others;
   std::optional<std::string> alloc_conf;  // unset: a snapshot's recorded settings, else ""
+  std::optional<std::string> bfc_conf;    // TensorFlow / JAX: unset = read from the log
   std::string torch_version = "newest";
   std::size_t error = 0;  // 1-based; 0: the first with figures
   unsigned threads = 0;
@@ -67,6 +69,11 @@ peak reserved, fragmentation at the OOM point; a setting that runs out of memory
 the current settings is marked worse and ranked last. The same replays try `fragscope tune`'s
 default grid: its best setting is added when no proposed setting fits with a peak as low.
 
+TensorFlow and JAX logs (the BFC allocator's dump, XLA's RESOURCE_EXHAUSTED, cuMemAllocAsync
+failures) get the same verdicts with the remedies in that framework's terms; with --trace they
+are replayed through the BFC allocator model under the job's settings (read from the log, or
+--bfc-conf) and each remedy's, and ranked the same way.
+
 docs/explain.md has the formulas and the supported wordings with their PyTorch versions.
 
 Examples:
@@ -75,6 +82,7 @@ Examples:
   fragscope explain train.log --json | jq '.errors[] | {gpu, verdict, stranded_bytes}'
   fragscope explain train.log --trace requests.jsonl.gz
   fragscope explain oom.txt --snapshot snapshot.pickle --alloc-conf max_split_size_mb:128
+  fragscope explain tf_train.log --trace requests.jsonl --capacity 16GiB
 
 Exit status: 0 if an out-of-memory message was explained, 2 if none was found or none had its
 figures (the message says which), or for bad usage.)";
@@ -107,13 +115,59 @@ std::string NotErrorText(const std::string& path) {
       expected, path, path, path);
 }
 
+// `--trace` on a TensorFlow / JAX log: the chosen failure's remedies replayed through the BFC
+// model (bfc_verify.h).
+int VerifyBfc(const ExplainFlags& flags, const sources::BfcLogScan& scan,
+              std::optional<std::uint64_t> capacity, analysis::BfcExplainReport* report) {
+  std::size_t index = 0;
+  if (flags.error > 0) {
+    index = flags.error - 1;
+  } else {
+    while (index + 1 < report->errors.size() && !report->errors[index].figures) ++index;
+  }
+  analysis::BfcExplanation& target = report->errors[index];
+  analysis::BfcVerifyOptions options;
+  options.current_conf = flags.bfc_conf;
+  if (capacity) {
+    options.capacity_bytes = *capacity;
+  } else if (target.figures && target.figures->device_total) {
+    options.capacity_bytes = *target.figures->device_total;
+  }
+  Result<std::optional<std::uint64_t>> others =
+      OptionalSize("--used-by-others", flags.used_by_others);
+  if (!others.ok()) return BadInput(others.status().message());
+  options.used_by_others_bytes = others->value_or(0);
+  Result<OpenedInput> opened = OpenInput(flags.trace);
+  if (!opened.ok()) return BadInput(opened.status().message());
+  if (opened->snapshot != nullptr) {
+    return BadInput(fmt::format(
+        "{}: a PyTorch snapshot; the BFC model replays a request trace (`fragscope convert {} -o "
+        "requests.jsonl --to requests` makes one)",
+        flags.trace, flags.trace));
+  }
+  std::vector<std::string> notes;
+  Result<pipeline::RequestEvents> events =
+      ReadRequestEvents(*opened, flags.trace, model::AllocatorRules{}, &notes, {});
+  if (!events.ok()) return BadInput(events.status().message());
+  Result<analysis::BfcVerification> verified = analysis::VerifyBfcRemedies(
+      events->events, scan.reports[index], scan.context, options, &target);
+  if (!verified.ok()) {
+    return BadInput(fmt::format("{}: {}", flags.trace, verified.status().message()));
+  }
+  verified->source = flags.trace;
+  report->verification = std::move(*verified);
+  report->verified_error = index;
+  return kExitOk;
+}
+
 // A TensorFlow / JAX log: every allocator failure it reports, explained (bfc_explain.h).
 int RunBfcExplain(const ExplainFlags& flags, const sources::BfcLogScan& scan,
                   std::optional<std::uint64_t> capacity, std::uint64_t pytorch_messages) {
-  if (!flags.trace.empty() || !flags.snapshot.empty() || flags.alloc_conf) {
+  if (!flags.snapshot.empty() || flags.alloc_conf) {
     return BadInput(
-        "--trace, --snapshot and --alloc-conf replay PyTorch's caching allocator; this log "
-        "reports a TensorFlow/JAX allocator failure, whose remedies are not replayed yet");
+        "--snapshot and --alloc-conf replay PyTorch's caching allocator; this log reports a "
+        "TensorFlow/JAX allocator failure: give the job's request trace with --trace (and its "
+        "BFC settings with --bfc-conf)");
   }
   analysis::BfcExplainReport report;
   report.input = flags.path;
@@ -127,6 +181,13 @@ int RunBfcExplain(const ExplainFlags& flags, const sources::BfcLogScan& scan,
     report.errors.push_back(analysis::ExplainBfc(scan.reports[i], scan.context, capacity));
     report.errors.back().report = i;
     any_explained = any_explained || report.errors.back().figures.has_value();
+  }
+  if (flags.error > report.errors.size()) {
+    return BadInput(fmt::format("--error {}: the input has {} allocator failure{}", flags.error,
+                                report.errors.size(), report.errors.size() == 1 ? "" : "s"));
+  }
+  if (!flags.trace.empty()) {
+    if (int bad = VerifyBfc(flags, scan, capacity, &report); bad != kExitOk) return bad;
   }
   const std::string out =
       flags.json ? sinks::RenderBfcExplainJson(report) : sinks::RenderBfcExplainText(report);
@@ -353,6 +414,10 @@ Command AddExplainCommand(CLI::App& app) {
          "--alloc-conf", flags->alloc_conf,
          "The job's own PYTORCH_CUDA_ALLOC_CONF, to which remedies are added (default: the "
          "snapshot's recorded settings, else PyTorch's defaults)")
+      ->type_name("STR");
+  sub->add_option("--bfc-conf", flags->bfc_conf,
+                  "TensorFlow / JAX log with --trace: the job's BFC allocator settings as "
+                  "`replay --bfc-conf` takes them (default: read from the log)")
       ->type_name("STR");
   sub->add_option("--error", flags->error,
                   "Which message the replay checks, 1-based (default: the first with figures)")

@@ -6,8 +6,8 @@
 // XLA_PYTHON_CLIENT_ALLOCATOR=platform, memory growth, the fraction). docs/explain.md, "TensorFlow
 // and JAX", gives every formula.
 //
-// Remedies are not replayed here: each names its setting (Remedy::setting) so that a BFC
-// allocator model can replay a request trace under it later (issue 32 item 3).
+// Remedies are not replayed here: each names its setting (Remedy::setting), which
+// VerifyBfcRemedies (bfc_verify.h) replays through the BFC allocator model on a request trace.
 //
 // Thread safety: pure functions.
 #ifndef FRAGSCOPE_ANALYSIS_BFC_EXPLAIN_H_
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/explain.h"
@@ -72,6 +73,38 @@ struct BfcExplanation {
   std::optional<std::array<BfcBinUse, kBfcNumBins>> bins;
 };
 
+// ---- Replaying the remedies (bfc_verify.h) ----
+
+struct BfcVerifyOptions {
+  /// The device (--capacity, or the log's total); 0: unknown, only a memory limit bounds.
+  std::uint64_t capacity_bytes = 0;
+  std::uint64_t used_by_others_bytes = 0;  // --used-by-others
+  /// The job's settings as `replay --bfc-conf` takes them; unset: read from the log
+  /// (JobBfcSettings).
+  std::optional<std::string> current_conf;
+};
+
+/// How a remedy's replay was made.
+enum class BfcCheckKind {
+  kModel,  // through the BFC model under the remedy's setting
+  kBound,  // no pool: the trace's live bytes against the limit (an upper bound on the benefit)
+};
+
+struct BfcVerification {
+  std::string source;  // the trace path
+  std::uint64_t request_events = 0;
+  BfcVerifyOptions options;
+  std::string current_conf;  // the settings replayed as the job's, canonical ("" = defaults)
+  /// Where current_conf came from: "--bfc-conf", or what in the log decided it.
+  std::string current_from;
+  std::uint64_t limit_bytes = 0;  // the job's memory limit in the replay
+  RemedyCheck current;            // peak_reserved: the peak pool
+  bool reproduced = false;        // the job's settings run out of memory, as the log says
+  /// Remedy id -> how it was checked (only for checked remedies), and why others were not.
+  std::vector<std::pair<std::string, BfcCheckKind>> kinds;
+  std::vector<std::string> not_replayed;  // "<action>: <why>"
+};
+
 /// Everything `fragscope explain` reports on a TensorFlow / JAX log.
 struct BfcExplainReport {
   std::string input;  // path, or "-" for standard input
@@ -81,6 +114,8 @@ struct BfcExplainReport {
   std::vector<BfcExplanation> errors;  // in input order
   std::uint64_t soft_failures = 0;     // "not a failure" allocation attempts seen
   std::uint64_t pytorch_messages = 0;  // PyTorch messages in the same input (not explained)
+  std::optional<BfcVerification> verification;  // --trace
+  std::size_t verified_error = 0;               // index into errors of the verified one
 };
 
 /// The verdict and remedies for one report. `capacity` (optional) is the device's memory (the

@@ -606,3 +606,101 @@ def test_bfc_tune_ranks_settings_that_fit_first(tmp_path):
     assert oom_flags == sorted(oom_flags)  # every fitting setting before every failing one
     pools = [r["peak_pool_bytes"] for r in ranked if not r["oom"]]
     assert pools == sorted(pools)
+
+
+# ---- explain LOG --trace on a TensorFlow / JAX failure: remedies replayed through the BFC model
+
+_XLA = "2026-01-01 12:00:00.000001: {} external/local_xla/xla/tsl/framework/bfc_allocator.cc:{}] "
+
+
+def _bfc_dump(tmp_path, regions, in_use_mib, pool_mib, limit_mib, largest_mib, jax=False):
+    lines = ["jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED"] if jax else []
+    lines.append(_XLA.format("W", 501) + "Allocator (GPU_0_bfc) ran out of memory trying to "
+                 "allocate 3.00MiB (rounded to 3145728)requested by op MatMul")
+    lines += [_XLA.format("I", 1085) + "Next region of size {}".format(r << 20) for r in regions]
+    lines.append(_XLA.format("I", 1112) + "Sum Total of in-use chunks: {}.00MiB".format(in_use_mib))
+    lines.append(_XLA.format("I", 1114) + "total_region_allocated_bytes_: {} memory_limit_: {} "
+                 "available bytes: 0 curr_region_allocation_bytes_: {}".format(
+                     pool_mib << 20, limit_mib << 20, limit_mib << 20))
+    lines.append(_XLA.format("I", 1119) + "Stats: ")
+    lines += ["Limit: {}".format(limit_mib << 20), "InUse: {}".format(in_use_mib << 20),
+              "LargestFreeBlock: {}".format(largest_mib << 20)]
+    path = tmp_path / ("jax.log" if jax else "tf.log")
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_explain_replays_tensorflow_and_jax_remedies_through_the_bfc_model(tmp_path):
+    # The fragmenting trace above under memory growth and a 16 MiB limit fails at its last
+    # request (event 20); its dump shows 3 regions. Preallocation (one region) fits in the model;
+    # leaving the BFC allocator is checked by a bound only, and ranks after it.
+    trace = _bfc_trace(tmp_path, [(1 << 20) - 1000 + i for i in range(13)], range(0, 13, 2),
+                       3 << 20)
+    log = _bfc_dump(tmp_path, [2, 4, 8], 6, 14, 16, 2)
+    proc = run("explain", log, "--trace", trace)
+    assert proc.returncode == 0, proc.stderr.decode()
+    text = proc.stdout.decode()
+    assert "Remedies, ranked by the replay:" in text
+    growth_off = text.index("turn memory growth off")
+    cuda_async = text.index("set TF_GPU_ALLOCATOR=cuda_malloc_async")
+    assert growth_off < cuda_async, text
+    assert "replay: fits, peak pool 16.0 MiB" in text
+    assert "bound (no pool modelled: live bytes against the same limit): fits" in text
+    assert "the pool grew in 3 regions: memory growth" in text
+    assert "replay: still OOM at request event 20" in text  # the job's own settings
+
+    report = json.loads(run("explain", log, "--trace", trace, "--json").stdout)
+    v = report["verification"]
+    assert v["reproduced"] and v["current"]["oom_event_index"] == 20
+    assert v["current_bfc_conf"] == "memory_limit:16777216" and v["limit_bytes"] == 16 << 20
+    remedies = report["errors"][0]["remedies"]
+    assert [r["id"] for r in remedies[:2]] == ["memory_growth_off", "cuda_malloc_async"]
+    assert remedies[0]["replay"]["method"] == "bfc_model" and not remedies[0]["replay"]["oom"]
+    assert remedies[1]["replay"]["method"] == "live_bytes_bound"
+
+    # JAX's terms for the same failure.
+    jax = run("explain", _bfc_dump(tmp_path, [2, 4, 8], 6, 14, 16, 2, jax=True), "--trace", trace)
+    text = jax.stdout.decode()
+    assert text.index("XLA_PYTHON_CLIENT_PREALLOCATE") < text.index("XLA_PYTHON_CLIENT_ALLOCATOR")
+
+    # Preallocated under the same limit the job would not have failed: the replay says so.
+    other = run("explain", log, "--trace", trace, "--bfc-conf", "allow_growth:false,"
+                "memory_limit:16MiB").stdout.decode()
+    assert "does not reproduce this failure" in other
+
+
+def test_explain_replays_a_raised_memory_fraction_on_the_devices_size(tmp_path):
+    # 13 MiB in use under a 14 MiB limit on a 32 MiB device, then 3 MiB: the cap. The fraction
+    # that holds in use + request (0.50 of 32 MiB) is replayed and fits; without the device's
+    # size the fraction cannot be replayed, and the report says why.
+    path = tmp_path / "cap.jsonl"
+    lines = [{"format": "fragscope-trace", "version": 1, "kind": "request", "producer": "test"}]
+    lines += [{"action": "alloc", "addr": i + 1, "size": 1 << 20} for i in range(13)]
+    lines.append({"action": "alloc", "addr": 1000, "size": 3 << 20})
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    log = _bfc_dump(tmp_path, [], 13, 14, 14, 1)
+    text = run("explain", log, "--trace", str(path), "--capacity", "32MiB").stdout.decode()
+    assert "raise per_process_gpu_memory_fraction to 0.50" in text
+    assert "replay: fits, peak pool 16.0 MiB" in text
+    # Without the device's size it reads as a shortage: nothing to replay but the job's run.
+    without = run("explain", log, "--trace", str(path)).stdout.decode()
+    assert "Verdict: shortage" in without and "Remedies, best first:" in without
+    assert "replay: still OOM at request event 13" in without
+    # JAX's default share (a fraction) needs the device's size to be replayed.
+    jax_log = _bfc_dump(tmp_path, [], 13, 14, 14, 1, jax=True)
+    jax = run("explain", jax_log, "--trace", str(path)).stdout.decode()
+    assert ("Not replayed: XLA_PYTHON_CLIENT_MEM_FRACTION=.95: a fraction of the device needs "
+            "its size (--capacity)") in jax, jax
+    jax = run("explain", jax_log, "--trace", str(path), "--capacity", "32MiB").stdout.decode()
+    assert "Not replayed" not in jax, jax
+
+
+def test_explain_of_a_bfc_log_refuses_pytorch_replays_and_bad_settings(tmp_path):
+    trace = _bfc_trace(tmp_path, [1000], [], 2000)
+    log = _bfc_dump(tmp_path, [2, 4, 8], 6, 14, 16, 2)
+    for args in (["--snapshot", trace], ["--alloc-conf", "expandable_segments:True"]):
+        proc = run("explain", log, *args)
+        assert proc.returncode == 2 and b"--trace" in proc.stderr, proc.stderr
+    bad = run("explain", log, "--trace", trace, "--bfc-conf", "allow_grwoth:true")
+    assert bad.returncode == 2 and b"allow_grwoth" in bad.stderr
+    assert run("explain", log, "--trace", trace, "--error", "2").returncode == 2

@@ -1,5 +1,7 @@
 #include "sinks/report/explain_report.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -48,10 +50,12 @@ std::string WordingText(const OomMessage& m) {
   return "no figure list";
 }
 
-// `current`: the replay under the job's own settings, when `c` is a remedy's.
-std::string CheckText(const RemedyCheck& c, const RemedyCheck* current = nullptr) {
-  if (!c.oom) return fmt::format("replay: fits, peak reserved {}", FormatBytes(c.peak_reserved));
-  std::string s = fmt::format("replay: {} at request event {}",
+// `current`: the replay under the job's own settings, when `c` is a remedy's. `what` names the
+// replay, `peak` its peak ("peak reserved" for PyTorch's allocator, "peak pool" for the BFC).
+std::string CheckText(const RemedyCheck& c, const RemedyCheck* current = nullptr,
+                      std::string_view what = "replay", std::string_view peak = "peak reserved") {
+  if (!c.oom) return fmt::format("{}: fits, {} {}", what, peak, FormatBytes(c.peak_reserved));
+  std::string s = fmt::format("{}: {} at request event {}", what,
                               c.worse ? "worse than the current settings: OOM" : "still OOM",
                               FormatCount(c.oom_event));
   if (c.oom_step >= 0)
@@ -295,6 +299,23 @@ std::string BinRange(int bin) {
   return fmt::format("[{}, {})", FormatBytes(lo), FormatBytes(lo << 1));
 }
 
+analysis::BfcCheckKind BfcCheckKindOf(const analysis::BfcVerification& v, const std::string& id) {
+  for (const auto& [remedy, kind] : v.kinds) {
+    if (remedy == id) return kind;
+  }
+  return analysis::BfcCheckKind::kModel;
+}
+
+// A remedy's replay in JSON: CheckJson with "method" ("bfc_model" or "live_bytes_bound").
+Json BfcCheckJson(const analysis::BfcExplainReport& report, std::size_t error, const Remedy& r) {
+  if (!r.check || !report.verification || report.verified_error != error) return nullptr;
+  Json j = CheckJson(r.check);
+  j["method"] = BfcCheckKindOf(*report.verification, r.id) == analysis::BfcCheckKind::kBound
+                    ? "live_bytes_bound"
+                    : "bfc_model";
+  return j;
+}
+
 Json BfcFiguresJson(const analysis::BfcExplanation& e) {
   if (!e.figures) return nullptr;
   const analysis::BfcFigures& f = *e.figures;
@@ -376,11 +397,43 @@ std::string RenderBfcExplainText(const analysis::BfcExplainReport& report) {
                            B(b.free_bytes), B(b.largest_free));
       }
     }
-    out += "\n  Remedies, best first:\n";
+    const analysis::BfcVerification* v =
+        report.verification && report.verified_error == i ? &*report.verification : nullptr;
+    const bool ranked =
+        v != nullptr && std::any_of(e.remedies.begin(), e.remedies.end(),
+                                    [](const Remedy& x) { return x.check.has_value(); });
+    out += ranked ? "\n  Remedies, ranked by the replay:\n" : "\n  Remedies, best first:\n";
     for (std::size_t r = 0; r < e.remedies.size(); ++r) {
       const Remedy& x = e.remedies[r];
       out += fmt::format("    {}. {}\n", r + 1, x.action);
       out += fmt::format("       {}\n", x.why);
+      if (x.check && v != nullptr) {
+        const bool bound = BfcCheckKindOf(*v, x.id) == analysis::BfcCheckKind::kBound;
+        out += fmt::format(
+            "       {}\n",
+            bound ? CheckText(*x.check, &v->current,
+                              "bound (no pool modelled: live bytes against the same limit)",
+                              "peak live")
+                  : CheckText(*x.check, &v->current, "replay", "peak pool"));
+      }
+    }
+    if (v != nullptr) {
+      out += fmt::format("\n  Replay of {} ({} request events) through the BFC model, limit {}:\n",
+                         TerminalSafe(v->source), FormatCount(v->request_events),
+                         FormatBytes(v->limit_bytes));
+      out += fmt::format("    the job's settings ({}; {}): {}\n",
+                         v->current_conf.empty() ? "the model's defaults" : v->current_conf,
+                         TerminalSafe(v->current_from),
+                         CheckText(v->current, nullptr, "replay", "peak pool"));
+      if (!v->reproduced) {
+        out +=
+            "    The replay does not run out of memory with the job's settings, so it does not "
+            "reproduce this failure (another run, other settings?); the comparison shows the "
+            "peak pool only.\n";
+      }
+      for (const std::string& x : v->not_replayed) {
+        out += "    Not replayed: " + TerminalSafe(x) + "\n";
+      }
     }
   }
   return out;
@@ -389,7 +442,8 @@ std::string RenderBfcExplainText(const analysis::BfcExplainReport& report) {
 std::string RenderBfcExplainJson(const analysis::BfcExplainReport& report) {
   Json j = ExplainJsonHead(report.input, report.lines, report.cut_lines, report.dropped_reports);
   Json errors = Json::array();
-  for (const analysis::BfcExplanation& e : report.errors) {
+  for (std::size_t i = 0; i < report.errors.size(); ++i) {
+    const analysis::BfcExplanation& e = report.errors[i];
     Json x = Json::object();
     x["line"] = e.line;
     x["last_line"] = e.last_line;
@@ -411,7 +465,7 @@ std::string RenderBfcExplainJson(const analysis::BfcExplainReport& report) {
                           {"alloc_conf", nullptr},
                           {"action", r.action},
                           {"why", r.why},
-                          {"replay", nullptr}});
+                          {"replay", BfcCheckJson(report, i, r)}});
     }
     x["remedies"] = std::move(remedies);
     Json bins = Json::array();
@@ -430,7 +484,25 @@ std::string RenderBfcExplainJson(const analysis::BfcExplainReport& report) {
     errors.push_back(std::move(x));
   }
   j["errors"] = std::move(errors);
-  j["verification"] = nullptr;
+  if (report.verification) {
+    const analysis::BfcVerification& v = *report.verification;
+    Json x = {{"source", v.source},
+              {"error_index", report.verified_error},
+              {"request_events", v.request_events},
+              {"capacity_bytes", v.options.capacity_bytes},
+              {"used_by_others_bytes", v.options.used_by_others_bytes},
+              {"current_alloc_conf", nullptr},
+              {"current_bfc_conf", v.current_conf},
+              {"current_bfc_conf_from", v.current_from},
+              {"limit_bytes", v.limit_bytes},
+              {"current", CheckJson(v.current)},
+              {"reproduced", v.reproduced},
+              {"cannot_rank", nullptr},
+              {"not_replayed", v.not_replayed}};
+    j["verification"] = std::move(x);
+  } else {
+    j["verification"] = nullptr;
+  }
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
