@@ -570,3 +570,31 @@ class MonitorCore:
                               named_by_user=False)
         except OSError as e:
             _log("cannot write {}: {}".format(path, e))
+
+
+class EnvMonitorCore(MonitorCore):
+    """A MonitorCore whose recommendation is environment variables the framework reads when it
+    sets up its devices (JAX's XLA client, TensorFlow): the subclass names them (`settings`),
+    the fallback it recommends (`recommendation`, with `how`) and says whether the framework is
+    set up yet (`_initialized`)."""
+
+    settings = ()
+    recommendation = {}
+    how = ""
+
+    def _initialized(self):
+        raise NotImplementedError
+
+    def _apply_recommendation(self, run_dir):
+        return apply_env_recommendation(run_dir, self.framework, self.settings,
+                                        self._initialized())
+
+    def _read_recommendation(self, run_dir):
+        return read_env_recommendation(run_dir, self.framework, self.settings)
+
+    def _recommend(self, verdict):
+        return {"framework": self.framework, "env": dict(self.recommendation),
+                "how": self.how}
+
+    def _describe(self, rec):
+        return " ".join("{}={}".format(k, v) for k, v in sorted(rec["env"].items()))

@@ -99,11 +99,15 @@ def _live_bytes_by_device():
     return out
 
 
-class Monitor(_monitor.MonitorCore):
+class Monitor(_monitor.EnvMonitorCore):
     """The monitor of a JAX training loop (the module's doc); its arguments are
     fragscope._monitor.MonitorCore's."""
 
     framework = "jax"
+    settings = SETTINGS
+    recommendation = RECOMMENDATION
+    how = ("fallback: JAX keeps no request trace to replay; the platform allocator leaves no "
+           "BFC pool to fragment (slower)")
 
     def _process_rank(self):
         # jax.process_index() would set up the backends (too early for jax.distributed and for
@@ -113,11 +117,8 @@ class Monitor(_monitor.MonitorCore):
     def _process_local_rank(self):
         return 0  # one process per host: each writes the recommendation into its run_dir
 
-    def _apply_recommendation(self, run_dir):
-        return apply_recommendation(run_dir)
-
-    def _read_recommendation(self, run_dir):
-        return read_recommendation(run_dir)
+    def _initialized(self):
+        return _initialized()
 
     def _devices(self):
         devices = jax.local_devices()
@@ -156,14 +157,6 @@ class Monitor(_monitor.MonitorCore):
                 sample["host_rss_bytes"] = rss
             out.append((key, uuid, sample, False))
         return out
-
-    def _recommend(self, verdict):
-        return {"framework": "jax", "env": dict(RECOMMENDATION),
-                "how": "fallback: JAX keeps no request trace to replay; the platform "
-                       "allocator leaves no BFC pool to fragment (slower)"}
-
-    def _describe(self, rec):
-        return " ".join("{}={}".format(k, v) for k, v in sorted(rec["env"].items()))
 
     # -- agreement over jax.distributed -------------------------------------------------------
     def _gather(self, values):

@@ -113,17 +113,18 @@ def _multi_worker():
         return False
 
 
-class Monitor(_monitor.MonitorCore):
+class Monitor(_monitor.EnvMonitorCore):
     """The monitor of a TensorFlow training loop (the module's doc); its arguments are
     fragscope._monitor.MonitorCore's."""
 
     framework = "tensorflow"
+    settings = SETTINGS
+    recommendation = RECOMMENDATION
+    how = ("fallback: TensorFlow keeps no request trace to replay; CUDA's stream-ordered pool "
+           "is not bound to BFC chunks (GPUs only)")
 
-    def _apply_recommendation(self, run_dir):
-        return apply_recommendation(run_dir)
-
-    def _read_recommendation(self, run_dir):
-        return read_recommendation(run_dir)
+    def _initialized(self):
+        return _initialized()
 
     def _devices(self):
         if self.device is not None:
@@ -173,14 +174,6 @@ class Monitor(_monitor.MonitorCore):
                 tf.config.experimental.reset_memory_stats(device)
             out.append((device, uuid, sample, True))
         return out
-
-    def _recommend(self, verdict):
-        return {"framework": "tensorflow", "env": dict(RECOMMENDATION),
-                "how": "fallback: TensorFlow keeps no request trace to replay; CUDA's "
-                       "stream-ordered pool is not bound to BFC chunks (GPUs only)"}
-
-    def _describe(self, rec):
-        return " ".join("{}={}".format(k, v) for k, v in sorted(rec["env"].items()))
 
 
 class MonitorCallback(keras.callbacks.Callback):
