@@ -83,6 +83,51 @@ def sample_from_memory_stats(stats: dict, **fields) -> dict:
     return sample
 
 
+BFC_ROUNDING = 256  # the BFC allocator rounds every request up to a multiple of 256 bytes
+
+
+def sample_from_bfc_stats(stats: dict, **fields) -> dict:
+    """A sample dict from the statistics of a BFC allocator under the names JAX's
+    Device.memory_stats() uses (TensorFlow/XLA's AllocatorStats): bytes_in_use → allocated,
+    pool_bytes (else bytes_reserved, what cuda_malloc_async reports) → reserved, their peaks,
+    largest_free_block_bytes → largest_free_block, and with bytes_limit the capacity
+    (device_free_bytes = limit − pool) and max_allocatable = the larger of the largest free
+    chunk and what a new region can still get (limit − pool, in 256-byte units): BFC extends
+    its pool by a region at least as large as the request while the limit allows. Missing
+    statistics are left out; num_allocs and largest_alloc_size are kept under their own names
+    (the daemon ignores them)."""
+    def get(*keys):
+        for key in keys:
+            value = stats.get(key)
+            if value is not None:
+                return int(value)
+        return None
+
+    sample = {}
+    pairs = (("allocated_bytes", ("bytes_in_use",)),
+             ("peak_allocated_bytes", ("peak_bytes_in_use",)),
+             ("reserved_bytes", ("pool_bytes", "bytes_reserved")),
+             ("peak_reserved_bytes", ("peak_pool_bytes", "peak_bytes_reserved")),
+             ("largest_free_block", ("largest_free_block_bytes",)),
+             ("num_allocs", ("num_allocs",)),
+             ("largest_alloc_size", ("largest_alloc_size",)))
+    for field, keys in pairs:
+        value = get(*keys)
+        if value is not None:
+            sample[field] = max(0, value)
+    if "reserved_bytes" in sample and "allocated_bytes" in sample:
+        sample["cached_free_bytes"] = max(0, sample["reserved_bytes"] - sample["allocated_bytes"])
+    limit = get("bytes_limit")
+    if limit is not None and "reserved_bytes" in sample:
+        growth = max(0, limit - sample["reserved_bytes"])
+        sample["device_free_bytes"] = growth
+        if "largest_free_block" in sample:
+            sample["max_allocatable"] = max(sample["largest_free_block"],
+                                            growth // BFC_ROUNDING * BFC_ROUNDING)
+    sample.update(fields)
+    return sample
+
+
 # PyTorch's caching-allocator constants (shared/spec/pytorch-caching-allocator.md §4; the same
 # as src/model/allocator_rules.h).
 SMALL_SIZE = 1 << 20  # requests of at most 1 MiB go to the small pool

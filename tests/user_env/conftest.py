@@ -7,12 +7,15 @@ sees the user env's packages through a .pth file (torch is not installed twice),
 the `fragscope` command, `import fragscope` and the Monitor from there. The virtual GPU's c10 hook
 is compiled at its first use into a cache made for this session, so that path runs every time.
 """
+import contextlib
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 
 import pytest
 
@@ -115,3 +118,42 @@ def first_use(installed):
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr
 
+
+
+@contextlib.contextmanager
+def serve(installed, tmp_path):
+    """`fragscope serve` of the installed wheel on a socket in tmp_path, with no NVML and no
+    /proc/driver: yields (socket path, /metrics URL)."""
+    sock = str(tmp_path / "agent.sock")
+    log = open(tmp_path / "serve.log", "w+")
+    proc = subprocess.Popen(
+        [os.path.join(installed.bin, "fragscope"), "serve", "--socket", sock,
+         "--listen", "127.0.0.1:0", "--interval", "0.2",
+         "--history", str(tmp_path / "history.sqlite"),
+         "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--proc-root", str(tmp_path / "none")],
+        stdout=subprocess.DEVNULL, stderr=log, env=installed.env())
+    try:
+        port = None
+        deadline = time.time() + 20
+        while port is None and time.time() < deadline:
+            log.seek(0)
+            found = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", log.read())
+            port = int(found.group(1)) if found else None
+            assert proc.poll() is None, open(tmp_path / "serve.log").read()
+            time.sleep(0.05)
+        assert port, open(tmp_path / "serve.log").read()
+        yield sock, "http://127.0.0.1:{}/metrics".format(port)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def metric(text, name, **labels):
+    """The value of the first series `name` of Prometheus text with these labels, or None."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        if all('{}="{}"'.format(k, v) in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None

@@ -23,50 +23,34 @@ Between samples step() costs one comparison. Monitoring never fails training: a 
 is down or slow, an unreadable allocator, a corrupt recommendation file each give one message.
 """
 
-import contextlib
-import json
 import os
-import signal
-import stat
 import sys
-import time
 
+from fragscope import _monitor
 from fragscope import _native
 from fragscope import alloc_conf as _conf
+from fragscope._monitor import _log
 from fragscope._safe_file import write_file_safely
 
-EXIT_CODE = 75  # EX_TEMPFAIL: "try again" — torchrun restarts any non-zero exit
-RECOMMENDATION_FILE = "fragscope-recommendation.json"
-REQUEST_FILE = "fragscope-checkpoint-request"
-TAKEN_SUFFIX = ".taken"  # a request being answered (renamed, so that a kill cannot replay it)
-LEVELS = ("unknown", "ok", "watch", "warning", "critical")
-ENV_APPLY = "FRAGSCOPE_APPLY_RECOMMENDATION"
-ENV_RUN_DIR = "FRAGSCOPE_RUN_DIR"
-ENV_REQUEST_DIR = "FRAGSCOPE_REQUEST_DIR"
-DEFAULT_REQUEST_DIR = "/run/fragscope/requests"
+# This module's names since it was written; they live in fragscope._monitor now.
+EXIT_CODE = _monitor.EXIT_CODE
+RECOMMENDATION_FILE = _monitor.RECOMMENDATION_FILE
+REQUEST_FILE = _monitor.REQUEST_FILE
+TAKEN_SUFFIX = _monitor.TAKEN_SUFFIX
+LEVELS = _monitor.LEVELS
+ENV_APPLY = _monitor.ENV_APPLY
+ENV_RUN_DIR = _monitor.ENV_RUN_DIR
+ENV_REQUEST_DIR = _monitor.ENV_REQUEST_DIR
+DEFAULT_REQUEST_DIR = _monitor.DEFAULT_REQUEST_DIR
+_risk_source = _monitor._risk_source
+_level_index = _monitor._level_index
+_honoured_request = _monitor._honoured_request
+
 # What the monitor recommends when it cannot replay the requests (no virtual GPU trace, or no
 # setting of the grid does better): expandable segments end most fragmentation (PyTorch >= 2.1);
 # PyTorch 1.13 has no such option, so there it caps block splitting instead.
 FALLBACK_ALLOC_CONF = {"1.13": "max_split_size_mb:128", "2": "expandable_segments:True",
                        "newest": "expandable_segments:True"}
-
-
-def _risk_source(verdict):
-    """Where the OOM risk comes from (issue 31 item 5), when the reason does not say it."""
-    why = verdict.get("risk_explanation")
-    if not why or why in verdict["reason"]:
-        return ""
-    return "; OOM risk from: " + why
-
-
-def _log(message):
-    print("fragscope.monitor: " + message, file=sys.stderr, flush=True)
-
-
-def _level_index(name, what="level"):
-    if name not in LEVELS or name == "unknown":
-        raise ValueError("{}: {!r} is not one of {}".format(what, name, ", ".join(LEVELS[1:])))
-    return LEVELS.index(name)
 
 
 def _torch_version():
@@ -83,70 +67,20 @@ def _vgpu():
     return gpu if gpu is not None and gpu.active else None
 
 
-def _honoured_request(path):
-    """True for a checkpoint request the monitor acts on: a regular file (not a link) owned by
-    root, by this process's user, or by the owner of its folder when only that user may write
-    there (the node daemon's request folder). Another local user cannot make the job stop
-    (docs/live-monitoring.md, "Trust on a node")."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode):
-        _log("{} is not a regular file: not a checkpoint request".format(path))
-        return False
-    if st.st_uid in (0, os.getuid()):
-        return True
-    # The daemon's hook writes as the daemon's user (DynamicUser under the shipped unit) into a
-    # request folder only that user may write: its files count, a stranger's never do.
-    try:
-        folder = os.lstat(os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        folder = None
-    if (folder is not None and stat.S_ISDIR(folder.st_mode) and folder.st_uid == st.st_uid
-            and not folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
-        return True
-    _log("{} belongs to uid {}, neither root, this job's user nor the owner of a request "
-         "folder only it may write: ignored".format(path, st.st_uid))
-    return False
-
-
 def read_recommendation(run_dir):
     """The recommendation dict in run_dir, or None when there is none. A file that is not a
     valid recommendation gives a message naming it and the fault, and None."""
-    path = os.path.join(run_dir, RECOMMENDATION_FILE)
-    try:
-        # No link followed, never blocked by a FIFO planted there; a regular file only.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        _log("cannot read {}: {}; ignored".format(path, e))
+    path, rec = _monitor.read_recommendation_object(run_dir)
+    if rec is None:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            _log("{} is not a regular file; ignored".format(path))
-            return None
-        with os.fdopen(fd, "rb") as f:
-            fd = None
-            data = f.read(1 << 20)
-    except OSError as e:
-        _log("cannot read {}: {}; ignored".format(path, e))
-        return None
-    finally:
-        if fd is not None:
-            os.close(fd)
-    try:
-        rec = json.loads(data.decode("utf-8"))
-        if not isinstance(rec, dict):
-            raise ValueError("expected a JSON object")
         conf = rec.get("alloc_conf")
         if not isinstance(conf, str):
             raise ValueError("field 'alloc_conf': expected a string, got {!r}".format(conf))
         version = rec.get("torch_version", "newest")
         rec["alloc_conf"] = _native.load().canonical_alloc_conf(
             conf, version if version in ("1.13", "2", "newest") else "newest")
-    except (ValueError, UnicodeDecodeError) as e:
+    except ValueError as e:
         _log("{} is not a valid recommendation ({}); ignored".format(path, e))
         return None
     return rec
@@ -241,111 +175,20 @@ def recommend_alloc_conf(torch_version=None):
         if mine else "n/a")
 
 
-class Monitor:
-    """See the module's doc. Arguments:
+class Monitor(_monitor.MonitorCore):
+    """The monitor of a PyTorch training loop (the module's doc); its arguments are
+    fragscope._monitor.MonitorCore's. `device` is a CUDA device index (default: the current
+    one); `distributed`: None agrees over torch.distributed when it is initialized; the rank is
+    $RANK and $LOCAL_RANK (torchrun sets them)."""
 
-    every              steps between samples (and collectives); all ranks must use the same
-    level              the agreed level that triggers the action: "watch", "warning",
-                       "critical"
-    save_checkpoint    callable(step), or None; an exception is reported and the monitor
-                       stops acting (no exit, no claim of a checkpoint)
-    run_dir            where the recommendation, OOM snapshots and the request file live
-                       (default $FRAGSCOPE_RUN_DIR or the working directory)
-    action             "exit": sys.exit(exit_code) after saving (torchrun restarts);
-                       "stop": step() returns True and `stopped` is set (adapters)
-    exit_code          default EXIT_CODE (75)
-    apply_recommendation  apply run_dir's recommendation now (default: $FRAGSCOPE_APPLY_
-                       RECOMMENDATION == "1")
-    empty_cache_first  at the level, first call empty_cache() once (and shrink_batch(step) if
-                       given) and act only if the level is still reached at a later sample
-    socket             the daemon's socket (default $FRAGSCOPE_AGENT_SOCKET or
-                       /run/fragscope/agent.sock); samples go there only if it exists
-    daemon_timeout     seconds a send may block (default 0.2)
-    request_signal     a signal (e.g. signal.SIGUSR1) that requests a checkpoint, as
-                       deploy/fragscope-checkpoint-request sends; None: do not install
-    distributed        None: use torch.distributed when it is initialized; False: never
-    device             CUDA device index (default: the current one)
-    job                the job's name on the daemon's series (job_name; default
-                       $FRAGSCOPE_JOB): the Grafana job view and the FragscopeJobRankAtRisk
-                       alert group ranks by it
-    """
+    framework = "torch"
+    launcher = "torchrun"
 
-    def __init__(self, every=50, level="warning", save_checkpoint=None, run_dir=None,
-                 action="exit", exit_code=EXIT_CODE, apply_recommendation=None,
-                 empty_cache_first=False, shrink_batch=None, socket=None, daemon_timeout=0.2,
-                 request_signal=signal.SIGUSR1, distributed=None, device=None, job="",
-                 reset_peaks=False, record_oom=True):
-        if not isinstance(every, int) or every < 1:
-            raise ValueError("every: must be an int >= 1, got {!r}".format(every))
-        self.every = every
-        self.level = _level_index(level)
-        if action not in ("exit", "stop"):
-            raise ValueError("action: {!r} is not one of 'exit', 'stop'".format(action))
-        self.action = action
-        self.exit_code = int(exit_code)
-        if save_checkpoint is not None and not callable(save_checkpoint):
-            raise TypeError("save_checkpoint: expected a callable(step) or None, got {!r}"
-                            .format(save_checkpoint))
-        self.save_checkpoint = save_checkpoint
-        self.run_dir = run_dir or os.environ.get(ENV_RUN_DIR) or os.getcwd()
-        self.empty_cache_first = empty_cache_first
-        self.shrink_batch = shrink_batch
-        self.socket = socket or os.environ.get("FRAGSCOPE_AGENT_SOCKET",
-                                               "/run/fragscope/agent.sock")
-        self.daemon_timeout = daemon_timeout
-        self.distributed = distributed
-        self.device = device
-        self.job = job or os.environ.get("FRAGSCOPE_JOB", "")
-        self.reset_peaks = reset_peaks
-        self.rank = int(os.environ.get("RANK", "0"))
-        # Checkpoint requests: the run directory's file, and the node's per-process file that
-        # deploy/fragscope-checkpoint-request writes.
-        self._request_paths = (os.path.join(self.run_dir, REQUEST_FILE), os.path.join(
-            os.environ.get(ENV_REQUEST_DIR, DEFAULT_REQUEST_DIR), str(os.getpid())))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self._next = 0  # the next step that samples
-        self._forecasts = None
-        self._client = None
-        self._soft_done = False
-        self._requested = False
-        self.stopped = False  # set when the action ran (or failed: see `disabled`)
-        self.disabled = False  # set when the checkpoint callback failed
-        self.last = None  # the last sample's {step, level, worst, levels, reason, ...}
-        self.history = []  # (step, own level, agreed level), one per sample
-        self._logged_level = None  # the agreed level last logged
-        # An adapter's own agreement across ranks (the Lightning callback's, through its
-        # strategy): callable(own level, requested) -> [(level, requested)] per rank.
-        self.agree_with = None
-        self.applied = None
-        if apply_recommendation is None:
-            apply_recommendation = os.environ.get(ENV_APPLY, "") == "1"
-        if apply_recommendation:
-            self.applied = globals()["apply_recommendation"](self.run_dir)
-        # One stop per run directory: after a restart with the fix, stopping again for the same
-        # risk would only restart the job again. The monitor goes on sampling, sending and
-        # warning; a node's checkpoint request still acts. Delete the file to re-arm.
-        # Only a valid recommendation counts: garbage (or a FIFO, a link) there is ignored.
-        self.acted_before = read_recommendation(self.run_dir) is not None
-        # A request taken by a run that was killed while it saved was being answered: the
-        # restart does not answer it again.
-        for path in self._request_paths:
-            with contextlib.suppress(OSError):
-                os.unlink(path + TAKEN_SUFFIX)
-        self._said_acted = False
-        self.oom_snapshot = os.path.join(self.run_dir,
-                                         "fragscope-oom-rank{}.pickle".format(self.rank))
-        self._oom_hooked = False
-        self.record_oom = record_oom
-        if record_oom:
-            self._attach_oom_observer()
-        self._previous_handler = None
-        if request_signal is not None:
-            try:
-                previous = signal.signal(request_signal, self._on_request_signal)
-                if callable(previous):  # the program's own handler still runs
-                    self._previous_handler = previous
-            except ValueError:  # not the main thread
-                _log("cannot install the checkpoint-request signal outside the main thread")
+    def _apply_recommendation(self, run_dir):
+        return apply_recommendation(run_dir)
+
+    def _read_recommendation(self, run_dir):
+        return read_recommendation(run_dir)
 
     def _attach_oom_observer(self):
         """Records a snapshot at an OOM for `fragscope explain --snapshot`: PyTorch >= 2.0's
@@ -393,14 +236,6 @@ class Monitor:
         atexit.register(at_exit)
         self._oom_hooked = True
 
-    # -- the training loop's call -----------------------------------------------------------
-    def step(self, step):
-        """Call once per training step, after optimizer.step(). Returns True when the monitor
-        stopped the run (action="stop"); with action="exit" it exits the process instead."""
-        if step < self._next:
-            return False
-        return self._sample(step)
-
     def attach(self, optimizer):
         """Calls step() after every optimizer.step(): a post-step hook where torch has one
         (>= 2.0), else a wrapper of optimizer.step. The step number is the count of steps."""
@@ -422,85 +257,7 @@ class Monitor:
         optimizer.step = wrapped
         return None
 
-    def exit_if_stopped(self):
-        """After a framework's fit()/train() returned: exits with exit_code if the monitor
-        stopped the run (so that torchrun restarts it), else returns."""
-        if self.stopped:
-            sys.stdout.flush()
-            sys.exit(self.exit_code)
-
-    def request_checkpoint(self):
-        """Asks for the action at the next sample (what the signal handler does)."""
-        self._requested = True
-
-    def _on_request_signal(self, signum, frame):
-        self._requested = True
-        if self._previous_handler is not None:
-            self._previous_handler(signum, frame)
-
-    # -- sampling ---------------------------------------------------------------------------
-    def _sample(self, step):
-        self._next = (step // self.every + 1) * self.every
-        if self.stopped or self.disabled:
-            return self.stopped
-        own, verdict, sample = self._forecast(step)
-        for path in self._request_paths:
-            if _honoured_request(path):
-                self._requested = True
-        requested = self._requested
-        if requested:
-            verdict["reason"] = "checkpoint requested on the node; " + verdict["reason"]
-        levels = self._agree(own, requested)
-        worst = max(lv for lv, _ in levels)
-        any_request = any(r for _, r in levels)
-        self.last = dict(step=step, level=LEVELS[own], worst=LEVELS[worst],
-                         levels=[LEVELS[lv] for lv, _ in levels], requested=any_request,
-                         steps_to_oom=verdict.get("steps_to_oom"), reason=verdict["reason"],
-                         risk=verdict.get("risk"),
-                         risk_explanation=verdict.get("risk_explanation"))
-        self.history.append((step, LEVELS[own], LEVELS[worst]))
-        self._send(step, own, verdict, sample)
-        if worst != self._logged_level:  # a level is logged when it changes, not per sample
-            if self._logged_level is not None or worst > LEVELS.index("ok"):
-                _log("step {}: {} (was {}); worst rank {} {}; this rank: {}".format(
-                    step, LEVELS[worst], LEVELS[self._logged_level or 0],
-                    max(range(len(levels)), key=lambda r: levels[r][0]),
-                    "agreed over {} ranks".format(len(levels)), verdict["reason"])
-                     + _risk_source(verdict))
-            self._logged_level = worst
-        if worst < self.level and not any_request:
-            return False
-        if self.acted_before and not any_request:
-            if not self._said_acted:
-                self._said_acted = True
-                _log("step {}: not stopping again: this run directory already has {} (delete "
-                     "it to re-arm)".format(step, RECOMMENDATION_FILE))
-            return False
-        if self.empty_cache_first and not self._soft_done and not any_request:
-            self._soft_done = True
-            self._empty_cache()
-            if self.shrink_batch is not None:
-                self._call("shrink_batch", self.shrink_batch, step)
-            _log("step {}: emptied the cache once; acting if the level stays".format(step))
-            return False
-        return self._act(step, levels, verdict)
-
-    def _forecast(self, step):
-        """(own level index, verdict dict, sample dict or None)."""
-        try:
-            sample = self._read()
-        except Exception as e:  # monitoring never stops training
-            if self._forecasts is not False:
-                _log("cannot read the allocator state: {!r}; forecasting off".format(e))
-            self._forecasts = False
-            return 0, {"reason": "no allocator state", "steps_to_oom": None}, None
-        if self._forecasts is None:
-            self._forecasts = _native.load().LiveForecasts(4)
-        if self._forecasts is False:
-            return 0, {"reason": "no allocator state", "steps_to_oom": None}, sample
-        verdict = self._forecasts.observe("self", step, sample)
-        return LEVELS.index(verdict["level"]), verdict, sample
-
+    # -- reading the allocator ----------------------------------------------------------------
     def _read(self):
         from fragscope_agent import sample_from_memory_stats, summarize_segments
         gpu = _vgpu()
@@ -512,6 +269,7 @@ class Monitor:
             device = None
             if self.reset_peaks:
                 gpu.reset_peak_memory_stats()
+            uuid = "GPU-virtual-{}-{}".format(os.uname().nodename, self.local_rank)
         else:
             import torch
             if not torch.cuda.is_available():
@@ -522,57 +280,12 @@ class Monitor:
             segments = torch.cuda.memory_snapshot()
             if self.reset_peaks:
                 torch.cuda.reset_peak_memory_stats(device)
+            from fragscope_agent import torch_device_uuid
+            uuid = torch_device_uuid(torch, device) or "GPU-unknown"
         sample = sample_from_memory_stats(stats)
         sample.update(summarize_segments(segments, device=device, device_free_bytes=free))
         sample["device_free_bytes"] = int(free)
-        return sample
-
-    def _agree(self, own, requested):
-        """[(level, requested)] per rank: one all_reduce(MAX) of a 2 x world_size tensor in
-        which each rank fills its own column (or the adapter's agree_with)."""
-        if self.agree_with is not None:
-            return self.agree_with(own, requested)
-        dist = None
-        if self.distributed is not False:
-            try:
-                import torch.distributed as dist
-                if not (dist.is_available() and dist.is_initialized()):
-                    dist = None
-            except ImportError:
-                dist = None
-        if dist is None:
-            return [(own, requested)]
-        import torch
-        world, rank = dist.get_world_size(), dist.get_rank()
-        t = torch.zeros(2 * world, dtype=torch.int32)
-        t[rank] = own
-        t[world + rank] = int(requested)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        values = t.tolist()
-        return [(values[r], bool(values[world + r])) for r in range(world)]
-
-    def _send(self, step, own, verdict, sample):
-        if sample is None or not os.path.exists(self.socket):
-            return
-        try:
-            if self._client is None:
-                from fragscope_agent import AgentClient
-                self._client = AgentClient(self.socket, job=self.job, rank=self.rank,
-                                           timeout=self.daemon_timeout)
-            gpu = _vgpu()
-            uuid = ("GPU-virtual-{}-{}".format(os.uname().nodename, self.local_rank)
-                    if gpu is not None else self._cuda_uuid())
-            fields = dict(sample, step=step, device_uuid=uuid, forecast_level=LEVELS[own])
-            if verdict.get("steps_to_oom") is not None:
-                fields["steps_to_oom"] = verdict["steps_to_oom"]
-            self._client.send_sample(fields)
-        except Exception as e:  # a slow or broken daemon never stops training
-            _log("cannot send to {}: {!r}".format(self.socket, e))
-
-    def _cuda_uuid(self):
-        import torch
-        from fragscope_agent import torch_device_uuid
-        return torch_device_uuid(torch, torch.cuda.current_device()) or "GPU-unknown"
+        return [("self", uuid, sample, True)]
 
     def _empty_cache(self):
         gpu = _vgpu()
@@ -583,130 +296,61 @@ class Monitor:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def _call(self, what, fn, step):
-        try:
-            fn(step)
-            return None
-        except Exception as e:
-            _log("step {}: {} raised {!r}".format(step, what, e))
-            return e
-
-    # -- the action -------------------------------------------------------------------------
-    def _act(self, step, levels, verdict):
-        worst = max(lv for lv, _ in levels)
-        worst_rank = max(range(len(levels)), key=lambda r: levels[r][0])
-        # Requests are taken (renamed) before the save: a kill during it cannot leave one for
-        # the restart to act on again; a failed save gives them back.
-        taken = []
-        for path in self._request_paths:
-            if _honoured_request(path):
-                with contextlib.suppress(OSError):
-                    os.rename(path, path + TAKEN_SUFFIX)
-                    taken.append(path)
-        error = None
-        if self.save_checkpoint is not None:
-            error = self._call("save_checkpoint", self.save_checkpoint, step)
+    # -- the recommendation -------------------------------------------------------------------
+    def _recommend(self, verdict):
         conf, how = recommend_alloc_conf()
-        rec = {
-            "format": "fragscope-recommendation", "version": 1,
-            "step": step, "rank": self.rank, "worst_rank": worst_rank,
-            "worst_level": LEVELS[worst],
-            "levels": [LEVELS[lv] for lv, _ in levels],
-            "node_request": any(r for _, r in levels),
-            "reason": verdict.get("reason", ""),
-            "steps_to_oom": verdict.get("steps_to_oom"),
-            "alloc_conf": conf, "how": how,
-            "torch_version": (_vgpu().torch_version if _vgpu() is not None
-                              else _torch_version()),
-            "checkpoint_saved": error is None and self.save_checkpoint is not None,
-            "checkpoint_error": None if error is None else repr(error),
-            "time": time.time(),
-        }
-        rec = self._pick_recommendation(rec, worst_rank)
-        # A checkpoint counts only if every rank's was written: a restart from a mix of new
-        # and old checkpoints would corrupt the run, so one failure stops every rank's action.
-        failed = self._failed_ranks(error is not None)
-        rec["checkpoint_failed_ranks"] = failed
-        if failed:
-            rec["checkpoint_saved"] = False
-            if error is None:
-                rec["checkpoint_error"] = "failed on rank(s) {}".format(failed)
-        if failed:
-            # Nothing is claimed: no recommendation (the run directory stays armed), the node's
-            # request stays for the next sample, and the monitor tries again there.
-            for path in taken:
-                with contextlib.suppress(OSError):
-                    os.rename(path + TAKEN_SUFFIX, path)
-            self._barrier()
-            _log("step {}: the checkpoint failed on rank(s) {}, so no rank stops and nothing is "
-                 "claimed as saved; the monitor tries again at its next sample".format(
-                     step, failed))
-            return False
-        for path in taken:  # answered: a restart must not act on it again
-            with contextlib.suppress(OSError):
-                os.unlink(path + TAKEN_SUFFIX)
-        self._requested = False
-        if self.local_rank == 0:
-            self._write(rec)
-        self._barrier()
-        self.stopped = True
-        _log("step {}: saved={}; recommended PYTORCH_CUDA_ALLOC_CONF={} ({}{}); {}".format(
-            step, rec["checkpoint_saved"], rec["alloc_conf"], rec["how"],
-            "" if rec["rank"] == self.rank else ", from rank {}".format(rec["rank"]),
-            "exiting with {} for torchrun to restart".format(self.exit_code)
-            if self.action == "exit" else "stopping"))
+        return {"alloc_conf": conf, "how": how,
+                "torch_version": (_vgpu().torch_version if _vgpu() is not None
+                                  else _torch_version())}
+
+    def _describe(self, rec):
+        return "PYTORCH_CUDA_ALLOC_CONF={}".format(rec["alloc_conf"])
+
+    def _after_stop(self):
         hint = restart_hint()
         if hint:
             _log(hint)
-        if self.action == "exit":
-            sys.stdout.flush()
-            sys.exit(self.exit_code)
-        return True
+
+    # -- agreement over torch.distributed -----------------------------------------------------
+    def _dist(self):
+        """torch.distributed when it is initialized (and distributed is not False), else
+        None."""
+        if self.distributed is False:
+            return None
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            return None
+        return dist if dist.is_available() and dist.is_initialized() else None
+
+    def _gather(self, values):
+        """One all_reduce(MAX) of a len(values) x world_size tensor in which each rank fills
+        its own column (every value is >= 0)."""
+        dist = self._dist()
+        if dist is None:
+            return [list(values)]
+        import torch
+        world, rank, n = dist.get_world_size(), dist.get_rank(), len(values)
+        t = torch.zeros(n * world, dtype=torch.int32)
+        for i, v in enumerate(values):
+            t[i * world + rank] = int(v)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        flat = t.tolist()
+        return [[flat[i * world + r] for i in range(n)] for r in range(world)]
 
     def _pick_recommendation(self, rec, worst_rank):
         """Under torch.distributed, the worst rank's recommendation for every rank (its
         requests are the ones at risk)."""
-        try:
-            import torch.distributed as dist
-            if self.distributed is False or not dist.is_initialized():
-                return rec
-            box = [rec]
-            dist.broadcast_object_list(box, src=worst_rank)
-            mine = box[0]
-            mine["checkpoint_saved"] = rec["checkpoint_saved"]  # each rank's own
-            return mine
-        except ImportError:
+        dist = self._dist()
+        if dist is None:
             return rec
-
-    def _failed_ranks(self, failed):
-        """The ranks whose checkpoint failed: one all_reduce(MAX) under torch.distributed."""
-        try:
-            import torch.distributed as dist
-            if self.distributed is False or not dist.is_initialized():
-                return [self.rank] if failed else []
-        except ImportError:
-            return [self.rank] if failed else []
-        import torch
-        t = torch.zeros(dist.get_world_size(), dtype=torch.int32)
-        t[dist.get_rank()] = int(failed)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return [r for r, v in enumerate(t.tolist()) if v]
+        box = [rec]
+        dist.broadcast_object_list(box, src=worst_rank)
+        mine = box[0]
+        mine["checkpoint_saved"] = rec["checkpoint_saved"]  # each rank's own
+        return mine
 
     def _barrier(self):
-        try:
-            import torch.distributed as dist
-            if self.distributed is not False and dist.is_initialized():
-                dist.barrier()
-        except ImportError:
-            pass
-
-    def _write(self, rec):
-        path = os.path.join(self.run_dir, RECOMMENDATION_FILE)
-        try:
-            os.makedirs(self.run_dir, exist_ok=True)
-            # A new temporary renamed into place; a link planted at the name is refused
-            # (fragscope._safe_file), never written through.
-            write_file_safely(path, json.dumps(rec, indent=1).encode("utf-8"),
-                              named_by_user=False)
-        except OSError as e:
-            _log("cannot write {}: {}".format(path, e))
+        dist = self._dist()
+        if dist is not None:
+            dist.barrier()
