@@ -23,6 +23,7 @@
 #include "common/units.h"
 #include "history_command.h"
 #include "serve_services.h"
+#include "sinks/live/process_api.h"
 #include "sinks/prometheus/exposition.h"
 #include "sinks/prometheus/http_server.h"
 #include "sinks/prometheus/textfile.h"
@@ -258,6 +259,14 @@ class Daemon {
     state.daemon.collect_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     return prom::RenderExposition(state);
+  }
+
+  // The process API (sinks/live/process_api.h) for `fragscope top`; on the HTTP thread.
+  prom::ApiAnswer Api(std::string_view target) {
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    return sinks::live::AnswerProcessApi(target, registry_.Views(), hostname_, now_ms);
   }
 
   void WriteTextfile() {
@@ -527,6 +536,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
           health.degraded = !health.detail.empty();
           return health;
         });
+    server->set_api([&daemon](std::string_view target) { return daemon.Api(target); });
     daemon.set_http(server.get());
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
