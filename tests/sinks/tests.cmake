@@ -26,3 +26,4 @@ add_test(NAME alert_config_fuzz_replay
 fragscope_add_test(sinks/html_report_test.cc LIBS fragscope_sinks)
 # The daemon's process API and `fragscope top`'s frames (src/sinks/live).
 fragscope_add_test(sinks/process_api_test.cc LIBS fragscope_live nlohmann_json::nlohmann_json)
+fragscope_add_test(sinks/top_frame_test.cc LIBS fragscope_live)
