@@ -79,7 +79,8 @@ constexpr std::string_view kServeFooter =
 (--socket; wire format in docs/formats.md, "Agent protocol"). The daemon keeps the latest
 sample per process and device and serves them, with the node's GPU facts and its own
 counters, at http://ADDRESS/metrics in Prometheus text format (docs/exporter.md lists every
-metric), /healthz for liveness. With --textfile-dir it also writes DIR/fragscope.prom for
+metric), /healthz for liveness, and /api/v1/processes as JSON for `fragscope top` (the live
+terminal view; docs/json-schema.md). With --textfile-dir it also writes DIR/fragscope.prom for
 node_exporter's textfile collector every --interval (atomic replace through a new temporary
 file; a symbolic link at DIR/fragscope.prom is refused, never written through).
 
@@ -629,8 +630,8 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
                   "Permissions of the socket file, octal (who may send samples)")
       ->capture_default_str();
   sub->add_option("--listen", flags->listen,
-                  "HTTP address for /metrics and /healthz: HOST:PORT, [V6]:PORT, port 0 for any "
-                  "free port, or none")
+                  "HTTP address for /metrics, /healthz and /api/v1/processes: HOST:PORT, "
+                  "[V6]:PORT, port 0 for any free port, or none")
       ->capture_default_str();
   sub->add_option("--textfile-dir", flags->textfile_dir,
                   "Also write DIR/fragscope.prom for node_exporter every --interval");
