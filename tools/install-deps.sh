@@ -17,6 +17,7 @@ packages=(
   systemd                          # systemd-analyze verify deploy/systemd/fragscope.service
   libtomlplusplus-dev libssl-dev python3-yaml  # alert rules (TOML), https webhooks, deploy/ checks
   chromium                         # the HTML report's browser test (tests/browser, docs/report.md)
+  tmux                             # `fragscope top` in a real terminal (tests/integration/test_top.py)
 )
 if [[ "${1:-}" == "--with-torch" ]]; then
   packages+=(python3-torch libopenblas0-pthread libtorch-dev pybind11-dev python3-dev)

@@ -24,6 +24,7 @@
 #include "report_command.h"
 #include "serve_command.h"
 #include "sources/budget.h"
+#include "top_command.h"
 #include "tune_command.h"
 
 #ifndef FRAGSCOPE_VERSION
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
   commands.push_back(fragscope::cli::AddReportCommand(app));
   commands.push_back(fragscope::cli::AddDiffCommand(app));
   commands.push_back(fragscope::cli::AddProbeCommand(app));
+  commands.push_back(fragscope::cli::AddTopCommand(app));
 
   // Commands that read snapshots or traces take the input budgets (issue 24 item 1).
   for (const Command& command : commands) {

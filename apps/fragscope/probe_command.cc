@@ -1,20 +1,14 @@
 #include "probe_command.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <charconv>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -25,7 +19,7 @@
 #include "common/terminal_text.h"
 #include "common/units.h"
 #include "fragscope/risk.h"
-#include "sinks/http_error.h"
+#include "http_get.h"
 
 namespace fragscope::cli {
 namespace {
@@ -163,68 +157,32 @@ int RunProbe(const ProbeFlags& flags) {
   }
   const std::string base = flags.url.substr(0, slash);
   const std::string path = slash == std::string::npos ? "/metrics" : flags.url.substr(slash);
-  httplib::Client client(base);
-  const auto usec = static_cast<long>(flags.timeout * 1e6);
-  client.set_connection_timeout(usec / 1000000, usec % 1000000);
-  client.set_read_timeout(usec / 1000000, usec % 1000000);
-  // --timeout bounds the whole exchange: httplib's timeouts are per read, so an endpoint that
-  // trickles a byte at a time would never end; a watchdog stops the client at the deadline.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<std::int64_t>(flags.timeout * 1e6));
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  bool timed_out = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (cv.wait_until(lock, deadline, [&] { return done; })) return;
-    timed_out = true;
-    // Again and again until the request returns: a stop() before its socket exists is lost.
-    while (!cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return done; })) {
-      client.stop();
-    }
-  });
-  std::string body;
-  bool too_big = false;
-  httplib::Result res = client.Get(path, [&](const char* data, std::size_t size) {
-    if (body.size() + size > kMaxBodyBytes) {
-      too_big = true;
-      return false;
-    }
-    body.append(data, size);
-    return std::chrono::steady_clock::now() < deadline;
-  });
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    done = true;
-    if (!timed_out && std::chrono::steady_clock::now() >= deadline) timed_out = true;
-  }
-  cv.notify_all();
-  watchdog.join();
-  if (too_big) {
+  const HttpGetResult got = HttpGet(base, path, flags.timeout, kMaxBodyBytes);
+  if (got.outcome == HttpGetResult::Outcome::kTooBig) {
     return Finish(flags, kUnknown,
                   fmt::format("{} sent more than {} MiB: not a fragscope daemon's page", flags.url,
                               kMaxBodyBytes >> 20),
                   {}, {});
   }
-  if (timed_out) {
+  if (got.outcome == HttpGetResult::Outcome::kTimedOut) {
     return Finish(flags, kUnknown,
                   fmt::format("cannot read {}: no whole answer within --timeout {} s (is "
                               "`fragscope serve` running?)",
                               flags.url, flags.timeout),
                   {}, {});
   }
-  if (!res) {
+  if (got.outcome == HttpGetResult::Outcome::kFailed) {
     return Finish(flags, kUnknown,
                   fmt::format("cannot read {}: {} (is `fragscope serve` "
                               "running?)",
-                              flags.url, sinks::HttpErrorText(res.error())),
+                              flags.url, got.error),
                   {}, {});
   }
-  if (res->status != 200) {
-    return Finish(flags, kUnknown, fmt::format("{} answered HTTP {}", flags.url, res->status), {},
+  if (got.status != 200) {
+    return Finish(flags, kUnknown, fmt::format("{} answered HTTP {}", flags.url, got.status), {},
                   {});
   }
+  const std::string& body = got.body;
   std::map<std::string, Series> series;
   bool daemon_seen = false;
   std::string_view rest = body;

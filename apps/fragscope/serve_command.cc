@@ -23,6 +23,7 @@
 #include "common/units.h"
 #include "history_command.h"
 #include "serve_services.h"
+#include "sinks/live/process_api.h"
 #include "sinks/prometheus/exposition.h"
 #include "sinks/prometheus/http_server.h"
 #include "sinks/prometheus/textfile.h"
@@ -78,7 +79,8 @@ constexpr std::string_view kServeFooter =
 (--socket; wire format in docs/formats.md, "Agent protocol"). The daemon keeps the latest
 sample per process and device and serves them, with the node's GPU facts and its own
 counters, at http://ADDRESS/metrics in Prometheus text format (docs/exporter.md lists every
-metric), /healthz for liveness. With --textfile-dir it also writes DIR/fragscope.prom for
+metric), /healthz for liveness, and /api/v1/processes as JSON for `fragscope top` (the live
+terminal view; docs/json-schema.md). With --textfile-dir it also writes DIR/fragscope.prom for
 node_exporter's textfile collector every --interval (atomic replace through a new temporary
 file; a symbolic link at DIR/fragscope.prom is refused, never written through).
 
@@ -258,6 +260,14 @@ class Daemon {
     state.daemon.collect_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     return prom::RenderExposition(state);
+  }
+
+  // The process API (sinks/live/process_api.h) for `fragscope top`; on the HTTP thread.
+  prom::ApiAnswer Api(std::string_view target) {
+    const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    return sinks::live::AnswerProcessApi(target, registry_.Views(), hostname_, now_ms);
   }
 
   void WriteTextfile() {
@@ -527,6 +537,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
           health.degraded = !health.detail.empty();
           return health;
         });
+    server->set_api([&daemon](std::string_view target) { return daemon.Api(target); });
     daemon.set_http(server.get());
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
@@ -619,8 +630,8 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
                   "Permissions of the socket file, octal (who may send samples)")
       ->capture_default_str();
   sub->add_option("--listen", flags->listen,
-                  "HTTP address for /metrics and /healthz: HOST:PORT, [V6]:PORT, port 0 for any "
-                  "free port, or none")
+                  "HTTP address for /metrics, /healthz and /api/v1/processes: HOST:PORT, "
+                  "[V6]:PORT, port 0 for any free port, or none")
       ->capture_default_str();
   sub->add_option("--textfile-dir", flags->textfile_dir,
                   "Also write DIR/fragscope.prom for node_exporter every --interval");

@@ -38,3 +38,13 @@ set_tests_properties(serve_trust PROPERTIES
   ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
   LABELS integration
   TIMEOUT 200)
+# `fragscope top` against a daemon fed by two agent processes (issue 33 item 3): the process
+# API, `top --once`, and the live view in tmux at 80x24 (send-keys, capture-pane).
+# FRAGSCOPE_REQUIRE_TOOLS=1: a missing tmux fails instead of skipping (tools/install-deps.sh).
+add_test(NAME top_integration
+  COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/tests/integration/test_top.py)
+set_tests_properties(top_integration PROPERTIES
+  ENVIRONMENT "FRAGSCOPE_BIN=$<TARGET_FILE:fragscope>;FRAGSCOPE_SOURCE_DIR=${PROJECT_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1;FRAGSCOPE_REQUIRE_TOOLS=1"
+  LABELS integration
+  TIMEOUT 120)

@@ -405,4 +405,34 @@ TEST(AgentRegistryLimitsTest, Issue30SeriesBelongToTheirUidAndTheCapIsShared) {
 }
 
 }  // namespace
+TEST(AgentRegistryRecentTest, ViewsKeepTheLastPointsOfEachSeriesAndForgetThemWithIt) {
+  AgentRegistry registry(SeriesLimits{4, 4});
+  const auto now = Clock::now();
+  AgentSample s;
+  s.pid = 7;
+  s.device_uuid = "GPU-a";
+  const std::size_t sent = kRecentPoints + 5;
+  for (std::size_t i = 0; i < sent; ++i) {
+    s.step = static_cast<std::int64_t>(i);
+    s.reserved_bytes = 1000 + i;
+    s.allocated_bytes = 500 + i;
+    ASSERT_TRUE(registry.Accept(s, 1, now));
+  }
+  std::vector<AgentView> views = registry.Views();
+  ASSERT_EQ(views.size(), 1u);
+  ASSERT_EQ(views[0].recent.size(), kRecentPoints);
+  // Oldest first, the first five gone.
+  EXPECT_EQ(views[0].recent.front().step, 5);
+  EXPECT_EQ(views[0].recent.back().step, static_cast<std::int64_t>(sent - 1));
+  EXPECT_EQ(views[0].recent.back().reserved_bytes, 1000 + sent - 1);
+  EXPECT_EQ(views[0].recent.back().allocated_bytes, 500 + sent - 1);
+  EXPECT_EQ(views[0].entry.sample.step, static_cast<std::int64_t>(sent - 1));
+  // A series that leaves takes its points: the same key afterwards starts empty.
+  registry.ConnectionClosed(1, now);
+  ASSERT_TRUE(registry.Views().empty());
+  s.step = 0;
+  ASSERT_TRUE(registry.Accept(s, 2, now));
+  ASSERT_EQ(registry.Views()[0].recent.size(), 1u);
+}
+
 }  // namespace fragscope::agent

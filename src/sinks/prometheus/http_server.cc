@@ -68,6 +68,10 @@ std::string Answer(int status, std::string_view reason, std::string_view content
 }
 
 constexpr std::string_view kTextPlain = "text/plain; charset=utf-8";
+constexpr std::string_view kJson = "application/json; charset=utf-8";
+// Distinct API targets whose pages are kept for sharing (each process's map is one); past it
+// the cache starts afresh, so a client walking random paths cannot grow it.
+constexpr std::size_t kMaxApiPages = 64;
 
 }  // namespace
 
@@ -216,6 +220,23 @@ void MetricsHttpServer::Run() {
     return total;
   };
 
+  // A new page of `bytes` beside the old ones slow readers still hold: past the bound, the
+  // most stalled of them go (their pages with them), never `c`, the one asking now.
+  auto make_room = [&](std::size_t bytes, const Connection* c) {
+    while (buffered_bytes() + bytes > options_.max_buffered_bytes) {
+      auto stalled = most_stalled_writer(c);
+      if (stalled == conns.end()) break;
+      ++evicted_;
+      close_conn(stalled);
+    }
+  };
+  struct ApiPage {
+    int status = 200;
+    std::shared_ptr<const std::string> page;
+    Clock::time_point rendered;
+  };
+  std::map<std::string, ApiPage> api_pages;  // by target; at most kMaxApiPages
+
   // If `c.in` holds a whole request head, consumes it and starts the answer; returns whether
   // it did. Refusals close the connection after their answer.
   auto handle_request = [&](Connection& c, Clock::time_point now) {
@@ -296,14 +317,7 @@ void MetricsHttpServer::Run() {
       if (!page || now - page_rendered >= options_.page_max_age) {
         page = std::make_shared<const std::string>(render_());
         page_rendered = now;
-        // A new page beside the old ones slow readers still hold: past the bound, the most
-        // stalled of them go (their pages with them), never this scraper.
-        while (buffered_bytes() + page->size() > options_.max_buffered_bytes) {
-          auto stalled = most_stalled_writer(&c);
-          if (stalled == conns.end()) break;
-          ++evicted_;
-          close_conn(stalled);
-        }
+        make_room(page->size(), &c);
       }
       std::string answer_head = Answer(200, "OK", kContentType, std::string(), true, close);
       const std::string_view zero = "Content-Length: 0\r\n";
@@ -318,10 +332,33 @@ void MetricsHttpServer::Run() {
         if (h.degraded) body = fmt::format("degraded: {}\n", h.detail);
       }
       start_answer(c, Answer(200, "OK", kTextPlain, body, head_only, close), close, now);
+    } else if (api_ && target.substr(0, 5) == "/api/") {
+      // As /metrics: answers to one target within page_max_age share one render, and the
+      // buffer bound holds (a crowd of API clients that do not read costs one page).
+      std::string key(target);
+      if (api_pages.size() >= kMaxApiPages && api_pages.count(key) == 0) api_pages.clear();
+      ApiPage& cached = api_pages[std::move(key)];
+      if (!cached.page || now - cached.rendered >= options_.page_max_age) {
+        ApiAnswer a = api_(target);
+        cached.status = a.status;
+        cached.page = std::make_shared<const std::string>(std::move(a.body));
+        cached.rendered = now;
+        make_room(cached.page->size(), &c);
+      }
+      std::string answer_head = Answer(cached.status, cached.status == 200 ? "OK" : "Not Found",
+                                       kJson, std::string(), true, close);
+      const std::string_view zero = "Content-Length: 0\r\n";
+      answer_head.replace(answer_head.find(zero), zero.size(),
+                          fmt::format("Content-Length: {}\r\n", cached.page->size()));
+      start_answer(c, std::move(answer_head), close, now);
+      if (!head_only) c.page = cached.page;
     } else {
       start_answer(c,
                    Answer(404, "Not Found", kTextPlain,
-                          "not found: fragscope serves /metrics and /healthz\n", head_only, close),
+                          api_ ? "not found: fragscope serves /metrics, /api/v1/processes "
+                                 "and /healthz\n"
+                               : "not found: fragscope serves /metrics and /healthz\n",
+                          head_only, close),
                    close, now);
     }
     return true;

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "fragscope/status.h"
@@ -67,6 +68,12 @@ struct HttpServerStats {
   std::uint64_t requests_refused = 0;     // bad request, body, head too large
 };
 
+/// An answer of the API handler (MetricsHttpServer::set_api): a JSON body and its status.
+struct ApiAnswer {
+  int status = 200;
+  std::string body;
+};
+
 class MetricsHttpServer {
  public:
   /// `render` returns the body of /metrics; `health` (optional) the state /healthz reports.
@@ -76,6 +83,10 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
+  /// Answers GET /api/... (the daemon's process API, docs/live-monitoring.md) with what
+  /// `api` returns for the target (query string removed), as application/json. Under the same
+  /// limits as /metrics. REQUIRES: called before Start().
+  void set_api(std::function<ApiAnswer(std::string_view target)> api) { api_ = std::move(api); }
   /// Binds and starts serving; errors name the address.
   Status Start();
   void Stop();
@@ -89,6 +100,7 @@ class MetricsHttpServer {
   HttpServerOptions options_;
   std::function<std::string()> render_;
   std::function<HealthAnswer()> health_;
+  std::function<ApiAnswer(std::string_view)> api_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};

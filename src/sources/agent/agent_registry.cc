@@ -22,6 +22,7 @@ AgentRegistry::Iterator AgentRegistry::Erase(Iterator it) {
     series_by_uid_.erase(u);
   }
   ++counters_.series_expired;
+  recent_.erase(it->first);
   return entries_.erase(it);
 }
 
@@ -130,6 +131,9 @@ bool AgentRegistry::Accept(const AgentSample& sample, std::uint64_t connection_i
   entry.received_unix_ms = unix_ms;
   entry.closed.reset();
   ++entry.samples;
+  std::deque<RecentPoint>& recent = recent_[found->first];
+  if (recent.size() >= kRecentPoints) recent.pop_front();
+  recent.push_back({sample.step, sample.reserved_bytes, sample.allocated_bytes});
   ++counters_.samples_received;
   return true;
 }
@@ -193,6 +197,20 @@ std::vector<AgentEntry> AgentRegistry::Entries() const {
   std::vector<AgentEntry> out;
   out.reserve(entries_.size());
   for (const auto& [key, entry] : entries_) out.push_back(entry);
+  return out;
+}
+
+std::vector<AgentView> AgentRegistry::Views() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<AgentView> out;
+  out.reserve(entries_.size());
+  for (const auto& [key, entry] : entries_) {
+    AgentView& view = out.emplace_back();
+    view.entry = entry;
+    if (const auto it = recent_.find(key); it != recent_.end()) {
+      view.recent.assign(it->second.begin(), it->second.end());
+    }
+  }
   return out;
 }
 

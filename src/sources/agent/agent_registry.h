@@ -10,6 +10,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,23 @@ struct AgentEntry {
   /// unset while the connection is open.
   std::optional<Clock::time_point> closed;
 };
+
+/// One past sample of a series, for a live view's sparkline (`fragscope top`).
+struct RecentPoint {
+  std::int64_t step = -1;
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t allocated_bytes = 0;
+};
+
+/// A series' latest entry with its recent points, oldest first.
+struct AgentView {
+  AgentEntry entry;
+  std::vector<RecentPoint> recent;
+};
+
+/// Points of recent history kept per series: what a sparkline of a terminal row can show, and
+/// small enough that max_series of them stay a few MiB.
+inline constexpr std::size_t kRecentPoints = 60;
 
 /// Cumulative counters (monotonic while the daemon runs) and current gauges.
 struct AgentCounters {
@@ -104,6 +122,8 @@ class AgentRegistry {
 
   /// A copy of the current entries, ordered by (pid, device_uuid).
   std::vector<AgentEntry> Entries() const;
+  /// The same entries with their last kRecentPoints accepted samples (RecentPoint).
+  std::vector<AgentView> Views() const;
   AgentCounters Counters() const;
 
  private:
@@ -119,6 +139,7 @@ class AgentRegistry {
 
   SeriesLimits limits_;
   std::map<Key, AgentEntry> entries_;
+  std::map<Key, std::deque<RecentPoint>> recent_;              // same keys as entries_
   std::map<std::uint64_t, std::size_t> series_by_connection_;  // live series per connection
   std::map<std::uint32_t, std::size_t> series_by_uid_;         // all series per UID
   AgentCounters counters_;
