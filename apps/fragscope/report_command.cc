@@ -222,6 +222,7 @@ int RunReport(const ReportCommandFlags& flags) {
   // rounding rules the analyzer's model uses too). Its budget (--max-map-blocks) ends the
   // analysis as soon as the maps it must keep outgrow it.
   std::vector<Frame> call_sites;
+  std::vector<std::vector<std::uint32_t>> stacks;  // a snapshot's (Event::stack)
   std::vector<analysis::DeviceFrames> frames;
   std::unique_ptr<analysis::LayoutRecorder> recorder;
   Status recorder_status;  // a header whose settings the recorder refuses
@@ -252,7 +253,7 @@ int RunReport(const ReportCommandFlags& flags) {
   auto analyze_with_frames = [&](const std::string& path) -> Result<analysis::AnalysisResult> {
     recorder.reset();
     Result<analysis::AnalysisResult> analyzed =
-        AnalyzeInput(path, options, TraceLimits{}, 1, record, &call_sites);
+        AnalyzeInput(path, options, TraceLimits{}, 1, record, &call_sites, &stacks);
     if (!analyzed.ok()) return analyzed.status();
     if (Status s = finish_recording(); !s.ok()) return s;
     return analyzed;
@@ -288,6 +289,7 @@ int RunReport(const ReportCommandFlags& flags) {
     // `record` runs on the analysis thread (the only one that feeds it), done when this returns.
     request.tap = record;
     call_sites.clear();  // simulated events name no call site
+    stacks.clear();
     recorder.reset();
     Result<ReplayRun> replayed = ReplayInput(request);
     if (!replayed.ok()) return BadInput(replayed.status().message());
@@ -305,6 +307,7 @@ int RunReport(const ReportCommandFlags& flags) {
   if (run) input.replay = &run->replay;
   input.frames = std::move(frames);
   input.call_sites = std::move(call_sites);
+  input.stacks = std::move(stacks);
   // The capacity of each device with an OOM: the replay's, the input's, else (a snapshot) the
   // one its recorded OOM shows (reserved + driver free, as `replay` takes it).
   std::map<std::int32_t, std::uint64_t> capacities, used_by_others;
