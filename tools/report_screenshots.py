@@ -52,8 +52,10 @@ def main(binary):
                 b.screenshot(box(b, "#sites-legend", "#chart-sites")))
             b.evaluate("(() => { const s = document.getElementById('frame-slider');"
                        " return fragscopeReport.selectFrame(Number(s.max)); })()")
-            point = b.evaluate("fragscopeReport.blockPoint((blk) => blk[3] === 1 && blk[5] >= 0"
-                               " && fragscopeReport.allocation(blk[5])[8] >= 0)")
+            # A block allocated inside the recorded history, with a stack.
+            point = b.evaluate("fragscopeReport.blockPoint((blk) => blk[3] === 1 && blk[4] >= 0"
+                               " && fragscopeReport.allocation(blk[4])[8] >= 0"
+                               " && fragscopeReport.allocation(blk[4])[0] >= 0)")
             b.click(point["x"], point["y"])
             b.evaluate("document.querySelector('#block-panel details') &&"
                        " (document.querySelector('#block-panel details').open = true)")

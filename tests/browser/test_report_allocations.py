@@ -137,19 +137,29 @@ def test_click_a_block_shows_its_stack(name, browser, tmp_path):
     b = browser
     device = report_at_end(b, path, tmp_path, name)
     point = b.evaluate("JSON.stringify(fragscopeReport.blockPoint((blk) => blk[3] === 1 &&"
-                       " blk[5] >= 0 && fragscopeReport.allocation(blk[5])[8] >= 0))")
+                       " blk[4] >= 0 && fragscopeReport.allocation(blk[4])[8] >= 0))")
     point = json.loads(point)
     assert point, "no allocated block with a stack is drawn in the map"
     b.click(point["x"], point["y"])
     text = b.evaluate("document.getElementById('block-panel').textContent")
 
-    block = live_blocks(load_snapshot(path), device)[point["addr"]]
+    snap = load_snapshot(path)
+    block = live_blocks(snap, device)[point["addr"]]
     assert f"{point['addr']:#x}" in text, text
     assert f"({block['size']:,} B)" in text, text
     requested = block.get("requested_size", block["size"])
     assert f"requested size" in text and f"({requested:,} B)" in text, text
     assert "allocated" in text and "not freed by the end of the input" in text, text
     assert "stream" in text
+    # Its alloc's time, when the history recorded the alloc with one: seconds after the input's
+    # first timed event.
+    traces = snap.get("device_traces", [])
+    allocs = [e for e in (traces[device] if device < len(traces) else [])
+              if e["action"] == "alloc" and e["addr"] == point["addr"]]
+    if allocs and allocs[-1].get("time_us", -1) >= 0:
+        first = b.evaluate("JSON.parse(document.getElementById('fragscope-data').textContent)"
+                           ".first_time_us")
+        assert f"{(allocs[-1]['time_us'] - first) / 1e6:.3f} s" in text, text
     # Every frame of the recorded stack, in order (folded ones are inside the page too).
     at = text.index("Stack (innermost first")
     for frame in block["frames"]:

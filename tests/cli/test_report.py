@@ -209,16 +209,20 @@ def test_page_interns_frames_and_stacks(tmp_path):
     used = set()
     for d in data["devices"]:
         allocs = d["allocs"]
-        for a in allocs:
-            assert -1 <= a[8] < len(stacks)
-            used.add(a[8])
+        n = len(allocs["stack"])
+        assert all(len(allocs[k]) == n for k in ("alloc_event", "alloc_time", "free_event",
+                                                 "free_time", "stream", "site"))
+        for stack in allocs["stack"]:
+            assert -1 <= stack < len(stacks)
+            used.add(stack)
         for frame in d["frames"]:
             for seg in frame["segs"]:
                 if isinstance(seg, list):
                     blocks = seg[5]
-                    assert len(blocks) % 6 == 0
-                    for k in range(0, len(blocks), 6):
+                    assert len(blocks) % 5 == 0
+                    for k in range(0, len(blocks), 5):
                         held = blocks[k + 3] in (1, 2)
-                        assert (blocks[k + 5] >= 0) == held, blocks[k:k + 6]
-                        assert blocks[k + 5] < len(allocs)
+                        assert (blocks[k + 4] >= 0) == held, blocks[k:k + 5]
+                        assert blocks[k + 4] < n
     assert used - {-1} == set(range(len(stacks))), "a stack no allocation uses"
+    assert len({tuple(s) for s in stacks}) == len(stacks), "a stack is written twice"

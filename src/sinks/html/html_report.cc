@@ -1,9 +1,11 @@
 #include "sinks/html/html_report.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -50,16 +52,16 @@ int StateCode(const analysis::LayoutBlock& b) {
   return b.stranded ? 3 : 0;
 }
 
-json HtmlSegmentJson(const analysis::LayoutSegment& s, std::set<std::int32_t>* sites) {
+// A block is [offset, size, requested, state, allocation]: its call site, stack and history
+// are the allocation's (AllocationsJson), written once however many maps show it.
+json HtmlSegmentJson(const analysis::LayoutSegment& s) {
   json blocks = json::array();
   for (const analysis::LayoutBlock& b : s.blocks) {
     blocks.push_back(b.addr - s.addr);
     blocks.push_back(b.size);
     blocks.push_back(b.requested);
     blocks.push_back(StateCode(b));
-    blocks.push_back(b.frame);
     blocks.push_back(b.allocation);
-    if (b.frame >= 0) sites->insert(b.frame);
   }
   return json::array(
       {s.addr, s.size, s.stream, s.pool == Pool::kSmall ? 0 : 1, s.expandable, std::move(blocks)});
@@ -82,7 +84,7 @@ bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment
 // Frames of one device. A segment unchanged since the previous frame is written as the index
 // of that segment in the previous frame (a number instead of an array): long runs repeat most
 // segments from frame to frame.
-json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) {
+json FramesJson(const analysis::DeviceFrames& d) {
   json out = json::array();
   const analysis::LayoutFrame* previous = nullptr;
   for (const analysis::LayoutFrame& f : d.frames) {
@@ -97,7 +99,7 @@ json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) 
       if (it != before.end() && SameSegment(previous->segments[it->second], s)) {
         segs.push_back(it->second);
       } else {
-        segs.push_back(HtmlSegmentJson(s, sites));
+        segs.push_back(HtmlSegmentJson(s));
       }
     }
     out.push_back({{"event", f.event_index},
@@ -205,13 +207,14 @@ class StackTables {
               const std::vector<std::vector<std::uint32_t>>& stacks)
       : frames_(frames), stacks_(stacks) {}
 
-  // The page's id of input stack `stack`; -1 for none.
+  // The page's id of input stack `stack`; -1 for none. Stacks with the same frames share one
+  // id (a snapshot interns stacks by object identity: equal lists are not always one).
   std::int32_t Intern(std::int32_t stack) {
     if (stack < 0 || static_cast<std::size_t>(stack) >= stacks_.size()) return -1;
-    const auto [it, inserted] =
-        stack_ids_.try_emplace(stack, static_cast<std::int32_t>(stack_table_.size()));
-    if (!inserted) return it->second;
-    json ids = json::array();
+    if (const auto known = stack_ids_.find(stack); known != stack_ids_.end()) {
+      return known->second;
+    }
+    std::vector<std::int32_t> ids;
     for (const std::uint32_t f : stacks_[static_cast<std::size_t>(stack)]) {
       if (f >= frames_.size()) continue;
       const auto [fit, fresh] =
@@ -225,7 +228,10 @@ class StackTables {
       }
       ids.push_back(fit->second);
     }
-    stack_table_.push_back(std::move(ids));
+    const auto [it, inserted] =
+        by_content_.try_emplace(ids, static_cast<std::int32_t>(stack_table_.size()));
+    if (inserted) stack_table_.push_back(ids);
+    stack_ids_.emplace(stack, it->second);
     return it->second;
   }
   json TakeFrames() { return std::move(frame_table_); }
@@ -234,25 +240,50 @@ class StackTables {
  private:
   const std::vector<Frame>& frames_;
   const std::vector<std::vector<std::uint32_t>>& stacks_;
-  std::unordered_map<std::int32_t, std::int32_t> stack_ids_;
+  std::unordered_map<std::int32_t, std::int32_t> stack_ids_;  // input id -> page id
+  std::map<std::vector<std::int32_t>, std::int32_t> by_content_;
   std::unordered_map<std::uint32_t, std::int32_t> frame_ids_;
   json frame_table_ = json::array();
   json stack_table_ = json::array();
 };
 
-// [alloc event, its step, its time, free event, its step, its time, stream, site, stack] per
-// allocation of the kept maps (-1: not known; an alloc event of -1: live when the recorded
-// history began, a free event of -1: not freed by the end).
-json AllocationsJson(const analysis::DeviceFrames& d, StackTables* stacks,
-                     std::set<std::int32_t>* sites) {
-  json out = json::array();
+// The allocations of the kept maps, as columns (index = a block's allocation): alloc_event,
+// alloc_step, alloc_time, free_event, free_step, free_time, stream, site, stack; -1 where
+// unknown (an alloc event of -1: live when the recorded history began, a free event of -1: not
+// freed by the end). A step column of an input without steps is null (all -1). Times are
+// microseconds after `first_time_us` (the input's first timed event): short numbers, where
+// epoch microseconds take 16 digits each.
+json AllocationsJson(const analysis::DeviceFrames& d, std::int64_t first_time_us,
+                     StackTables* stacks, std::set<std::int32_t>* sites) {
+  const auto since_first = [first_time_us](std::int64_t t) -> std::int64_t {
+    return t >= 0 && first_time_us >= 0 && t >= first_time_us ? t - first_time_us : -1;
+  };
+  json alloc_event = json::array(), alloc_step = json::array(), alloc_time = json::array();
+  json free_event = json::array(), free_step = json::array(), free_time = json::array();
+  json stream = json::array(), site = json::array(), stack = json::array();
+  bool steps = false;
   for (const analysis::LayoutAllocation& a : d.allocations) {
-    out.push_back(
-        json::array({a.alloc_event, a.alloc_step, a.alloc_time_us, a.free_event, a.free_step,
-                     a.free_time_us, a.stream, a.site, stacks->Intern(a.stack)}));
+    alloc_event.push_back(a.alloc_event);
+    alloc_step.push_back(a.alloc_step);
+    alloc_time.push_back(since_first(a.alloc_time_us));
+    free_event.push_back(a.free_event);
+    free_step.push_back(a.free_step);
+    free_time.push_back(since_first(a.free_time_us));
+    stream.push_back(a.stream);
+    site.push_back(a.site);
+    stack.push_back(stacks->Intern(a.stack));
+    steps = steps || a.alloc_step >= 0 || a.free_step >= 0;
     if (a.site >= 0) sites->insert(a.site);
   }
-  return out;
+  return {{"alloc_event", std::move(alloc_event)},
+          {"alloc_step", steps ? std::move(alloc_step) : json(nullptr)},
+          {"alloc_time", std::move(alloc_time)},
+          {"free_event", std::move(free_event)},
+          {"free_step", steps ? std::move(free_step) : json(nullptr)},
+          {"free_time", std::move(free_time)},
+          {"stream", std::move(stream)},
+          {"site", std::move(site)},
+          {"stack", std::move(stack)}};
 }
 
 // "Active memory by call site": the live bytes of each call site at the end of every timeline
@@ -527,9 +558,9 @@ std::string RenderHtml(const HtmlReportInput& input) {
     j["frames"] = json::array();
     for (const analysis::DeviceFrames& f : input.frames) {
       if (f.device != d.device) continue;
-      j["frames"] = FramesJson(f, &sites);
+      j["frames"] = FramesJson(f);
       j["frames_stopped"] = f.stopped;
-      j["allocs"] = AllocationsJson(f, &stacks, &sites);
+      j["allocs"] = AllocationsJson(f, r.first_time_us, &stacks, &sites);
       j["site_timeline"] = SiteTimelineJson(f, d.timeline, input.top_sites, &sites);
     }
     devices.push_back(std::move(j));

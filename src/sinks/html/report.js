@@ -13,7 +13,7 @@
   };
   const STATE = ['free', 'allocated', 'pending free', 'stranded (free, too small)'];
   const STATE_COLOR = ['#cfd4dc', '#4e79a7', '#f28e2b', '#e15759'];
-  const BS = 6;  // numbers per block in a map: offset, size, requested, state, call site, allocation
+  const BS = 5;  // numbers per block in a map: offset, size, requested, state, allocation
   const HIGHLIGHT = '#f1c40f';  // blocks that match the search
   const SITE_COLORS = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
   const RISK_COLOR = { ok: '#2ca02c', watch: '#bcbd22', warning: '#ff7f0e', critical: '#d62728', unknown: '#c7c7c7' };
@@ -460,9 +460,9 @@
     return {
       q, test: (b, k) => {
         if (b[k + 3] !== 1 && b[k + 3] !== 2) return false;
-        if (siteHit(b[k + 4])) return true;
-        const a = b[k + 5] >= 0 ? dev.allocs[b[k + 5]] : null;
-        return !!a && a[8] >= 0 && stackHit(a[8]);
+        const i = b[k + 4];
+        if (i < 0) return false;
+        return siteHit(dev.allocs.site[i]) || (dev.allocs.stack[i] >= 0 && stackHit(dev.allocs.stack[i]));
       },
     };
   }
@@ -517,7 +517,7 @@
   }
   api.search = runSearch;
   // For the browser test: an allocation of the device shown, and the call-site timeline.
-  api.allocation = (i) => dev.allocs[i];
+  api.allocation = (i) => allocation(i);
   api.siteTimeline = () => ({ names: siteLayers().map((l) => l.name), layers: siteLayers().map((l) => l.values), allocated: dev.series.allocated });
 
   function attachChart(canvas) {
@@ -668,7 +668,7 @@
     const found = hitBlock(ev);
     if (!found) { tip.style.display = 'none'; return; }
     const s = found.s, b = s[5], hit = found.k;
-    const st = b[hit + 3], site = b[hit + 4] >= 0 ? (D.sites[String(b[hit + 4])] || 'frame ' + b[hit + 4]) : null;
+    const st = b[hit + 3], a = allocation(b[hit + 4]), site = a && a[7] >= 0 ? siteName(a[7]) : null;
     tip.textContent = `${STATE[st]} block\naddress ${hex(s[0] + b[hit])}\nsize ${bytes(b[hit + 1])} (${num(b[hit + 1])} B)` +
       (st === 1 || st === 2 ? `\nrequested ${bytes(b[hit + 2])}` : '') +
       `\nsegment ${hex(s[0])}, ${bytes(s[1])}, ${s[3] === 0 ? 'small' : 'large'} pool${s[4] ? ', expandable' : ''}\nstream ${s[2]}` +
@@ -679,9 +679,18 @@
   }
 
   // ---- the block panel: a click on a block of the map ----
+  // Allocation `i` of the device shown (a block's fifth number) from the columns of allocs:
+  // [alloc event, step, time, free event, step, time, stream, call site, stack]; null for -1.
+  function allocation(i) {
+    const A = dev.allocs;
+    if (i === undefined || i < 0 || !A) return null;
+    return [A.alloc_event[i], A.alloc_step ? A.alloc_step[i] : -1, A.alloc_time[i], A.free_event[i],
+      A.free_step ? A.free_step[i] : -1, A.free_time[i], A.stream[i], A.site[i], A.stack[i]];
+  }
   let picked = null;  // { addr } of the block shown in the panel
-  function whenText(event, step, us) {
-    return `event ${num(event)}` + (step >= 0 ? `, ${stepText(step)}` : '') + timeText(us);
+  // `after` is microseconds after the input's first timed event (allocs[] write it so).
+  function whenText(event, step, after) {
+    return `event ${num(event)}` + (step >= 0 ? `, ${stepText(step)}` : '') + (after >= 0 ? timeText(D.first_time_us + after) : '');
   }
   function frameItem(f, i) {
     const fr = D.stack_frames[f];
@@ -705,7 +714,7 @@
   }
   function showBlock(s, k) {
     const box = document.getElementById('block-panel'), b = s[5], st = b[k + 3];
-    const a = b[k + 5] >= 0 ? dev.allocs[b[k + 5]] : null;
+    const a = allocation(b[k + 4]);
     picked = { addr: s[0] + b[k] };
     box.textContent = '';
     box.append(el('h3', {}, `${STATE[st]} block at ${hex(s[0] + b[k])}`));
@@ -717,7 +726,7 @@
     }
     rows.push(['stream', String(a ? a[6] : s[2])]);
     rows.push(['segment', `${hex(s[0])}, ${bytes(s[1])}, ${s[3] === 0 ? 'small' : 'large'} pool${s[4] ? ', expandable' : ''}`]);
-    const site = b[k + 4];
+    const site = a ? a[7] : -1;
     if (st === 1 || st === 2) rows.push(['call site', site >= 0 ? siteName(site) : 'none recorded']);
     box.append(el('table', { class: 'kv' }, ...rows.map(([l, v]) => el('tr', {}, el('th', {}, l), el('td', {}, v)))));
     if (a && a[8] >= 0) {
