@@ -21,7 +21,7 @@ FIXTURE = ROOT / "tests/data/snapshots/g5_three_devices_two_streams.pickle"
 OUT = ROOT / "docs" / "img"
 
 
-def box(b, *selectors, pad=6):
+def box(b, *selectors, pad=2):
     """The page rectangle around the elements `selectors` (x, y, w, h)."""
     rects = [b.evaluate(f"(() => {{ const r = document.querySelector('{s}')"
                         ".getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; })()")

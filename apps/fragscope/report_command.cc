@@ -66,9 +66,17 @@ inside) that shows, per device:
   * the timeline of reserved, allocated, requested, cached free, largest free block, max
     allocatable and the fragmentation ratio (the OOM risk levels with --forecast), zoomable
     (drag to zoom, double-click to reset), with the OOM events marked;
+  * active memory by call site: the allocated bytes of the top 8 call sites and of the rest,
+    stacked, at every sample, computed from every event;
   * the memory map at the moment you click on the timeline: one row per segment, blocks
     coloured allocated / pending free / free / stranded; hover a block for its address, size,
-    requested size, stream and call site;
+    requested size, stream and call site; click it for its whole stack (a snapshot's; the
+    allocator's and dispatcher's frames folded) and when it was allocated and freed;
+  * a search box: blocks whose stack names a function or file ("attention", "model.py") or of
+    a size (">=64MiB") are highlighted in the map, and their total is charted over the kept
+    moments;
+  * every chart's x axis says what it counts: seconds when the input has times, steps when it
+    has step markers, the event index otherwise;
   * the OOM panel: the failing request against the free blocks of its pool, and explain's
     verdict and ranked remedies (docs/explain.md);
   * the call sites whose live blocks strand the most free memory;

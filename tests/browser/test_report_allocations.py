@@ -277,6 +277,11 @@ def test_call_site_timeline_top_site(browser, tmp_path):
     assert "mlp" in legend and "attention" in legend
     pixels = b.pixels(rect(b, "#chart-sites"))
     assert count_near(pixels, (78, 121, 167), 12) > 100, "mlp's layer is not drawn"
+    # A click on a point of the chart, near its end: each site's bytes there.
+    x, y, w, h = rect(b, "#chart-sites")
+    b.click(x + w - 20, y + h / 3)
+    at = b.evaluate("document.getElementById('sites-at').textContent")
+    assert " in mlp 40.0 MiB" in at and " in loss 2.0 MiB" in at and "attention" not in at, at
 
 
 @pytest.mark.parametrize("name", [n for n in SNAPSHOTS if n.startswith("real")])

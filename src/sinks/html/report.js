@@ -567,6 +567,20 @@
     if (dev.frames.length) frameIndex = frameFor(event);
     drawCharts();
     drawMap();
+    sitesAt();
+  }
+  // Under the call-site chart: each site's bytes at the sample of the chosen moment (a click
+  // on any timeline chooses it).
+  function sitesAt() {
+    const box = document.getElementById('sites-at');
+    if (!box || moment === null) return;
+    const s = dev.series, n = s.end_event.length;
+    if (!n) return;
+    const i = Math.min(n - 1, lowerBound(s.end_event, moment));
+    const parts = siteLayers().map((l) => [l.name, l.values[i]]).filter((x) => x[1] > 0);
+    box.textContent = `At the end of the sample of event ${num(moment)} (events ${num(s.first_event[i])}–${num(s.end_event[i] - 1)}` +
+      `${s.step_first[i] >= 0 ? ', ' + stepText(s.step_first[i]) : ''}${timeText(s.time_us[i])}): ` +
+      (parts.length ? parts.map(([name, v]) => `${name} ${bytes(v)}`).join(' · ') : 'nothing allocated');
   }
   api.selectMoment = (event) => { selectMoment(event); return frameIndex; };
   // The x axis: its labelling and the ticks of the charts' current view.
@@ -883,7 +897,8 @@
       app.append(el('div', { class: 'legend', id: 'sites-legend' }, ...layers.map((l) => el('span', {}, el('i', { style: 'background:' + l.color }), l.name))));
       const c3 = el('canvas', { id: 'chart-sites', class: 'chart' });
       app.append(c3, el('div', { class: 'hint' }, `The allocated bytes (as the timeline's allocated line: a block pending free no longer counts) by the call site that allocated them, at the end of each sample, from every event; ` +
-        `the ${num(dev.site_timeline.sites.length)} sites with the highest peak, and the rest together.`));
+        `the ${num(dev.site_timeline.sites.length)} sites with the highest peak, and the rest together. Click a point for each site's bytes there.`),
+        el('div', { id: 'sites-at', class: 'hint' }));
       charts.push({ canvas: c3, spec: { kind: 'sites', height: 220 } });
     }
     charts.forEach((c) => attachChart(c.canvas));
