@@ -221,7 +221,9 @@ def site_snapshot(path):
     seg, t = 0x7F0000000000, 1_708_187_029_490_966
 
     def stack(name, file, line):
-        return [{"name": "malloc", "filename": "CUDACachingAllocator.cpp", "line": 0},
+        return [{"name": "torch::unwind::unwind()", "filename": "", "line": 0},
+                {"name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"
+                 "(signed char, unsigned long, CUstream_st*)", "filename": "", "line": 0},
                 {"name": name, "filename": file, "line": line},
                 {"name": "main", "filename": "train.py", "line": 3}]
 
@@ -277,6 +279,20 @@ def test_call_site_timeline_top_site(browser, tmp_path):
     assert "mlp" in legend and "attention" in legend
     pixels = b.pixels(rect(b, "#chart-sites"))
     assert count_near(pixels, (78, 121, 167), 12) > 100, "mlp's layer is not drawn"
+    # The mlp block's panel: its stack with the allocator's frame folded, closed until opened.
+    b.evaluate("(() => { const s = document.getElementById('frame-slider');"
+               " return fragscopeReport.selectFrame(Number(s.max)); })()")
+    point = json.loads(b.evaluate("JSON.stringify(fragscopeReport.blockPoint((blk) =>"
+                                  " blk[4] >= 0 && blk[1] === 40 * 1048576))"))
+    b.click(point["x"], point["y"])
+    panel = b.evaluate("document.getElementById('block-panel').textContent")
+    assert "2 frames of the unwinder, allocator, dispatcher or interpreter (folded)" in panel, panel
+    stack = panel[panel.index("Stack (innermost first"):]
+    assert stack.index("unwind") < stack.index("malloc") < stack.index("mlp") < \
+        stack.index("main"), stack
+    assert b.evaluate("document.querySelectorAll('#block-panel details').length") == 1
+    assert b.evaluate("document.querySelector('#block-panel details').open") is False
+    assert "event 3" in panel and "not freed by the end of the input" in panel, panel
     # A click on a point of the chart, near its end: each site's bytes there.
     x, y, w, h = rect(b, "#chart-sites")
     b.click(x + w - 20, y + h / 3)
