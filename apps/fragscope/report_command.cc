@@ -66,9 +66,17 @@ inside) that shows, per device:
   * the timeline of reserved, allocated, requested, cached free, largest free block, max
     allocatable and the fragmentation ratio (the OOM risk levels with --forecast), zoomable
     (drag to zoom, double-click to reset), with the OOM events marked;
+  * active memory by call site: the allocated bytes of the top 8 call sites and of the rest,
+    stacked, at every sample, computed from every event;
   * the memory map at the moment you click on the timeline: one row per segment, blocks
     coloured allocated / pending free / free / stranded; hover a block for its address, size,
-    requested size, stream and call site;
+    requested size, stream and call site; click it for its whole stack (a snapshot's; the
+    allocator's and dispatcher's frames folded) and when it was allocated and freed;
+  * a search box: blocks whose stack names a function or file ("attention", "model.py") or of
+    a size (">=64MiB") are highlighted in the map, and their total is charted over the kept
+    moments;
+  * every chart's x axis says what it counts: seconds when the input has times, steps when it
+    has step markers, the event index otherwise;
   * the OOM panel: the failing request against the free blocks of its pool, and explain's
     verdict and ranked remedies (docs/explain.md);
   * the call sites whose live blocks strand the most free memory;
@@ -222,6 +230,7 @@ int RunReport(const ReportCommandFlags& flags) {
   // rounding rules the analyzer's model uses too). Its budget (--max-map-blocks) ends the
   // analysis as soon as the maps it must keep outgrow it.
   std::vector<Frame> call_sites;
+  std::vector<std::vector<std::uint32_t>> stacks;  // a snapshot's (Event::stack)
   std::vector<analysis::DeviceFrames> frames;
   std::unique_ptr<analysis::LayoutRecorder> recorder;
   Status recorder_status;  // a header whose settings the recorder refuses
@@ -252,7 +261,7 @@ int RunReport(const ReportCommandFlags& flags) {
   auto analyze_with_frames = [&](const std::string& path) -> Result<analysis::AnalysisResult> {
     recorder.reset();
     Result<analysis::AnalysisResult> analyzed =
-        AnalyzeInput(path, options, TraceLimits{}, 1, record, &call_sites);
+        AnalyzeInput(path, options, TraceLimits{}, 1, record, &call_sites, &stacks);
     if (!analyzed.ok()) return analyzed.status();
     if (Status s = finish_recording(); !s.ok()) return s;
     return analyzed;
@@ -288,6 +297,7 @@ int RunReport(const ReportCommandFlags& flags) {
     // `record` runs on the analysis thread (the only one that feeds it), done when this returns.
     request.tap = record;
     call_sites.clear();  // simulated events name no call site
+    stacks.clear();
     recorder.reset();
     Result<ReplayRun> replayed = ReplayInput(request);
     if (!replayed.ok()) return BadInput(replayed.status().message());
@@ -305,6 +315,7 @@ int RunReport(const ReportCommandFlags& flags) {
   if (run) input.replay = &run->replay;
   input.frames = std::move(frames);
   input.call_sites = std::move(call_sites);
+  input.stacks = std::move(stacks);
   // The capacity of each device with an OOM: the replay's, the input's, else (a snapshot) the
   // one its recorded OOM shows (reserved + driver free, as `replay` takes it).
   std::map<std::int32_t, std::uint64_t> capacities, used_by_others;

@@ -71,6 +71,10 @@ struct Event {
   bool has_stream = false;
   /// Call-site id (a frame defined in the trace), -1 = none.
   std::int32_t frame = -1;
+  /// alloc / block of a snapshot: the allocation's whole stack, an index into the snapshot's
+  /// stack table (sources::Snapshot::stacks, whose frame indexes are the reader's frames()
+  /// ids); -1 = none. Traces do not carry it (their events name a call site only).
+  std::int32_t stack = -1;
   /// set_allocator_settings: the PYTORCH_CUDA_ALLOC_CONF-style string.
   std::string conf;
 };

@@ -75,6 +75,9 @@ struct LayoutBlock {
   model::BlockState state = model::BlockState::kFree;
   bool stranded = false;    // free and smaller than its pool's stranding threshold
   std::int32_t frame = -1;  // call site of the allocation (TraceReader::frames()), -1 = unknown
+  /// The allocation in the block (allocated or pending free): an index into its device's
+  /// DeviceFrames::allocations (layout_frames.h); -1 = none (free, or not recorded).
+  std::int32_t allocation = -1;
 };
 
 struct LayoutSegment {

@@ -1,6 +1,7 @@
 #include "analysis/layout_frames.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -34,6 +35,14 @@ struct LayoutRecorder::Impl {
     std::size_t ooms = 0;
     std::optional<LayoutFrame> peak;  // at the high-water mark of allocated bytes (within 1%)
     std::uint64_t peak_bytes = 0;     // allocated bytes when `peak` was taken
+    // The live allocations by address: what a map's block refers to, and whose site loses
+    // the bytes when it is freed.
+    struct Live {
+      LayoutAllocation what;
+      std::uint64_t bytes = 0;     // the block's bytes counted for its site
+      std::int32_t recorded = -1;  // index in frames.allocations once a map shows it
+    };
+    std::unordered_map<std::uint64_t, Live> live;
   };
 
   Impl(model::AllocatorRules r, const LayoutFramesOptions& o)
@@ -58,7 +67,51 @@ struct LayoutRecorder::Impl {
             LargePoolThreshold(d.large_window.Quantile(options.stranded_quantile))};
   }
 
-  LayoutFrame Capture(const Device& d, FrameReason reason) const {
+  // After `e` was applied to the model (`before`: the device's allocated bytes before it):
+  // the live allocations and the call sites' bytes follow it.
+  void Track(Device& d, const Event& e, std::uint64_t before, bool start_state) {
+    const std::uint64_t after = model.FindDevice(e.device)->allocated();
+    const auto index = static_cast<std::int64_t>(events);
+    if (e.action == Action::kAlloc || e.action == Action::kBlock) {
+      Device::Live l;
+      l.what.alloc_event = start_state ? -1 : index;
+      l.what.alloc_step = step;
+      l.what.alloc_time_us = time_us;
+      l.what.stream = e.stream;
+      l.what.site = e.frame;
+      l.what.stack = e.stack;
+      l.bytes = after > before ? after - before : 0;
+      if (l.bytes > 0) {
+        d.frames.site_changes.push_back({events, e.frame, static_cast<std::int64_t>(l.bytes)});
+      }
+      d.live.insert_or_assign(e.addr, l);
+      return;
+    }
+    if (e.action != Action::kFreeRequested && e.action != Action::kFreeCompleted) return;
+    const auto it = d.live.find(e.addr);
+    if (it == d.live.end()) return;
+    Device::Live& l = it->second;
+    if (l.what.free_event < 0 && !start_state) {
+      l.what.free_event = index;
+      l.what.free_step = step;
+      l.what.free_time_us = time_us;
+      if (l.recorded >= 0) {
+        LayoutAllocation& shown = d.frames.allocations[static_cast<std::size_t>(l.recorded)];
+        shown.free_event = index;
+        shown.free_step = step;
+        shown.free_time_us = time_us;
+      }
+    }
+    // The site's bytes are allocated bytes: they leave with the free request (a pending free
+    // block is no longer allocated); the block stays described until it is free.
+    if (after < before && l.bytes > 0) {
+      d.frames.site_changes.push_back({events, l.what.site, -static_cast<std::int64_t>(l.bytes)});
+      l.bytes = 0;
+    }
+    if (e.action == Action::kFreeCompleted) d.live.erase(it);
+  }
+
+  LayoutFrame Capture(Device& d, FrameReason reason) {
     LayoutFrame f;
     f.event_index = events;
     f.step = step;
@@ -79,12 +132,25 @@ struct LayoutRecorder::Impl {
       memory->ForEachBlock(seg, [&](const model::Block& b) {
         ls.blocks.push_back(LayoutBlock{b.addr, b.size, b.requested, b.state,
                                         b.state == model::BlockState::kFree && b.size < threshold,
-                                        b.frame});
+                                        b.frame, Recorded(d, b)});
       });
       f.blocks += ls.blocks.size();
       f.segments.push_back(std::move(ls));
     });
     return f;
+  }
+
+  // The index in d.frames.allocations of the allocation in block `b`, added at its first map;
+  // -1 for a free block.
+  static std::int32_t Recorded(Device& d, const model::Block& b) {
+    if (b.state == model::BlockState::kFree) return -1;
+    const auto it = d.live.find(b.addr);
+    if (it == d.live.end()) return -1;
+    if (it->second.recorded < 0) {
+      it->second.recorded = static_cast<std::int32_t>(d.frames.allocations.size());
+      d.frames.allocations.push_back(it->second.what);
+    }
+    return it->second.recorded;
   }
 
   // Drops every other periodic frame of every device (oldest kept) and doubles the period.
@@ -191,8 +257,14 @@ struct LayoutRecorder::Impl {
         e.action != Action::kStep && (!options.device || e.device == *options.device);
     if (wanted && e.device >= 0 && e.device < model::MemoryModel::kMaxDevices) {
       Device& d = DeviceFor(e.device);
+      const model::DeviceMemory* memory = model.FindDevice(e.device);
+      const std::uint64_t before = memory != nullptr ? memory->allocated() : 0;
       if (!d.frames.stopped && start_state) {
-        if (!model.Apply(e).ok()) d.frames.stopped = true;
+        if (!model.Apply(e).ok()) {
+          d.frames.stopped = true;
+        } else {
+          Track(d, e, before, true);
+        }
       } else if (!d.frames.stopped) {
         if (e.action == Action::kOom && d.ooms < kMaxOomDiagnoses) {
           ++d.ooms;
@@ -208,7 +280,9 @@ struct LayoutRecorder::Impl {
             d.large_window.Add(e.size);
           }
         }
-        if (!model.Apply(e).ok()) {
+        const bool applied = model.Apply(e).ok();
+        if (applied) Track(d, e, before, false);
+        if (!applied) {
           d.frames.stopped = true;
         } else if (e.action == Action::kAlloc) {
           const std::uint64_t allocated = model.FindDevice(e.device)->allocated();
@@ -241,6 +315,31 @@ struct LayoutRecorder::Impl {
   std::size_t periodic = 0;  // periodic frames of all devices
   Status status;             // the budget's refusal (Fit): nothing more is recorded
 };
+
+namespace {
+
+// Leaves in `frames->allocations` only those a kept frame's block names (thinned frames named
+// others), renumbered in order.
+void KeepShownAllocations(DeviceFrames* frames) {
+  std::vector<std::int32_t> renumbered(frames->allocations.size(), -1);
+  std::vector<LayoutAllocation> kept;
+  for (LayoutFrame& f : frames->frames) {
+    for (LayoutSegment& s : f.segments) {
+      for (LayoutBlock& b : s.blocks) {
+        if (b.allocation < 0) continue;
+        std::int32_t& to = renumbered[static_cast<std::size_t>(b.allocation)];
+        if (to < 0) {
+          to = static_cast<std::int32_t>(kept.size());
+          kept.push_back(frames->allocations[static_cast<std::size_t>(b.allocation)]);
+        }
+        b.allocation = to;
+      }
+    }
+  }
+  frames->allocations = std::move(kept);
+}
+
+}  // namespace
 
 LayoutRecorder::LayoutRecorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 LayoutRecorder::~LayoutRecorder() = default;
@@ -278,6 +377,7 @@ Result<std::vector<DeviceFrames>> LayoutRecorder::Finish() {
         d.frames.frames.begin(), d.frames.frames.end(),
         [](const LayoutFrame& a, const LayoutFrame& b) { return a.event_index < b.event_index; });
     d.frames.period = impl_->period;
+    KeepShownAllocations(&d.frames);
     out.push_back(std::move(d.frames));
   }
   return out;

@@ -15,6 +15,11 @@
 // and every frame is released. The stranded flag uses the analyzer's rule (a free block below
 // its pool's threshold: a fixed threshold, else the quantile of recent requests).
 //
+// Every allocation in a kept map is described once per device (LayoutAllocation: when it was
+// made and freed, its stream, call site and stack), and every change of the bytes a call site
+// holds is logged (SiteBytesChange), from every event, so that the report can draw "active
+// memory by call site" at any sample of the timeline exactly (issue 33 item 1).
+//
 // Thread safety: none; one thread feeds events.
 #ifndef FRAGSCOPE_ANALYSIS_LAYOUT_FRAMES_H_
 #define FRAGSCOPE_ANALYSIS_LAYOUT_FRAMES_H_
@@ -48,6 +53,33 @@ struct LayoutFrame {
   std::uint64_t blocks = 0;  // Σ blocks of the segments
 };
 
+/// An allocation (an allocated or pending-free block) seen in a kept map. Event indices count
+/// the events of every device (as LayoutFrame::event_index); -1 = not known.
+struct LayoutAllocation {
+  /// The index of its alloc event; -1: it was live when a snapshot's recorded history began
+  /// (a `block` event of the rebuilt start state).
+  std::int64_t alloc_event = -1;
+  std::int64_t alloc_step = -1;
+  std::int64_t alloc_time_us = -1;  // the time of the last timed event at or before it
+  /// The index of its first free event (free_requested, else free_completed); -1: not freed
+  /// by the end of the input.
+  std::int64_t free_event = -1;
+  std::int64_t free_step = -1;
+  std::int64_t free_time_us = -1;
+  std::uint64_t stream = 0;
+  std::int32_t site = -1;   // Event::frame
+  std::int32_t stack = -1;  // Event::stack (snapshots)
+};
+
+/// The allocated bytes (as DeviceMemory::allocated() counts them: a pending-free block no
+/// longer) of call site `site` (-1: none recorded) change by `delta_bytes` with event `event`
+/// (an index: the state after events [0, end) includes it when event < end).
+struct SiteBytesChange {
+  std::uint64_t event = 0;
+  std::int32_t site = -1;
+  std::int64_t delta_bytes = 0;
+};
+
 struct LayoutFramesOptions {
   std::size_t max_frames = 64;         // periodic frames per device (>= 2)
   std::uint64_t max_blocks = 600'000;  // blocks of all frames of all devices
@@ -63,6 +95,10 @@ struct DeviceFrames {
   std::vector<LayoutFrame> frames;  // by event index
   std::uint64_t period = 0;         // events between periodic frames at the end
   bool stopped = false;             // the model rejected an event: no frames after it
+  /// The allocations the frames' blocks name (LayoutBlock::allocation), each once.
+  std::vector<LayoutAllocation> allocations;
+  /// Every change of a call site's live bytes, in event order (until `stopped`).
+  std::vector<SiteBytesChange> site_changes;
 };
 
 class LayoutRecorder {

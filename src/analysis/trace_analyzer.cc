@@ -559,9 +559,9 @@ struct TraceAnalyzer::Impl {
             const std::uint64_t threshold =
                 seg.pool == Pool::kSmall ? in.small_threshold : in.large_threshold;
             d.memory->ForEachBlock(seg, [&](const model::Block& b) {
-              ls.blocks.push_back(
-                  LayoutBlock{b.addr, b.size, b.requested, b.state,
-                              b.state == model::BlockState::kFree && b.size < threshold, b.frame});
+              ls.blocks.push_back(LayoutBlock{
+                  b.addr, b.size, b.requested, b.state,
+                  b.state == model::BlockState::kFree && b.size < threshold, b.frame, -1});
             });
             r.layout.push_back(std::move(ls));
           });

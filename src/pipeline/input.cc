@@ -421,7 +421,7 @@ Result<RequestEvents> ReadRequestEvents(OpenedInput& input, const std::string& p
 Result<analysis::AnalysisResult> AnalyzeInput(
     const std::string& path, const analysis::AnalysisOptions& options, const TraceLimits& limits,
     unsigned threads, const std::function<Status(const TraceHeader&, const Event&, bool)>& tap,
-    std::vector<Frame>* call_sites) {
+    std::vector<Frame>* call_sites, std::vector<std::vector<std::uint32_t>>* stacks) {
   Result<OpenedInput> opened = OpenInput(path, limits);
   if (!opened.ok()) return opened.status();
   TraceReader& reader = *opened->reader;
@@ -480,6 +480,10 @@ Result<analysis::AnalysisResult> AnalyzeInput(
     for (analysis::SiteStranding& s : d.stranding_sites) analysis::NameSite(reader.frames(), &s);
   }
   if (call_sites != nullptr) *call_sites = reader.frames();
+  if (stacks != nullptr) {
+    stacks->clear();
+    if (opened->snapshot != nullptr) *stacks = opened->snapshot->snapshot().stacks;
+  }
   return result;
 }
 

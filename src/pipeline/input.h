@@ -118,12 +118,15 @@ std::string RebuiltPeaksNote();
 /// (`report` records layouts) and whether it rebuilt a snapshot's start state (true: it is not
 /// a moment of the recorded run); with a tap a trace is analyzed on this thread. An error from
 /// the tap ends the read with it (a snapshot's too, when it is kLimitExceeded). `call_sites`
-/// (optional) receives the input's call-site table (the ids of Event::frame).
+/// (optional) receives the input's call-site table (the ids of Event::frame), and `stacks`
+/// (optional) a snapshot's stack table (the ids of Event::stack: frame ids, innermost first;
+/// empty for a trace).
 Result<analysis::AnalysisResult> AnalyzeInput(
     const std::string& path, const analysis::AnalysisOptions& options,
     const TraceLimits& limits = {}, unsigned threads = 0,
     const std::function<Status(const TraceHeader&, const Event&, bool)>& tap = {},
-    std::vector<Frame>* call_sites = nullptr);
+    std::vector<Frame>* call_sites = nullptr,
+    std::vector<std::vector<std::uint32_t>>* stacks = nullptr);
 
 }  // namespace fragscope::pipeline
 

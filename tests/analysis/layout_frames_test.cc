@@ -227,5 +227,76 @@ TEST(LayoutRecorderTest, ARejectedEventStopsThatDevice) {
   EXPECT_TRUE(frames[0].stopped);
 }
 
+// Issue 33 item 1: each allocation a kept map shows is described once (when it was made and
+// freed, stream, call site, stack), and every change of a call site's live bytes is logged
+// with the index of the event that made it.
+TEST(LayoutRecorderTest, AllocationsAndSiteBytesFollowEveryEvent) {
+  auto alloc = [](std::uint64_t addr, std::uint64_t size, std::int32_t site, std::int32_t stack,
+                  std::int64_t time_us) {
+    Event e = Ev(Action::kAlloc, addr, size);
+    e.frame = site;
+    e.stack = stack;
+    e.stream = 7;
+    e.time_us = time_us;
+    return e;
+  };
+  std::vector<Event> events = {
+      Ev(Action::kSegmentAlloc, S, 20 * kMiB),    // 0
+      alloc(S, 4 * kMiB, 3, 11, 100),             // 1
+      alloc(S + 4 * kMiB, 8 * kMiB, 5, 12, 110),  // 2
+      Ev(Action::kFreeRequested, S, 4 * kMiB),    // 3
+      Ev(Action::kFreeCompleted, S, 4 * kMiB),    // 4
+  };
+  events[3].time_us = 120;
+  LayoutFramesOptions options;
+  options.first_period = 1000;  // no periodic frame: the peak (after event 2) and the end
+  const std::vector<DeviceFrames> frames = Record(events, options);
+  ASSERT_EQ(frames.size(), 1u);
+  const DeviceFrames& d = frames[0];
+
+  // The site log: +4 MiB for site 3 at event 1, +8 MiB for site 5 at event 2, -4 MiB for site
+  // 3 when the block left the allocated bytes.
+  ASSERT_EQ(d.site_changes.size(), 3u);
+  EXPECT_EQ(d.site_changes[0].event, 1u);
+  EXPECT_EQ(d.site_changes[0].site, 3);
+  EXPECT_EQ(d.site_changes[0].delta_bytes, static_cast<std::int64_t>(4 * kMiB));
+  EXPECT_EQ(d.site_changes[1].event, 2u);
+  EXPECT_EQ(d.site_changes[1].site, 5);
+  EXPECT_EQ(d.site_changes[2].site, 3);
+  EXPECT_EQ(d.site_changes[2].delta_bytes, -static_cast<std::int64_t>(4 * kMiB));
+  EXPECT_GE(d.site_changes[2].event, 3u);
+
+  // The peak map holds both allocations; the first is freed at event 3 (its free request).
+  const LayoutFrame* peak = nullptr;
+  for (const LayoutFrame& f : d.frames) {
+    if (f.reason == FrameReason::kPeak) peak = &f;
+  }
+  ASSERT_NE(peak, nullptr);
+  std::vector<std::int32_t> shown;
+  for (const LayoutSegment& seg : peak->segments) {
+    for (const LayoutBlock& b : seg.blocks) {
+      if (b.state == model::BlockState::kFree) {
+        EXPECT_EQ(b.allocation, -1);
+      } else {
+        shown.push_back(b.allocation);
+      }
+    }
+  }
+  ASSERT_EQ(shown.size(), 2u);
+  ASSERT_EQ(d.allocations.size(), 2u);
+  const LayoutAllocation& first = d.allocations[static_cast<std::size_t>(shown[0])];
+  const LayoutAllocation& second = d.allocations[static_cast<std::size_t>(shown[1])];
+  EXPECT_EQ(first.alloc_event, 1);
+  EXPECT_EQ(first.alloc_time_us, 100);
+  EXPECT_EQ(first.free_event, 3);
+  EXPECT_EQ(first.free_time_us, 120);
+  EXPECT_EQ(first.site, 3);
+  EXPECT_EQ(first.stack, 11);
+  EXPECT_EQ(first.stream, 7u);
+  EXPECT_EQ(second.alloc_event, 2);
+  EXPECT_EQ(second.free_event, -1);  // live at the end
+  EXPECT_EQ(second.stack, 12);
+}
+
 }  // namespace
 }  // namespace fragscope::analysis

@@ -167,3 +167,62 @@ def test_tune_table_matches_tune(tmp_path):
     assert [t["conf"] for t in data["tune"]] == [x["alloc_conf"] for x in rows]
     assert data["tune"][0]["peak_reserved"] == rows[0]["peak_reserved_bytes"]
     assert data["tune"][0]["oom"] is False
+
+
+def plain_trace(path, timed):
+    """An allocator trace without step markers; its events carry times when `timed`."""
+    mib = 1 << 20
+    lines = [{"format": "fragscope-trace", "version": 1, "kind": "allocator",
+              "devices": [{"device": 0, "capacity_bytes": 1 << 30}]},
+             {"action": "segment_alloc", "addr": 1 << 30, "size": 20 * mib, "pool": "large"}]
+    for k in range(30):
+        for action in ("alloc", "free_requested", "free_completed"):
+            lines.append({"action": action, "addr": 1 << 30, "size": 4 * mib})
+    if timed:
+        for k, line in enumerate(lines[1:]):
+            line["time_us"] = 1_000_000 + 10 * k
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_json_names_the_timeline_axis(tmp_path):
+    # Issue 33 item 4: what a chart of the timeline is drawn against, as the page does it.
+    plain_trace(tmp_path / "plain.jsonl", timed=False)
+    plain_trace(tmp_path / "timed.jsonl", timed=True)
+    for path, axis in ((tmp_path / "plain.jsonl", "event"), (tmp_path / "timed.jsonl", "time"),
+                       ("tests/data/snapshots/g2_time_us.pickle", "time"),
+                       (CLI + "two_devices.jsonl", "step")):
+        p = run("analyze", path, "--json", "--no-map")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["timeline_axis"] == axis, path
+
+
+def test_page_interns_frames_and_stacks(tmp_path):
+    # Issue 33 item 1: each frame once in the page, stacks as frame ids, allocations as stack ids.
+    out = tmp_path / "r.html"
+    p = run("report", "tests/data/snapshots/g5_three_devices_two_streams.pickle", "-o", out)
+    assert p.returncode == 0, p.stderr
+    _, data = page_data(out)
+    frames, stacks = data["stack_frames"], data["stacks"]
+    assert frames and stacks
+    assert len({tuple(f[:3]) for f in frames}) == len(frames), "a frame is written twice"
+    assert all(0 <= f < len(frames) for s in stacks for f in s)
+    used = set()
+    for d in data["devices"]:
+        allocs = d["allocs"]
+        n = len(allocs["stack"])
+        assert all(len(allocs[k]) == n for k in ("alloc_event", "alloc_time", "free_event",
+                                                 "free_time", "stream", "site"))
+        for stack in allocs["stack"]:
+            assert -1 <= stack < len(stacks)
+            used.add(stack)
+        for frame in d["frames"]:
+            for seg in frame["segs"]:
+                if isinstance(seg, list):
+                    blocks = seg[5]
+                    assert len(blocks) % 5 == 0
+                    for k in range(0, len(blocks), 5):
+                        held = blocks[k + 3] in (1, 2)
+                        assert (blocks[k + 4] >= 0) == held, blocks[k:k + 5]
+                        assert blocks[k + 4] < n
+    assert used - {-1} == set(range(len(stacks))), "a stack no allocation uses"
+    assert len({tuple(s) for s in stacks}) == len(stacks), "a stack is written twice"

@@ -95,7 +95,7 @@ TEST(HtmlReportTest, UnchangedSegmentsAreWrittenAsReferences) {
   seg.addr = 1 << 20;
   seg.size = 2 * kMiB;
   seg.blocks.push_back(
-      analysis::LayoutBlock{seg.addr, seg.size, 0, model::BlockState::kFree, false, -1});
+      analysis::LayoutBlock{seg.addr, seg.size, 0, model::BlockState::kFree, false, -1, -1});
   for (std::uint64_t e : {10u, 20u}) {
     analysis::LayoutFrame f;
     f.event_index = e;

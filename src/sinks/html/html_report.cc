@@ -1,9 +1,11 @@
 #include "sinks/html/html_report.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "common/units.h"
 #include "model/caching_allocator_sim.h"
 #include "sinks/html/report_assets.h"
+#include "sources/call_site.h"
 
 namespace fragscope::sinks {
 namespace {
@@ -49,15 +52,16 @@ int StateCode(const analysis::LayoutBlock& b) {
   return b.stranded ? 3 : 0;
 }
 
-json HtmlSegmentJson(const analysis::LayoutSegment& s, std::set<std::int32_t>* sites) {
+// A block is [offset, size, requested, state, allocation]: its call site, stack and history
+// are the allocation's (AllocationsJson), written once however many maps show it.
+json HtmlSegmentJson(const analysis::LayoutSegment& s) {
   json blocks = json::array();
   for (const analysis::LayoutBlock& b : s.blocks) {
     blocks.push_back(b.addr - s.addr);
     blocks.push_back(b.size);
     blocks.push_back(b.requested);
     blocks.push_back(StateCode(b));
-    blocks.push_back(b.frame);
-    if (b.frame >= 0) sites->insert(b.frame);
+    blocks.push_back(b.allocation);
   }
   return json::array(
       {s.addr, s.size, s.stream, s.pool == Pool::kSmall ? 0 : 1, s.expandable, std::move(blocks)});
@@ -71,7 +75,7 @@ bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment
     const analysis::LayoutBlock& x = a.blocks[i];
     const analysis::LayoutBlock& y = b.blocks[i];
     if (x.addr != y.addr || x.size != y.size || x.requested != y.requested || x.state != y.state ||
-        x.stranded != y.stranded || x.frame != y.frame)
+        x.stranded != y.stranded || x.frame != y.frame || x.allocation != y.allocation)
       return false;
   }
   return true;
@@ -80,7 +84,7 @@ bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment
 // Frames of one device. A segment unchanged since the previous frame is written as the index
 // of that segment in the previous frame (a number instead of an array): long runs repeat most
 // segments from frame to frame.
-json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) {
+json FramesJson(const analysis::DeviceFrames& d) {
   json out = json::array();
   const analysis::LayoutFrame* previous = nullptr;
   for (const analysis::LayoutFrame& f : d.frames) {
@@ -95,7 +99,7 @@ json FramesJson(const analysis::DeviceFrames& d, std::set<std::int32_t>* sites) 
       if (it != before.end() && SameSegment(previous->segments[it->second], s)) {
         segs.push_back(it->second);
       } else {
-        segs.push_back(HtmlSegmentJson(s, sites));
+        segs.push_back(HtmlSegmentJson(s));
       }
     }
     out.push_back({{"event", f.event_index},
@@ -192,6 +196,156 @@ json HtmlForecastJson(const analysis::DeviceForecast& f) {
           {"first_warning_step", f.first_warning_step ? json(*f.first_warning_step) : json()},
           {"first_critical_step", f.first_critical_step ? json(*f.first_critical_step) : json()},
           {"notes", f.notes}};
+}
+
+// The stacks the page shows, interned: a frame table ([name, file, line, folded]; folded: 1 for
+// the machinery a call site is never named after, sources/call_site.h) and a stack table of
+// frame ids, each holding only what the allocations of the kept maps refer to, renumbered.
+class StackTables {
+ public:
+  StackTables(const std::vector<Frame>& frames,
+              const std::vector<std::vector<std::uint32_t>>& stacks)
+      : frames_(frames), stacks_(stacks) {}
+
+  // The page's id of input stack `stack`; -1 for none. Stacks with the same frames share one
+  // id (a snapshot interns stacks by object identity: equal lists are not always one).
+  std::int32_t Intern(std::int32_t stack) {
+    if (stack < 0 || static_cast<std::size_t>(stack) >= stacks_.size()) return -1;
+    if (const auto known = stack_ids_.find(stack); known != stack_ids_.end()) {
+      return known->second;
+    }
+    std::vector<std::int32_t> ids;
+    for (const std::uint32_t f : stacks_[static_cast<std::size_t>(stack)]) {
+      if (f >= frames_.size()) continue;
+      const auto [fit, fresh] =
+          frame_ids_.try_emplace(f, static_cast<std::int32_t>(frame_table_.size()));
+      if (fresh) {
+        const Frame& frame = frames_[f];
+        const bool folded =
+            sources::IsMachinery(sources::ClassifyFrame({frame.name, frame.filename}));
+        frame_table_.push_back(
+            json::array({frame.name, frame.filename, frame.line, folded ? 1 : 0}));
+      }
+      ids.push_back(fit->second);
+    }
+    const auto [it, inserted] =
+        by_content_.try_emplace(ids, static_cast<std::int32_t>(stack_table_.size()));
+    if (inserted) stack_table_.push_back(ids);
+    stack_ids_.emplace(stack, it->second);
+    return it->second;
+  }
+  json TakeFrames() { return std::move(frame_table_); }
+  json TakeStacks() { return std::move(stack_table_); }
+
+ private:
+  const std::vector<Frame>& frames_;
+  const std::vector<std::vector<std::uint32_t>>& stacks_;
+  std::unordered_map<std::int32_t, std::int32_t> stack_ids_;  // input id -> page id
+  std::map<std::vector<std::int32_t>, std::int32_t> by_content_;
+  std::unordered_map<std::uint32_t, std::int32_t> frame_ids_;
+  json frame_table_ = json::array();
+  json stack_table_ = json::array();
+};
+
+// The allocations of the kept maps, as columns (index = a block's allocation): alloc_event,
+// alloc_step, alloc_time, free_event, free_step, free_time, stream, site, stack; -1 where
+// unknown (an alloc event of -1: live when the recorded history began, a free event of -1: not
+// freed by the end). A step column of an input without steps is null (all -1). Times are
+// microseconds after `first_time_us` (the input's first timed event): short numbers, where
+// epoch microseconds take 16 digits each.
+json AllocationsJson(const analysis::DeviceFrames& d, std::int64_t first_time_us,
+                     StackTables* stacks, std::set<std::int32_t>* sites) {
+  const auto since_first = [first_time_us](std::int64_t t) -> std::int64_t {
+    return t >= 0 && first_time_us >= 0 && t >= first_time_us ? t - first_time_us : -1;
+  };
+  json alloc_event = json::array(), alloc_step = json::array(), alloc_time = json::array();
+  json free_event = json::array(), free_step = json::array(), free_time = json::array();
+  json stream = json::array(), site = json::array(), stack = json::array();
+  bool steps = false;
+  for (const analysis::LayoutAllocation& a : d.allocations) {
+    alloc_event.push_back(a.alloc_event);
+    alloc_step.push_back(a.alloc_step);
+    alloc_time.push_back(since_first(a.alloc_time_us));
+    free_event.push_back(a.free_event);
+    free_step.push_back(a.free_step);
+    free_time.push_back(since_first(a.free_time_us));
+    stream.push_back(a.stream);
+    site.push_back(a.site);
+    stack.push_back(stacks->Intern(a.stack));
+    steps = steps || a.alloc_step >= 0 || a.free_step >= 0;
+    if (a.site >= 0) sites->insert(a.site);
+  }
+  return {{"alloc_event", std::move(alloc_event)},
+          {"alloc_step", steps ? std::move(alloc_step) : json(nullptr)},
+          {"alloc_time", std::move(alloc_time)},
+          {"free_event", std::move(free_event)},
+          {"free_step", steps ? std::move(free_step) : json(nullptr)},
+          {"free_time", std::move(free_time)},
+          {"stream", std::move(stream)},
+          {"site", std::move(site)},
+          {"stack", std::move(stack)}};
+}
+
+// "Active memory by call site": the live bytes of each call site at the end of every timeline
+// sample, from every change the recorder logged (all events, not a sample of them); the
+// `top` sites with the highest peak one by one, the rest summed as "other".
+json SiteTimelineJson(const analysis::DeviceFrames& d,
+                      const std::vector<analysis::TimelineSample>& samples, std::size_t top,
+                      std::set<std::int32_t>* sites) {
+  const std::vector<analysis::SiteBytesChange>& changes = d.site_changes;
+  // Pass 1: each site's peak over the samples' ends.
+  std::unordered_map<std::int32_t, std::int64_t> live, peak;
+  std::vector<std::int32_t> dirty;
+  std::size_t next = 0;
+  for (const analysis::TimelineSample& s : samples) {
+    dirty.clear();
+    for (; next < changes.size() && changes[next].event < s.end_event; ++next) {
+      live[changes[next].site] += changes[next].delta_bytes;
+      dirty.push_back(changes[next].site);
+    }
+    for (const std::int32_t site : dirty) {
+      std::int64_t& p = peak[site];
+      p = std::max(p, live[site]);
+    }
+  }
+  std::vector<std::pair<std::int64_t, std::int32_t>> ranked;
+  for (const auto& [site, p] : peak) {
+    if (site >= 0 && p > 0) ranked.emplace_back(p, site);
+  }
+  // Highest peak first; a tie goes to the lower id.
+  const auto higher = [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  std::sort(ranked.begin(), ranked.end(), higher);
+  if (ranked.size() > top) ranked.resize(top);
+  // Pass 2: the chosen sites' bytes and everything else's at each sample's end.
+  std::unordered_map<std::int32_t, std::size_t> column;
+  json ids = json::array();
+  for (const auto& [p, site] : ranked) {
+    column.emplace(site, column.size());
+    ids.push_back(site);
+    sites->insert(site);
+  }
+  std::vector<std::int64_t> now(ranked.size(), 0);
+  std::int64_t other = 0;
+  std::vector<json> values(ranked.size(), json::array());
+  json others = json::array();
+  next = 0;
+  for (const analysis::TimelineSample& s : samples) {
+    for (; next < changes.size() && changes[next].event < s.end_event; ++next) {
+      const auto c = column.find(changes[next].site);
+      if (c == column.end()) {
+        other += changes[next].delta_bytes;
+      } else {
+        now[c->second] += changes[next].delta_bytes;
+      }
+    }
+    for (std::size_t i = 0; i < now.size(); ++i) values[i].push_back(now[i]);
+    others.push_back(other);
+  }
+  json bytes = json::array();
+  for (json& v : values) bytes.push_back(std::move(v));
+  return {{"sites", std::move(ids)}, {"bytes", std::move(bytes)}, {"other", std::move(others)}};
 }
 
 std::string SiteName(const std::vector<Frame>& table, std::int32_t id) {
@@ -361,6 +515,7 @@ std::string RenderHtml(const HtmlReportInput& input) {
     data["replay"] = std::move(rep);
   }
   std::set<std::int32_t> sites;
+  StackTables stacks(input.call_sites, input.stacks);
   json devices = json::array();
   for (const analysis::DeviceReport& d : r.devices) {
     json j;
@@ -403,8 +558,10 @@ std::string RenderHtml(const HtmlReportInput& input) {
     j["frames"] = json::array();
     for (const analysis::DeviceFrames& f : input.frames) {
       if (f.device != d.device) continue;
-      j["frames"] = FramesJson(f, &sites);
+      j["frames"] = FramesJson(f);
       j["frames_stopped"] = f.stopped;
+      j["allocs"] = AllocationsJson(f, r.first_time_us, &stacks, &sites);
+      j["site_timeline"] = SiteTimelineJson(f, d.timeline, input.top_sites, &sites);
     }
     devices.push_back(std::move(j));
   }
@@ -412,6 +569,8 @@ std::string RenderHtml(const HtmlReportInput& input) {
   json names = json::object();
   for (std::int32_t id : sites) names[std::to_string(id)] = SiteName(input.call_sites, id);
   data["sites"] = std::move(names);
+  data["stack_frames"] = stacks.TakeFrames();
+  data["stacks"] = stacks.TakeStacks();
   if (input.tune != nullptr) {
     json rows = json::array();
     for (const analysis::TuneOutcome& t : *input.tune) {

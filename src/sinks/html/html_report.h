@@ -28,6 +28,11 @@ struct HtmlReportInput {
   const analysis::ReplayResult* replay = nullptr;
   std::vector<analysis::DeviceFrames> frames;  // the layouts at chosen moments, per device
   std::vector<Frame> call_sites;               // the input's call-site table (ids index it)
+  /// A snapshot's stack table (Event::stack ids index it; frame ids index call_sites); empty
+  /// for a trace. The page shows the stack of every allocation in a kept map.
+  std::vector<std::vector<std::uint32_t>> stacks;
+  /// The call sites drawn one by one in "active memory by call site" (the rest is "other").
+  std::size_t top_sites = 8;
   /// Per device: explain's verdict and ranked remedies for its first OOM (ExplainOom on the
   /// figures of the diagnosis, remedies maybe checked by VerifyRemedies).
   std::map<std::int32_t, analysis::OomExplanation> explanations;

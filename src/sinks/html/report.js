@@ -13,6 +13,9 @@
   };
   const STATE = ['free', 'allocated', 'pending free', 'stranded (free, too small)'];
   const STATE_COLOR = ['#cfd4dc', '#4e79a7', '#f28e2b', '#e15759'];
+  const BS = 5;  // numbers per block in a map: offset, size, requested, state, allocation
+  const HIGHLIGHT = '#f1c40f';  // blocks that match the search
+  const SITE_COLORS = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
   const RISK_COLOR = { ok: '#2ca02c', watch: '#bcbd22', warning: '#ff7f0e', critical: '#d62728', unknown: '#c7c7c7' };
 
   // ---- formatting ----
@@ -44,6 +47,7 @@
     for (const c of kids) if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
     return e;
   }
+  function siteName(id) { return D.sites[String(id)] || 'frame ' + id; }
   function stepText(s) { return s >= 0 ? 'step ' + num(s) : 'before the first step'; }
   function niceStep(range, ticks) {
     const raw = range / ticks, p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
@@ -104,7 +108,7 @@
   function drawChart(canvas, spec) {
     const t = performance.now();
     const { g, w, h } = setupCanvas(canvas, spec.height);
-    const L = 70, R = 10, TOP = 8, B = 22, pw = w - L - R, ph = h - TOP - B;
+    const L = 70, R = 10, TOP = 8, B = AXIS_B, pw = w - L - R, ph = h - TOP - B;
     const xs = dev.series.end_event, n = xs.length;
     const [x0, x1] = view;
     const X = (x) => L + ((x - x0) / Math.max(1, x1 - x0)) * pw;
@@ -133,8 +137,7 @@
       g.beginPath(); g.moveTo(L, Y(v) + 0.5); g.lineTo(L + pw, Y(v) + 0.5); g.stroke();
       g.fillText(spec.bytes ? bytes(v) : spec.pct ? (v * 100).toFixed(0) + '%' : String(v), L - 4, Y(v) + 4);
     }
-    g.textAlign = 'center';
-    for (const tk of xTicks(x0, x1)) g.fillText(tk.label, X(tk.x), h - 6);
+    xAxisLine(g, X, x0, x1, L, pw, h);
     if (spec.cap) {
       g.strokeStyle = '#999'; g.setLineDash([4, 3]);
       g.beginPath(); g.moveTo(L, Y(spec.cap)); g.lineTo(L + pw, Y(spec.cap)); g.stroke();
@@ -298,6 +301,20 @@
     for (let v = Math.ceil(x0 / xstep) * xstep; v <= x1; v += xstep) out.push({ x: v, label: num(v) });
     return out;
   }
+  // Every chart's x axis says what it counts (issue 33 item 4): its tick labels, and under
+  // them the axis title.
+  const AXIS_B = 36;  // room under a chart for the ticks and the title
+  function axisTitle() {
+    return xAxis === 'seconds' ? 'time: seconds since the first event (wall clock)' :
+      xAxis === 'steps' ? 'training step (tick at the first event of the step)' : 'event index (no times or steps drive this axis)';
+  }
+  function xAxisLine(g, X, x0, x1, L, pw, h) {
+    g.fillStyle = '#5b6475';
+    g.textAlign = 'center';
+    for (const tk of xTicks(x0, x1)) g.fillText(tk.label, X(tk.x), h - 20);
+    g.fillStyle = '#1d2330';
+    g.fillText(axisTitle(), L + pw / 2, h - 4);
+  }
   function xAxisChoices() {
     const c = [['events', 'event index']];
     if (D.timeline_unit === 'step') c.push(['steps', 'step']);
@@ -324,8 +341,184 @@
   let charts = [];
 
   function drawCharts(sel) {
-    for (const c of charts) drawChart(c.canvas, Object.assign({}, c.spec, { sel: c.canvas === sel?.canvas ? sel.range : null }));
+    for (const c of charts) {
+      const spec = Object.assign({}, c.spec, { sel: c.canvas === sel?.canvas ? sel.range : null });
+      if (spec.kind === 'sites') drawSites(c.canvas, spec);
+      else if (spec.kind === 'search') drawSearch(c.canvas, spec);
+      else drawChart(c.canvas, spec);
+    }
   }
+
+  // A chart's frame over [view]: the y grid in bytes, the x ticks and axis title, the chosen
+  // moment and a zoom selection drawn by `marks` afterwards. Returns the mapping.
+  function plotArea(canvas, height, ymax) {
+    const { g, w, h } = setupCanvas(canvas, height);
+    const L = 70, R = 10, TOP = 8, pw = w - L - R, ph = h - TOP - AXIS_B;
+    const [x0, x1] = view;
+    const X = (x) => L + ((x - x0) / Math.max(1, x1 - x0)) * pw;
+    const Y = (v) => TOP + ph - (v / ymax) * ph;
+    g.clearRect(0, 0, w, h);
+    g.font = '11px system-ui, sans-serif';
+    g.fillStyle = '#5b6475';
+    g.strokeStyle = '#eceef2';
+    g.lineWidth = 1;
+    g.textAlign = 'right';
+    const ystep = niceBytesStep(ymax, 4);
+    for (let v = 0; v <= ymax; v += ystep) {
+      g.beginPath(); g.moveTo(L, Y(v) + 0.5); g.lineTo(L + pw, Y(v) + 0.5); g.stroke();
+      g.fillText(bytes(v), L - 4, Y(v) + 4);
+    }
+    xAxisLine(g, X, x0, x1, L, pw, h);
+    canvas._geom = { L, pw, x0, x1 };
+    return { g, w, h, L, pw, TOP, ph, X, Y };
+  }
+  function marks(P, spec) {
+    const { g, L, pw, TOP, ph, X } = P;
+    if (moment !== null) {
+      const x = X(moment);
+      if (x >= L && x <= L + pw) {
+        g.strokeStyle = '#1d2330'; g.lineWidth = 1; g.setLineDash([3, 3]);
+        g.beginPath(); g.moveTo(x + 0.5, TOP); g.lineTo(x + 0.5, TOP + ph); g.stroke(); g.setLineDash([]);
+      }
+    }
+    if (spec.sel) {
+      g.fillStyle = 'rgba(31,119,180,0.15)';
+      g.fillRect(Math.min(spec.sel[0], spec.sel[1]), TOP, Math.abs(spec.sel[1] - spec.sel[0]), ph);
+    }
+  }
+
+  // ---- active memory by call site ----
+  // Stacked: the live bytes of the top call sites and of all others at the end of each
+  // sample (computed from every event by the report, not from the kept maps).
+  function siteLayers() {
+    const st = dev.site_timeline;
+    if (!st) return [];
+    return [...st.sites.map((id, i) => ({ name: siteName(id), values: st.bytes[i], color: SITE_COLORS[i % SITE_COLORS.length] })),
+      { name: 'other call sites (and none recorded)', values: st.other, color: '#c7c7c7' }];
+  }
+  function drawSites(canvas, spec) {
+    const xs = dev.series.end_event, n = xs.length, layers = siteLayers();
+    const lo = Math.max(0, lowerBound(xs, view[0]) - 1), hi = Math.min(n, lowerBound(xs, view[1]) + 1);
+    let ymax = 0;
+    for (let i = lo; i < hi; i++) {
+      let t = 0;
+      for (const l of layers) t += l.values[i];
+      if (t > ymax) ymax = t;
+    }
+    const P = plotArea(canvas, spec.height, ymax > 0 ? ymax * 1.05 : 1);
+    const { g, L, TOP, pw, ph, X, Y } = P;
+    g.save();
+    g.beginPath(); g.rect(L, TOP, pw, ph); g.clip();
+    // Each layer is the area under the sum of itself and the layers below it, painted from
+    // the top one down.
+    for (let k = layers.length - 1; k >= 0 && hi > lo; k--) {
+      g.fillStyle = layers[k].color;
+      g.beginPath();
+      g.moveTo(X(xs[lo]), Y(0));
+      for (let i = lo; i < hi; i++) {
+        let c = 0;
+        for (let j = 0; j <= k; j++) c += layers[j].values[i];
+        g.lineTo(X(xs[i]), Y(c));
+      }
+      g.lineTo(X(xs[hi - 1]), Y(0));
+      g.closePath();
+      g.fill();
+    }
+    g.restore();
+    marks(P, spec);
+  }
+
+  // ---- search ----
+  // "attention", "model.py": blocks whose call site or stack (a frame's function or file)
+  // contains the text; ">=64MiB", "<1MiB", "=512B": blocks of that size. Only blocks that hold
+  // an allocation (allocated or pending free) match.
+  let search = null;
+  const UNITS = { b: 1, k: 1024, kib: 1024, kb: 1e3, m: 1048576, mib: 1048576, mb: 1e6, g: 1073741824, gib: 1073741824, gb: 1e9 };
+  function parseSearch(text) {
+    const q = text.trim();
+    if (!q) return null;
+    const m = /^(>=|<=|>|<|=)?\s*(\d+(?:\.\d+)?)\s*([kmg]?i?b|[kmg])?$/i.exec(q);
+    if (m && (m[1] || m[3])) {
+      const v = parseFloat(m[2]) * UNITS[(m[3] || 'b').toLowerCase()], op = m[1] || '=';
+      const ok = op === '>=' ? (x) => x >= v : op === '<=' ? (x) => x <= v : op === '>' ? (x) => x > v : op === '<' ? (x) => x < v : (x) => x === v;
+      return { q, test: (b, k) => (b[k + 3] === 1 || b[k + 3] === 2) && ok(b[k + 1]) };
+    }
+    const needle = q.toLowerCase(), bySite = new Map(), byStack = new Map();
+    const siteHit = (id) => {
+      if (!bySite.has(id)) bySite.set(id, id >= 0 && siteName(id).toLowerCase().includes(needle));
+      return bySite.get(id);
+    };
+    const stackHit = (id) => {
+      if (!byStack.has(id)) {
+        byStack.set(id, (D.stacks[id] || []).some((f) => {
+          const fr = D.stack_frames[f];
+          return String(fr[0]).toLowerCase().includes(needle) || String(fr[1]).toLowerCase().includes(needle);
+        }));
+      }
+      return byStack.get(id);
+    };
+    return {
+      q, test: (b, k) => {
+        if (b[k + 3] !== 1 && b[k + 3] !== 2) return false;
+        const i = b[k + 4];
+        if (i < 0) return false;
+        return siteHit(dev.allocs.site[i]) || (dev.allocs.stack[i] >= 0 && stackHit(dev.allocs.stack[i]));
+      },
+    };
+  }
+  // The matching blocks' total at each kept moment.
+  function searchTotals() {
+    const out = [];
+    for (let i = 0; i < dev.frames.length; i++) {
+      let total = 0, count = 0;
+      for (const s of segmentsOf(i)) {
+        const b = s[5];
+        for (let k = 0; k < b.length; k += BS) if (search.test(b, k)) { total += b[k + 1]; count++; }
+      }
+      out.push({ x: dev.frames[i].event, bytes: total, blocks: count });
+    }
+    return out;
+  }
+  function drawSearch(canvas, spec) {
+    if (!search) { setupCanvas(canvas, 0); canvas._geom = { L: 70, pw: 1, x0: view[0], x1: view[1] }; return; }
+    let ymax = 0;
+    for (const p of search.totals) if (p.bytes > ymax) ymax = p.bytes;
+    const P = plotArea(canvas, spec.height, ymax > 0 ? ymax * 1.05 : 1);
+    const { g, L, TOP, pw, ph, X, Y } = P;
+    g.save();
+    g.beginPath(); g.rect(L, TOP, pw, ph); g.clip();
+    g.strokeStyle = '#b7950b'; g.fillStyle = '#b7950b'; g.lineWidth = 1.5;
+    g.beginPath();
+    search.totals.forEach((p, i) => {
+      if (i === 0) g.moveTo(X(p.x), Y(p.bytes)); else { g.lineTo(X(p.x), Y(search.totals[i - 1].bytes)); g.lineTo(X(p.x), Y(p.bytes)); }
+    });
+    g.stroke();
+    for (const p of search.totals) { g.beginPath(); g.arc(X(p.x), Y(p.bytes), 2.5, 0, 7); g.fill(); }
+    g.restore();
+    marks(P, spec);
+  }
+  function searchText() {
+    const out = document.getElementById('search-result');
+    if (!out) return;
+    if (!search) { out.textContent = ''; return; }
+    const now = search.totals[frameIndex] || { blocks: 0, bytes: 0 };
+    out.textContent = `${num(now.blocks)} block${now.blocks === 1 ? '' : 's'} match "${search.q}" in this map (${bytes(now.bytes)}); ` +
+      `the chart gives their total at each of the ${num(search.totals.length)} kept moments.`;
+  }
+  function runSearch(text) {
+    search = parseSearch(text);
+    const out = document.getElementById('search-result');
+    if (search) search.totals = searchTotals();
+    searchText();
+    document.getElementById('chart-search').style.display = search ? 'block' : 'none';
+    drawCharts();
+    drawMap();
+    return search ? { query: search.q, blocks: (search.totals[frameIndex] || {}).blocks || 0, bytes: (search.totals[frameIndex] || {}).bytes || 0, totals: search.totals } : null;
+  }
+  api.search = runSearch;
+  // For the browser test: an allocation of the device shown, and the call-site timeline.
+  api.allocation = (i) => allocation(i);
+  api.siteTimeline = () => ({ names: siteLayers().map((l) => l.name), layers: siteLayers().map((l) => l.values), allocated: dev.series.allocated });
 
   function attachChart(canvas) {
     let down = null;
@@ -374,10 +567,24 @@
     if (dev.frames.length) frameIndex = frameFor(event);
     drawCharts();
     drawMap();
+    sitesAt();
+  }
+  // Under the call-site chart: each site's bytes at the sample of the chosen moment (a click
+  // on any timeline chooses it).
+  function sitesAt() {
+    const box = document.getElementById('sites-at');
+    if (!box || moment === null) return;
+    const s = dev.series, n = s.end_event.length;
+    if (!n) return;
+    const i = Math.min(n - 1, lowerBound(s.end_event, moment));
+    const parts = siteLayers().map((l) => [l.name, l.values[i]]).filter((x) => x[1] > 0);
+    box.textContent = `At the end of the sample of event ${num(moment)} (events ${num(s.first_event[i])}–${num(s.end_event[i] - 1)}` +
+      `${s.step_first[i] >= 0 ? ', ' + stepText(s.step_first[i]) : ''}${timeText(s.time_us[i])}): ` +
+      (parts.length ? parts.map(([name, v]) => `${name} ${bytes(v)}`).join(' · ') : 'nothing allocated');
   }
   api.selectMoment = (event) => { selectMoment(event); return frameIndex; };
   // The x axis: its labelling and the ticks of the charts' current view.
-  api.xAxis = () => ({ axis: xAxis, choices: xAxisChoices().map((c) => c[0]), ticks: xTicks(view[0], view[1]) });
+  api.xAxis = () => ({ axis: xAxis, title: axisTitle(), choices: xAxisChoices().map((c) => c[0]), ticks: xTicks(view[0], view[1]) });
   api.selectFrame = (i) => { frameIndex = i; moment = dev.frames[i].event; drawCharts(); drawMap(); return i; };
 
   function drawMap() {
@@ -397,7 +604,7 @@
     for (const s of segs) {
       held += s[1];
       const b = s[5];
-      for (let k = 0; k < b.length; k += 5) {
+      for (let k = 0; k < b.length; k += BS) {
         if (b[k + 3] === 1 || b[k + 3] === 2) used += b[k + 1];
         else if (b[k + 3] === 3) stranded += b[k + 1];
       }
@@ -423,11 +630,15 @@
       const b = s[5];
       g.fillStyle = '#5b6475'; g.textAlign = 'right';
       if (rowH >= 9) g.fillText(bytes(s[1]) + (s[3] === 0 ? ' s' : ''), LBL - 6, y + hgt - 2);
-      for (let k = 0; k < b.length; k += 5) {
+      for (let k = 0; k < b.length; k += BS) {
         const x = LBL + b[k] * scale, bw = Math.max(1, b[k + 1] * scale);
-        g.fillStyle = STATE_COLOR[b[k + 3]];
+        const hit = search !== null && search.test(b, k);
+        g.fillStyle = hit ? HIGHLIGHT : STATE_COLOR[b[k + 3]];
         g.fillRect(x, y, bw, hgt);
         if (bw > 4) { g.fillStyle = '#ffffff'; g.fillRect(x + bw - 1, y, 1, hgt); }
+        if (picked && picked.addr === s[0] + b[k] && bw > 2) {
+          g.strokeStyle = '#1d2330'; g.lineWidth = 2; g.strokeRect(x + 1, y + 1, bw - 2, hgt - 2);
+        }
       }
       mapRows.push({ y, hgt, s, scale });
     });
@@ -436,21 +647,42 @@
     const slider = document.getElementById('frame-slider');
     slider.max = String(dev.frames.length - 1);
     slider.value = String(frameIndex);
+    searchText();
     api.timings.lastMapMs = performance.now() - t;
     api.frameIndex = frameIndex;
   }
 
-  function mapHover(ev) {
-    const tip = document.getElementById('tip');
-    const rect = ev.target.getBoundingClientRect();
+  // The block under a mouse event on the map: { s: segment, k: offset in its blocks }.
+  function hitBlock(ev) {
+    const rect = document.getElementById('map').getBoundingClientRect();
     const x = ev.clientX - rect.left, y = ev.clientY - rect.top;
     const row = mapRows.find((r) => y >= r.y && y < r.y + r.hgt + 1);
-    if (!row) { tip.style.display = 'none'; return; }
+    if (!row) return null;
     const s = row.s, b = s[5], off = (x - 92) / row.scale;
-    let hit = -1;
-    for (let k = 0; k < b.length; k += 5) if (off >= b[k] && off < b[k] + b[k + 1]) { hit = k; break; }
-    if (hit < 0) { tip.style.display = 'none'; return; }
-    const st = b[hit + 3], site = b[hit + 4] >= 0 ? (D.sites[String(b[hit + 4])] || 'frame ' + b[hit + 4]) : null;
+    for (let k = 0; k < b.length; k += BS) if (off >= b[k] && off < b[k] + b[k + 1]) return { s, k };
+    return null;
+  }
+  // Where block `k` of segment `s` is drawn, in page coordinates (its middle), or null.
+  api.blockPoint = (pred) => {
+    const rect = document.getElementById('map').getBoundingClientRect();
+    for (const r of mapRows) {
+      const b = r.s[5];
+      for (let k = 0; k < b.length; k += BS) {
+        if (!pred(b.slice(k, k + BS), r.s)) continue;
+        const x = 92 + b[k] * r.scale, bw = Math.max(1, b[k + 1] * r.scale);
+        if (bw < 3) continue;
+        return { x: rect.left + x + bw / 2, y: rect.top + r.y + r.hgt / 2, addr: r.s[0] + b[k] };
+      }
+    }
+    return null;
+  };
+
+  function mapHover(ev) {
+    const tip = document.getElementById('tip');
+    const found = hitBlock(ev);
+    if (!found) { tip.style.display = 'none'; return; }
+    const s = found.s, b = s[5], hit = found.k;
+    const st = b[hit + 3], a = allocation(b[hit + 4]), site = a && a[7] >= 0 ? siteName(a[7]) : null;
     tip.textContent = `${STATE[st]} block\naddress ${hex(s[0] + b[hit])}\nsize ${bytes(b[hit + 1])} (${num(b[hit + 1])} B)` +
       (st === 1 || st === 2 ? `\nrequested ${bytes(b[hit + 2])}` : '') +
       `\nsegment ${hex(s[0])}, ${bytes(s[1])}, ${s[3] === 0 ? 'small' : 'large'} pool${s[4] ? ', expandable' : ''}\nstream ${s[2]}` +
@@ -458,6 +690,72 @@
     tip.style.display = 'block';
     tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 300) + 'px';
     tip.style.top = ev.clientY + 14 + 'px';
+  }
+
+  // ---- the block panel: a click on a block of the map ----
+  // Allocation `i` of the device shown (a block's fifth number) from the columns of allocs:
+  // [alloc event, step, time, free event, step, time, stream, call site, stack]; null for -1.
+  function allocation(i) {
+    const A = dev.allocs;
+    if (i === undefined || i < 0 || !A) return null;
+    return [A.alloc_event[i], A.alloc_step ? A.alloc_step[i] : -1, A.alloc_time[i], A.free_event[i],
+      A.free_step ? A.free_step[i] : -1, A.free_time[i], A.stream[i], A.site[i], A.stack[i]];
+  }
+  let picked = null;  // { addr } of the block shown in the panel
+  // `after` is microseconds after the input's first timed event (allocs[] write it so).
+  function whenText(event, step, after) {
+    return `event ${num(event)}` + (step >= 0 ? `, ${stepText(step)}` : '') + (after >= 0 ? timeText(D.first_time_us + after) : '');
+  }
+  function frameItem(f, i) {
+    const fr = D.stack_frames[f];
+    return el('li', {}, el('span', { class: 'fi' }, '#' + i + ' '), el('code', {}, fr[0] || '??'),
+      fr[1] ? el('span', { class: 'ff' }, ' ' + fr[1] + (fr[2] ? ':' + fr[2] : '')) : null);
+  }
+  // The stack, innermost first; each run of machinery frames (unwinder, allocator, dispatcher,
+  // interpreter: sources/call_site.h) folded into one line that opens.
+  function stackList(id) {
+    const ids = D.stacks[id], ul = el('ul', { class: 'stack' });
+    for (let i = 0; i < ids.length;) {
+      if (!D.stack_frames[ids[i]][3]) { ul.append(frameItem(ids[i], i)); i++; continue; }
+      let j = i;
+      while (j < ids.length && D.stack_frames[ids[j]][3]) j++;
+      const inner = el('ul', { class: 'stack' });
+      for (let t = i; t < j; t++) inner.append(frameItem(ids[t], t));
+      ul.append(el('li', { class: 'fold' }, el('details', {}, el('summary', {}, `${j - i} frame${j - i === 1 ? '' : 's'} of the unwinder, allocator, dispatcher or interpreter (folded)`), inner)));
+      i = j;
+    }
+    return ul;
+  }
+  function showBlock(s, k) {
+    const box = document.getElementById('block-panel'), b = s[5], st = b[k + 3];
+    const a = allocation(b[k + 4]);
+    picked = { addr: s[0] + b[k] };
+    box.textContent = '';
+    box.append(el('h3', {}, `${STATE[st]} block at ${hex(s[0] + b[k])}`));
+    const rows = [['size', `${bytes(b[k + 1])} (${num(b[k + 1])} B)`]];
+    if (st === 1 || st === 2) rows.push(['requested size', `${bytes(b[k + 2])} (${num(b[k + 2])} B)`]);
+    if (a) {
+      rows.push(['allocated', a[0] >= 0 ? whenText(a[0], a[1], a[2]) : 'before the recorded history began (live at its start)']);
+      rows.push(['freed', a[3] >= 0 ? whenText(a[3], a[4], a[5]) : 'not freed by the end of the input']);
+    }
+    rows.push(['stream', String(a ? a[6] : s[2])]);
+    rows.push(['segment', `${hex(s[0])}, ${bytes(s[1])}, ${s[3] === 0 ? 'small' : 'large'} pool${s[4] ? ', expandable' : ''}`]);
+    const site = a ? a[7] : -1;
+    if (st === 1 || st === 2) rows.push(['call site', site >= 0 ? siteName(site) : 'none recorded']);
+    box.append(el('table', { class: 'kv' }, ...rows.map(([l, v]) => el('tr', {}, el('th', {}, l), el('td', {}, v)))));
+    if (a && a[8] >= 0) {
+      box.append(el('div', { class: 'hint' }, `Stack (innermost first, ${num(D.stacks[a[8]].length)} frames):`), stackList(a[8]));
+    } else if (st === 1 || st === 2) {
+      box.append(el('div', { class: 'hint' }, 'No stack recorded for this allocation (a trace names its call site only; a snapshot records stacks when its history was taken with them).'));
+    } else {
+      box.append(el('div', { class: 'hint' }, 'A free block holds no allocation.'));
+    }
+    drawMap();
+    return box.textContent;
+  }
+  function mapClick(ev) {
+    const found = hitBlock(ev);
+    if (found) showBlock(found.s, found.k);
   }
 
   // ---- OOM panel ----
@@ -483,7 +781,7 @@
       for (const s of segmentsOf(fi)) {
         if ((s[3] === 0 ? 'small' : 'large') !== o.pool) continue;
         const b = s[5];
-        for (let k = 0; k < b.length; k += 5) if (b[k + 3] === 0 || b[k + 3] === 3) free.push(b[k + 1]);
+        for (let k = 0; k < b.length; k += BS) if (b[k + 3] === 0 || b[k + 3] === 3) free.push(b[k + 1]);
       }
       free.sort((a, b) => b - a);
       const c = el('canvas', { id: 'oom-chart', class: 'chart' });
@@ -590,6 +888,19 @@
       app.append(el('div', { class: 'hint' }, `Forecast: worst level ${f.worst}` + (f.first_warning_step != null ? `, first warning at ${f.unit} ${f.first_warning_step}` : '') +
         (f.first_critical_step != null ? `, first critical at ${f.unit} ${f.first_critical_step}` : '') + '.'));
     }
+    if (dev.site_timeline && !dev.site_timeline.sites.length) {
+      app.append(el('h2', {}, 'Active memory by call site'),
+        el('p', { class: 'hint', id: 'sites-none' }, 'No block of this device names a call site (a replay\'s simulated events carry none; a snapshot without recorded stacks neither).'));
+    } else if (dev.site_timeline && dev.series.end_event.length) {
+      app.append(el('h2', {}, 'Active memory by call site'));
+      const layers = siteLayers();
+      app.append(el('div', { class: 'legend', id: 'sites-legend' }, ...layers.map((l) => el('span', {}, el('i', { style: 'background:' + l.color }), l.name))));
+      const c3 = el('canvas', { id: 'chart-sites', class: 'chart' });
+      app.append(c3, el('div', { class: 'hint' }, `The allocated bytes (as the timeline's allocated line: a block pending free no longer counts) by the call site that allocated them, at the end of each sample, from every event; ` +
+        `the ${num(dev.site_timeline.sites.length)} sites with the highest peak, and the rest together. Click a point for each site's bytes there.`),
+        el('div', { id: 'sites-at', class: 'hint' }));
+      charts.push({ canvas: c3, spec: { kind: 'sites', height: 220 } });
+    }
     charts.forEach((c) => attachChart(c.canvas));
 
     app.append(el('h2', {}, 'Memory map'));
@@ -597,11 +908,20 @@
     const slider = el('input', { id: 'frame-slider', type: 'range', min: '0', max: '0', value: '0', style: 'flex:1', oninput: (ev) => api.selectFrame(Number(ev.target.value)) });
     app.append(el('div', { id: 'map-title' }), el('div', { class: 'bar' }, 'Kept moments: ', slider, scale));
     app.append(el('div', { class: 'legend' }, ...STATE.map((s, i) => el('span', {}, el('i', { style: 'background:' + STATE_COLOR[i] }), s))));
+    app.append(el('div', { class: 'bar' }, 'Search blocks: ', el('input', { id: 'search', type: 'search', size: '36',
+      placeholder: 'function, file or size: attention, model.py, >=64MiB', onchange: (ev) => runSearch(ev.target.value) }),
+    el('span', { id: 'search-result', class: 'hint' })));
+    const searchChart = el('canvas', { id: 'chart-search', class: 'chart', style: 'display:none' });
+    app.append(searchChart);
+    charts.push({ canvas: searchChart, spec: { kind: 'search', height: 150 } });
+    attachChart(searchChart);
     const map = el('canvas', { id: 'map' });
+    map.addEventListener('click', mapClick);
     map.addEventListener('mousemove', mapHover);
     map.addEventListener('mouseleave', () => { document.getElementById('tip').style.display = 'none'; });
     app.append(el('div', { id: 'map-wrap' }, map), el('div', { id: 'map-more', class: 'hint' }),
-      el('div', { class: 'hint' }, `One row per segment, by address; ${num(dev.frames.length)} moments kept (periodic, just before each OOM, the peak of allocated memory, and the end). Hover a block for its details.`));
+      el('div', { class: 'hint' }, `One row per segment, by address; ${num(dev.frames.length)} moments kept (periodic, just before each OOM, the peak of allocated memory, and the end). Hover a block for its details; click it for its stack and history.`),
+      el('div', { id: 'block-panel', class: 'panel' }, el('span', { class: 'hint' }, 'Click a block of the map: its stack, sizes, when it was allocated and freed, its stream.')));
 
     app.append(el('h2', {}, 'Out of memory'));
     const box = el('div', { id: 'oom' });
@@ -693,6 +1013,8 @@
 
   function choose(i) {
     dev = D.devices[i];
+    search = null;
+    picked = null;
     if (dev.times === undefined) dev.times = timePoints(dev);
     if (!xAxisPicked || !xAxisChoices().some((c) => c[0] === xAxis)) xAxis = defaultXAxis();
     resolved = [];

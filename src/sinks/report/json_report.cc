@@ -370,6 +370,11 @@ std::string RenderJson(const AnalysisResult& result, const JsonOptions& options)
   j["total_events"] = result.total_events;
   j["steps"] = result.steps;
   j["timeline_unit"] = result.timeline_unit;
+  // What a chart of the timeline puts on its x axis (issue 33 item 4): the steps when the
+  // samples follow step markers, else the time when events carry times, else the event index.
+  j["timeline_axis"] = result.timeline_unit == "step" ? "step"
+                       : result.first_time_us >= 0    ? "time"
+                                                      : "event";
   j["every_events"] = result.timeline_unit == "step" ? Json(nullptr) : Json(result.every_events);
   j["steps_per_sample"] = result.steps_per_sample;
   j["stranded_quantile"] = result.stranded_quantile;

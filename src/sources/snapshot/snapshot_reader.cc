@@ -468,6 +468,7 @@ void SnapshotReader::BuildDevice(std::int32_t device,
                                          i + 1 < blocks.size() ? blocks[i + 1].first : ~0ull);
     ev.stream = block.stream;
     ev.frame = block.stack >= 0 ? site_of_stack_[static_cast<std::size_t>(block.stack)] : -1;
+    ev.stack = block.stack;
     plan.start.push_back(ev);
     if (block.pending) {
       ev.action = Action::kFreeRequested;
@@ -553,6 +554,7 @@ Result<bool> SnapshotReader::Next(Event* event) {
         ev.pool = e.size == kSmallSegment ? Pool::kSmall : Pool::kLarge;
       }
       ev.frame = e.stack >= 0 ? site_of_stack_[static_cast<std::size_t>(e.stack)] : -1;
+      ev.stack = e.stack;
       ++position_;
       return true;
     }
