@@ -27,7 +27,7 @@ BYTES_PER_ENTRY = 206
 
 
 def run(argv):
-    """(wall seconds, peak RSS bytes) of one process; raises on failure."""
+    """(wall seconds, peak RSS bytes, CPU seconds) of one process; raises on failure."""
     start = time.perf_counter()
     with open(os.devnull, "wb") as null:
         proc = subprocess.Popen(argv, stdout=null, stderr=subprocess.PIPE)
@@ -38,7 +38,7 @@ def run(argv):
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit("failed (%d): %s\n%s" % (proc.returncode, " ".join(argv), err))
-    return wall, usage.ru_maxrss * 1024
+    return wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def ensure_snapshot(directory, size_mb):
@@ -86,11 +86,11 @@ def main(argv):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 results[name].append(run(commands[name]))
-                print("  %s round %d %-18s %.2f s %s" % (os.path.basename(path), r + 1, name,
-                                                         results[name][-1][0],
-                                                         mib(results[name][-1][1])),
+                wall, rss, cpu = results[name][-1]
+                print("  %s round %d %-18s %.2f s (CPU %.2f s) %s" % (
+                    os.path.basename(path), r + 1, name, wall, cpu, mib(rss)),
                       file=sys.stderr, flush=True)
-        medians = {name: (statistics.median(w for w, _ in v), statistics.median(m for _, m in v))
+        medians = {name: tuple(statistics.median(x[k] for x in v) for k in range(3))
                    for name, v in results.items()}
         rows.append((path, os.path.getsize(path), medians))
 
@@ -98,23 +98,24 @@ def main(argv):
         load = os.getloadavg()[0]
     except OSError:
         load = float("nan")
-    print("Snapshot speed: medians of %d paired rounds, whole process (wall, peak RSS); "
-          "load average %.1f at the end; %d CPUs" % (args.runs, load, os.cpu_count()))
+    print("Snapshot speed: medians of %d paired rounds, whole process (wall, CPU = user + "
+          "system of all threads, peak RSS); load average %.1f at the end; %d CPUs" % (
+              args.runs, load, os.cpu_count()))
     print()
-    header = ["File", "Command", "Wall", "Peak RSS", "RSS / file", "fragscope is"]
+    header = ["File", "Command", "Wall", "CPU", "Peak RSS", "RSS / file", "fragscope is (wall)"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for path, size, medians in rows:
         fs_wall = medians["fragscope analyze"][0]
-        for name, (wall, rss) in medians.items():
+        for name, (wall, rss, cpu) in medians.items():
             if name == "fragscope analyze":
                 vs = ""
             elif name == "fragscope report":
                 vs = "report = %.2fx analyze" % (wall / fs_wall)
             else:
                 vs = "%.1fx faster" % (wall / fs_wall)
-            print("| %s (%.1f MB) | %s | %.2f s | %s | %.2fx | %s |" % (
-                os.path.basename(path), size / 1e6, name, wall, mib(rss), rss / size, vs))
+            print("| %s (%.1f MB) | %s | %.2f s | %.2f s | %s | %.2fx | %s |" % (
+                os.path.basename(path), size / 1e6, name, wall, cpu, mib(rss), rss / size, vs))
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
 // BINPERSID, EXT1/2/4, NEXT_BUFFER, READONLY_BUFFER) is refused with an error naming the opcode
 // and its byte offset. See ../shared/spec/memory-snapshot-format.md §6 and docs/formats.md.
 //
-// The reader streams: it holds one read buffer, the stack, the memo (handles, 16 bytes a slot)
-// and the Document, never the whole file. It is iterative (no recursion on nesting) and
-// enforces PickleLimits, failing with kLimitExceeded and the offset where the limit was hit.
+// The reader streams: it holds one read buffer, the stack, the memo (handles, 8 bytes a slot)
+// and the Document, never the whole file; a PickleListSink can keep the bulk out of the
+// Document too. It is iterative (no recursion on nesting) and enforces PickleLimits, failing
+// with kLimitExceeded and the offset where the limit was hit.
 // Memo references share the stored object (Document::Id is equal), so memory follows distinct
 // objects, not references.
 //
