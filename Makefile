@@ -3,7 +3,7 @@
 SAMPLE ?= tests/data/sample/gpt_tiny_50steps.jsonl.gz
 FUZZ_SECONDS ?= 300
 
-.PHONY: all deps deps-torch build release demo demo-cluster test bench fuzz format clean eval soak
+.PHONY: all deps deps-torch build release demo demo-cluster test bench bench-snapshot fuzz format clean eval soak
 
 all: build
 
@@ -39,10 +39,23 @@ test:
 	@tools/install-deps.sh --with-torch
 	@tools/run_tests.sh
 
+# The Google Benchmark programs, then the snapshot speed table (bench/python/snapshot_table.py:
+# fragscope analyze vs a Python summary vs pickle.load alone, per size; SNAPSHOT_SIZES=28,447,2048
+# adds the opt-in 2 GB file). bench-snapshot prints the table alone.
+SNAPSHOT_SIZES ?= 28,447
+SNAPSHOT_RUNS ?= 3
 bench: deps
 	cmake --preset bench
 	cmake --build --preset bench
 	tools/run_benchmarks.sh
+	/usr/bin/python3 bench/python/snapshot_table.py --bin build/bench/apps/fragscope/fragscope \
+	  --sizes $(SNAPSHOT_SIZES) --runs $(SNAPSHOT_RUNS) --report
+
+bench-snapshot: deps
+	cmake --preset bench
+	cmake --build --preset bench --target fragscope
+	/usr/bin/python3 bench/python/snapshot_table.py --bin build/bench/apps/fragscope/fragscope \
+	  --sizes $(SNAPSHOT_SIZES) --runs $(SNAPSHOT_RUNS) --report
 
 # The libFuzzer targets, FUZZ_SECONDS each, then the long adversarial run (random hostile
 # inputs through analyze and convert, each bounded in exit code, memory, time and bytes

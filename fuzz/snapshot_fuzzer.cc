@@ -1,5 +1,8 @@
-// Fuzz target for the snapshot path after the pickle reader: bytes -> Document (pickle or JSON,
-// as ReadDocumentFile would choose) -> DecodeSnapshot -> SnapshotReader (the history walked
+// Fuzz target for the snapshot path after the pickle reader: bytes -> Snapshot by the streaming
+// decode (ReadSnapshotBytes: the pickle reader hands trace lists to the decoder as it reads;
+// JSON through a Document), checked against the Document path (ReadPickleBytes ->
+// DecodeSnapshot: when both succeed they agree on segments, blocks and entries per device)
+// -> SnapshotReader (the history walked
 // backwards to its start state) -> every event through the TraceAnalyzer, errors skipped as
 // `fragscope analyze` skips them; then the re-simulation as `fragscope replay` runs it: the
 // events again through SnapshotRequests (start state rebuilt with requests) into a
@@ -48,15 +51,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   limits.max_memo = 100'000;
   limits.max_string_bytes = 1 << 20;
   limits.max_stack = 100'000;
-  Result<Document> doc = DetectDocumentFormat(bytes) == DocumentFormat::kJson
-                             ? ReadJsonDocumentBytes(bytes, limits)
-                             : ReadPickleBytes(bytes, limits);
-  if (!doc.ok()) return 0;
-  Result<Snapshot> snapshot = DecodeSnapshot(*doc);
-  if (!snapshot.ok()) {
-    if (snapshot.status().message().empty()) Fail("an error without a message");
-    return 0;
+  Result<Snapshot> snapshot = ReadSnapshotBytes(bytes, limits);
+  if (!snapshot.ok() && snapshot.status().message().empty()) Fail("an error without a message");
+  {
+    Result<Document> doc = DetectDocumentFormat(bytes) == DocumentFormat::kJson
+                               ? ReadJsonDocumentBytes(bytes, limits)
+                               : ReadPickleBytes(bytes, limits);
+    Result<Snapshot> reference = doc.ok() ? DecodeSnapshot(*doc) : Result<Snapshot>(doc.status());
+    if (snapshot.ok() && reference.ok()) {
+      if (snapshot->segments.size() != reference->segments.size() ||
+          snapshot->blocks.size() != reference->blocks.size() ||
+          snapshot->device_traces.size() != reference->device_traces.size()) {
+        Fail("the streaming and Document paths disagree on the segments or devices");
+      }
+      for (std::size_t d = 0; d < snapshot->device_traces.size(); ++d) {
+        if (snapshot->device_traces[d].size() != reference->device_traces[d].size()) {
+          Fail("the streaming and Document paths disagree on a device's entries");
+        }
+      }
+    }
   }
+  if (!snapshot.ok()) return 0;
   for (const SnapshotSegment& s : snapshot->segments) {
     if (std::uint64_t{s.first_block} + s.num_blocks > snapshot->blocks.size()) {
       Fail("a segment's blocks run past the blocks array");

@@ -53,6 +53,9 @@ set(FRAGSCOPE_SHARED_SNAPSHOTS "${_shared_snapshots}" CACHE PATH
 fragscope_add_test(sources/snapshot_corpus_test.cc LIBS fragscope_sources)
 target_compile_definitions(sources_snapshot_corpus_test PRIVATE
   FRAGSCOPE_SHARED_SNAPSHOTS="${FRAGSCOPE_SHARED_SNAPSHOTS}")
+fragscope_add_test(sources/snapshot_stream_test.cc LIBS fragscope_sources)
+target_compile_definitions(sources_snapshot_stream_test PRIVATE
+  FRAGSCOPE_SHARED_SNAPSHOTS="${FRAGSCOPE_SHARED_SNAPSHOTS}")
 
 # Differential test against Python's pickle: random values, every protocol.
 add_executable(pickle_dump sources/pickle_dump_main.cc)

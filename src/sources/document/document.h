@@ -93,6 +93,9 @@ class Value {
     return k == ValueKind::kList || k == ValueKind::kTuple;
   }
   bool operator==(const Value&) const = default;
+  /// A handle no Document makes, for the empty slots of a reader's own tables (the pickle
+  /// memo). Its kind reads as kNone; it must not be given to a Document.
+  static Value Unset() { return Value(std::uint64_t{internal::kTagMask}); }
 
  private:
   friend class Document;
@@ -158,6 +161,14 @@ class Document {
     if (tag != internal::kTagList && tag != internal::kTagTuple) return {};
     const ObjectId id = internal::IdOf(v.bits_);
     return {items_.data() + word_[id], size_[id]};
+  }
+  /// Where the items of a list or tuple start in the Document's item storage, for a key that
+  /// outlives the growth of that storage: two containers whose items are shared (equal runs,
+  /// see FinishBuilding) have equal offsets and sizes. 0 for any other kind.
+  std::uint64_t ItemsOffset(Value v) const {
+    const unsigned tag = internal::TagOf(v.bits_);
+    if (tag != internal::kTagList && tag != internal::kTagTuple) return 0;
+    return word_[internal::IdOf(v.bits_)];
   }
   /// Entries of a dict in insertion order; empty for any other kind.
   std::span<const Entry> Entries(Value v) const {

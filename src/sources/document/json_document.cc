@@ -370,7 +370,8 @@ DocumentFormat DetectDocumentFormat(std::string_view first_bytes) {
 }
 
 Result<Document> ReadDocumentFile(const std::string& path, DocumentFormat* format,
-                                  const PickleLimits& limits, const ProgressFn& progress) {
+                                  const PickleLimits& limits, const ProgressFn& progress,
+                                  PickleListSink* sink) {
   Result<std::unique_ptr<ByteSource>> source = OpenFileSource(path);
   if (!source.ok()) return source.status();  // already names the path
   Result<std::unique_ptr<InputStream>> input = InputStream::Open(std::move(*source));
@@ -392,7 +393,7 @@ Result<Document> ReadDocumentFile(const std::string& path, DocumentFormat* forma
   if (format != nullptr) *format = detected;
   Result<Document> doc = detected == DocumentFormat::kJson
                              ? internal::ReadJsonFrom(head, input->get(), limits, progress)
-                             : internal::ReadPickleFrom(head, input->get(), limits, progress);
+                             : internal::ReadPickleFrom(head, input->get(), limits, progress, sink);
   if (!doc.ok()) return doc.status().WithPrefix(path);
   return doc;
 }

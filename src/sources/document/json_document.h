@@ -27,9 +27,11 @@ enum class DocumentFormat { kPickle, kJson };
 DocumentFormat DetectDocumentFormat(std::string_view first_bytes);
 
 /// Opens `path` (plain, gzip or zstd), detects the format and reads it. Errors start with the
-/// path: "PATH: byte N: ..." or "PATH: line L, column C: ...".
+/// path: "PATH: byte N: ..." or "PATH: line L, column C: ...". A pickle is read with `sink`
+/// (PickleListSink), JSON without.
 Result<Document> ReadDocumentFile(const std::string& path, DocumentFormat* format = nullptr,
-                                  const PickleLimits& limits = {}, const ProgressFn& progress = {});
+                                  const PickleLimits& limits = {}, const ProgressFn& progress = {},
+                                  PickleListSink* sink = nullptr);
 
 }  // namespace fragscope::sources
 

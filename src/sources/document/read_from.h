@@ -16,7 +16,8 @@ namespace fragscope::sources::internal {
 /// Parses `head` followed by the rest of `rest` (null: `head` is the whole input). `head` must
 /// stay valid during the call. Errors are as ReadPickle's / ReadJsonDocument's.
 Result<Document> ReadPickleFrom(std::string_view head, InputStream* rest,
-                                const PickleLimits& limits, const ProgressFn& progress);
+                                const PickleLimits& limits, const ProgressFn& progress,
+                                PickleListSink* sink = nullptr);
 Result<Document> ReadJsonFrom(std::string_view head, InputStream* rest, const PickleLimits& limits,
                               const ProgressFn& progress);
 

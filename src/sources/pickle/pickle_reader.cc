@@ -456,8 +456,8 @@ class ValueStack {
 class Unpickler {
  public:
   Unpickler(std::string_view head, InputStream* rest, const PickleLimits& limits,
-            const ProgressFn& progress)
-      : rest_(rest), limits_(limits), progress_(progress) {
+            const ProgressFn& progress, PickleListSink* sink)
+      : rest_(rest), limits_(limits), progress_(progress), sink_(sink) {
     const std::uint64_t input_size = BudgetInputBytes(head, rest_);
     memory_user_set_ = limits_.max_memory_bytes != 0 || ProcessBudget().max_memory_bytes != 0;
     memory_budget_ =
@@ -551,6 +551,7 @@ class Unpickler {
     if (marks_.empty()) return Fail(OpError("no MARK to pop"));
     *begin = marks_.back();
     marks_.pop_back();
+    mark_taken_.pop_back();
     return true;
   }
   bool CheckObjects() {
@@ -567,7 +568,8 @@ class Unpickler {
   std::uint64_t MemoryUsed() const {
     return doc_.used_bytes() + memo_.size() * sizeof(MemoSlot) + sparse_memo_.size() * 48 +
            stack_.capacity() * sizeof(Value) + marks_.capacity() * sizeof(std::size_t) +
-           scratch_.capacity() + scratch2_.capacity();
+           scratch_.capacity() + scratch2_.capacity() + taken_.capacity() / 8 +
+           (sink_ != nullptr ? sink_->used_bytes() : 0);
   }
   [[gnu::noinline]] std::string MemoryMessage() const {
     return (BudgetMessage("the decoded data outgrew its memory budget", "memory", memory_budget_,
@@ -583,6 +585,24 @@ class Unpickler {
   // The container that APPEND(S)/SETITEM(S) fill: stack_[top - 1], which must lie in the
   // current frame (above the last MARK).
   bool Target(ValueKind kind, std::size_t top, Value* out);
+
+  // -- The sink (PickleListSink).
+  bool Taken(Value list) const {
+    const std::optional<ObjectId> id = doc_.Id(list);
+    return id && *id < taken_.size() && taken_[*id];
+  }
+  // Offers `items`, about to be appended to `list`, to the sink; *took when it took them.
+  bool Offer(Value list, std::span<const Value> items, bool* took);
+  // Whether a dict at stack position `at` stands directly in a taken list's MARK frame, so
+  // that SETITEM(S) gives its pairs to the sink.
+  bool InTakenFrame(std::size_t at) const {
+    return !marks_.empty() && mark_taken_.back() && marks_.back() <= at;
+  }
+  void PushMark() {
+    marks_.push_back(stack_.size());
+    mark_taken_.push_back(sink_ != nullptr && stack_.size() > 0 &&
+                          stack_.back().kind() == ValueKind::kList && Taken(stack_.back()));
+  }
 
   // -- Memo.
   bool MemoPut(std::uint64_t index);
@@ -600,6 +620,9 @@ class Unpickler {
   InputStream* rest_;
   const PickleLimits& limits_;
   const ProgressFn& progress_;
+  PickleListSink* sink_;
+  std::vector<bool> taken_;       // by ObjectId: lists the sink took
+  std::vector<bool> mark_taken_;  // parallel to marks_: the frame's owner is a taken list
   std::unique_ptr<char[]> buffer_;
   std::size_t capacity_ = 0;
   const char* begin_ = nullptr;  // the window's start, at stream offset base_
@@ -621,10 +644,11 @@ class Unpickler {
   std::uint8_t op_ = 0;
   ValueStack stack_;
   std::vector<std::size_t> marks_;
-  // Memo: dense slots (16 bytes: the handle and whether it was stored), far keys in sparse_memo_.
+  // Memo: dense slots (8 bytes: the handle, Value::Unset() where nothing was stored; a snapshot
+  // memoises about two objects per trace entry), far keys in sparse_memo_.
   struct MemoSlot {
-    Value value;
-    bool set = false;
+    Value value = Value::Unset();
+    bool set() const { return value != Value::Unset(); }
   };
   // Declared before the buffers it warms; its requests on freed memory are harmless anyway.
   Prefaulter prefaulter_;
@@ -797,12 +821,26 @@ bool Unpickler::Target(ValueKind kind, std::size_t top, Value* out) {
                       " to add to, found " + std::string(ValueKindName(out->kind()))));
 }
 
+bool Unpickler::Offer(Value list, std::span<const Value> items, bool* took) {
+  const bool taken = Taken(list);
+  if (Status status = sink_->TakeItems(doc_, list, taken, items, OpOffset(), took); !status.ok())
+      [[unlikely]] {
+    return Fail(status.WithPrefix("byte " + std::to_string(OpOffset())));
+  }
+  if (*took && !taken) {
+    const ObjectId id = *doc_.Id(list);
+    if (id >= taken_.size()) taken_.resize(std::max<std::size_t>(id + 1, taken_.size() * 2));
+    taken_[id] = true;
+  }
+  return true;
+}
+
 bool Unpickler::MemoPut(std::uint64_t index) {
   FRAGSCOPE_PICKLE_TRY(NeedOnFrame(1));
   const Value v = stack_.back();
   if (index < memo_.size()) {
-    if (!memo_[index].set) ++memo_count_;
-    memo_[index] = {v, true};
+    if (!memo_[index].set()) ++memo_count_;
+    memo_[index] = MemoSlot{v};
   } else if (auto it = sparse_memo_.find(index); it != sparse_memo_.end()) {
     it->second = v;
     return true;
@@ -815,7 +853,7 @@ bool Unpickler::MemoPut(std::uint64_t index) {
     const std::size_t old_size = memo_.size();
     MemoSlot* fresh = memo_.Extend(index + 1 - old_size);
     std::fill(fresh, fresh + (index + 1 - old_size), MemoSlot{});
-    memo_[index] = {v, true};
+    memo_[index] = MemoSlot{v};
     ++memo_count_;
   } else {
     if (memo_.size() + sparse_memo_.size() >= limits_.max_memo) {
@@ -829,7 +867,7 @@ bool Unpickler::MemoPut(std::uint64_t index) {
 }
 
 [[gnu::always_inline]] inline bool Unpickler::MemoGet(std::uint64_t index) {
-  if (index < memo_.size() && memo_[index].set) [[likely]]
+  if (index < memo_.size() && memo_[index].set()) [[likely]]
     return Push(memo_[index].value);
   return MemoGetSlow(index);
 }
@@ -975,7 +1013,7 @@ Result<Document> Unpickler::Run() {
         } else {
           break;
         }
-        if (index >= memo_size || !memo[index].set || !stack_.TryPush(memo[index].value)) break;
+        if (index >= memo_size || !memo[index].set() || !stack_.TryPush(memo[index].value)) break;
         p += length;
       }
       p_ = p;
@@ -1011,7 +1049,7 @@ Result<Document> Unpickler::Run() {
         if (marks_.size() >= limits_.max_depth) {
           return LimitError("more than " + Limit(limits_.max_depth, "max_depth") + " nested MARKs");
         }
-        marks_.push_back(stack_.size());
+        PushMark();
         break;
       case kPop:
         // As Python: POP on an empty frame discards the MARK instead.
@@ -1200,6 +1238,9 @@ Result<Document> Unpickler::Run() {
         stack_.pop_back();
         Value list;
         FRAGSCOPE_PICKLE_RUN(Target(ValueKind::kList, stack_.size(), &list));
+        bool took = false;
+        if (sink_ != nullptr) FRAGSCOPE_PICKLE_RUN(Offer(list, {&item, 1}, &took));
+        if (took) break;
         FRAGSCOPE_PICKLE_RUN(ContainerRoom(list, 1));
         doc_.Append(list, item);
         break;
@@ -1211,8 +1252,12 @@ Result<Document> Unpickler::Run() {
         Value list;
         FRAGSCOPE_PICKLE_RUN(Target(ValueKind::kList, begin, &list));
         std::span<const Value> run(stack_.data() + begin, stack_.size() - begin);
-        FRAGSCOPE_PICKLE_RUN(ContainerRoom(list, run.size()));
-        doc_.Append(list, run);
+        bool took = false;
+        if (sink_ != nullptr) FRAGSCOPE_PICKLE_RUN(Offer(list, run, &took));
+        if (!took) {
+          FRAGSCOPE_PICKLE_RUN(ContainerRoom(list, run.size()));
+          doc_.Append(list, run);
+        }
         stack_.resize(begin);
         break;
       }
@@ -1223,6 +1268,11 @@ Result<Document> Unpickler::Run() {
         stack_.resize(stack_.size() - 2);
         Value dict;
         FRAGSCOPE_PICKLE_RUN(Target(ValueKind::kDict, stack_.size(), &dict));
+        if (InTakenFrame(stack_.size() - 1)) {
+          const Value pair[2] = {key, value};
+          sink_->DictItems(doc_, dict, pair);
+          break;
+        }
         FRAGSCOPE_PICKLE_RUN(ContainerRoom(dict, 1));
         doc_.SetItem(dict, key, value);
         break;
@@ -1234,8 +1284,12 @@ Result<Document> Unpickler::Run() {
         FRAGSCOPE_PICKLE_RUN(Target(ValueKind::kDict, begin, &dict));
         std::span<const Value> run(stack_.data() + begin, stack_.size() - begin);
         if (run.size() % 2 != 0) return OpError("odd number of values (a key without a value)");
-        FRAGSCOPE_PICKLE_RUN(ContainerRoom(dict, run.size() / 2));
-        doc_.SetItems(dict, run);
+        if (InTakenFrame(begin - 1)) {
+          sink_->DictItems(doc_, dict, run);
+        } else {
+          FRAGSCOPE_PICKLE_RUN(ContainerRoom(dict, run.size() / 2));
+          doc_.SetItems(dict, run);
+        }
         stack_.resize(begin);
         break;
       }
@@ -1245,7 +1299,7 @@ Result<Document> Unpickler::Run() {
         // Protocol 4 memoises every container and string, in order: a dense append.
         if (memo_count_ == memo_.size() && stack_.size() > FrameBegin() &&
             memo_count_ + sparse_memo_.size() < limits_.max_memo) [[likely]] {
-          memo_.push_back({stack_.back(), true});
+          memo_.push_back(MemoSlot{stack_.back()});
           ++memo_count_;
           break;
         }
@@ -1359,24 +1413,26 @@ std::string IntegerDigitsToLongBytes(std::string_view digits, int base, bool neg
 }
 
 Result<Document> ReadPickleFrom(std::string_view head, InputStream* rest,
-                                const PickleLimits& limits, const ProgressFn& progress) {
-  Unpickler unpickler(head, rest, limits, progress);
+                                const PickleLimits& limits, const ProgressFn& progress,
+                                PickleListSink* sink) {
+  Unpickler unpickler(head, rest, limits, progress, sink);
   return unpickler.Run();
 }
 
 }  // namespace internal
 
 Result<Document> ReadPickle(InputStream& input, const PickleLimits& limits,
-                            const ProgressFn& progress) {
-  return internal::ReadPickleFrom({}, &input, limits, progress);
+                            const ProgressFn& progress, PickleListSink* sink) {
+  return internal::ReadPickleFrom({}, &input, limits, progress, sink);
 }
 
-Result<Document> ReadPickleBytes(std::string_view bytes, const PickleLimits& limits) {
+Result<Document> ReadPickleBytes(std::string_view bytes, const PickleLimits& limits,
+                                 PickleListSink* sink) {
   if (!internal::LooksCompressed(bytes))
-    return internal::ReadPickleFrom(bytes, nullptr, limits, {});
+    return internal::ReadPickleFrom(bytes, nullptr, limits, {}, sink);
   Result<std::unique_ptr<InputStream>> input = InputStream::Open(MemorySource(std::string(bytes)));
   if (!input.ok()) return input.status();
-  return ReadPickle(**input, limits);
+  return ReadPickle(**input, limits, {}, sink);
 }
 
 }  // namespace fragscope::sources

@@ -14,7 +14,8 @@
 //
 // Stacks are interned: frames by content, stacks (frame lists) by the Document's object
 // identity, so a file with a million references to a few hundred frames decodes to a few
-// hundred frames; the strings in them are interned by object identity, then content, so a
+// hundred frames (numbered in the order segments, blocks, then trace entries meet them, by
+// either path); the strings in them are interned by object identity, then content, so a
 // string shared through the pickle memo is read and hashed once. Text kept from the file (frame
 // names and file names, allocator settings, annotations) is cut at 4096 bytes (ending in "...")
 // and every copy is charged to the memory budget. The decoded Snapshot does not refer to the
@@ -27,6 +28,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +37,8 @@
 #include "model/device_memory.h"
 #include "sources/call_site.h"
 #include "sources/document/document.h"
+#include "sources/document/json_document.h"
+#include "sources/pickle/pickle_reader.h"
 
 namespace fragscope::sources {
 
@@ -146,6 +150,20 @@ struct SnapshotDecodeOptions {
 /// Decodes a snapshot from a Document (see ReadDocumentFile). kCorruption when the top level is
 /// neither a snapshot dict nor a list of segments, or a required field is missing or mistyped.
 Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions& options = {});
+
+/// Reads and decodes the snapshot file `path` (plain, gzip or zstd; pickle or JSON) in one pass
+/// (issue 34): a pickle's device trace lists are decoded into trace entries as the pickle reader
+/// produces them (PickleListSink), so the Document never holds the history; what stays in it
+/// (segments, blocks, settings, annotations) is decoded at the end and the Document dropped.
+/// JSON files are read into a Document first. Errors and limits are DecodeSnapshot's and the
+/// readers' (`options.max_memory_bytes` 0 = `limits.max_memory_bytes`); errors start with the path.
+Result<Snapshot> ReadSnapshotFile(const std::string& path, const PickleLimits& limits = {},
+                                  const ProgressFn& progress = {},
+                                  const SnapshotDecodeOptions& options = {},
+                                  DocumentFormat* format = nullptr);
+/// Same over bytes in memory (plain, gzip or zstd); errors do not name a file.
+Result<Snapshot> ReadSnapshotBytes(std::string_view bytes, const PickleLimits& limits = {},
+                                   const SnapshotDecodeOptions& options = {});
 
 /// The call site of a stack (ChooseCallSite, sources/call_site.h): `frame` is an index into
 /// snapshot.frames (the innermost Python frame outside torch's own package, else the innermost

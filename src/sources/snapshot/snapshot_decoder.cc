@@ -1,7 +1,14 @@
-// DecodeSnapshot: Document -> Snapshot. See snapshot.h for the rules.
+// DecodeSnapshot: Document -> Snapshot, and ReadSnapshotFile / ReadSnapshotBytes, the streaming
+// decode (issue 34): the Decoder is also the pickle reader's PickleListSink, so a device trace
+// list is taken at its first APPENDS (its items are all dicts with an "action") and its entries
+// become SnapshotTraceEntry records while the file is read; the Document keeps only the rest
+// (segments, blocks, settings, annotations), decoded at the end, when Traces() finds which
+// device each taken list is and places it (Place). Until then a taken list's errors and
+// warnings wait with "device_traces[?]" for their prefix. See snapshot.h for the rules.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -13,6 +20,7 @@
 #include "common/keyed_hash.h"
 #include "common/prefaulter.h"
 #include "sources/budget.h"
+#include "sources/document/json_document.h"
 #include "sources/snapshot/snapshot.h"
 
 namespace fragscope::sources {
@@ -21,19 +29,104 @@ namespace {
 // A value's kind for messages: "str", "int", ...
 std::string_view KindOf(Value v) { return ValueKindName(v.kind()); }
 
-class Decoder {
+// What a trace entry's dict holds, gathered in one pass over its keys (from the Document, or
+// from the pairs a PickleListSink receives).
+struct EntryFields {
+  std::optional<Value> action, addr, size, stream, time_us, frames, device_free, user_metadata;
+  std::uint8_t keys = 0;  // the kKey* flags below: what Generation() looks for
+};
+constexpr std::uint8_t kKeyTime = 1, kKeyCompile = 2, kKeyMetadata = 4, kKeyPoolId = 8;
+
+// The placeholder for "device_traces[D]" in what a taken list's entries say while it is read:
+// which device a list is becomes known only when it is put into device_traces, at the end.
+constexpr std::string_view kStreamWhere = "device_traces[?]";
+
+class Decoder final : public PickleListSink {
  public:
+  // Over a Document already built.
   Decoder(const Document& doc, const SnapshotDecodeOptions& options, Snapshot* out)
-      : doc_(doc),
+      : doc_(&doc),
         options_(options),
         out_(*out),
         events_user_set_(options.max_events != 0 || ProcessBudget().max_events != 0),
         max_events_(options.max_events != 0 ? options.max_events
                                             : EventBudgetFor(doc.input_bytes())),
         meter_(options.max_memory_bytes, doc.input_bytes(), doc.used_bytes()) {}
+  // Streaming (issue 34): the sink of the pickle reader, then Run() over the Document it left.
+  // `input_bytes` is the input's size as the budgets take it (0 = not known).
+  Decoder(const SnapshotDecodeOptions& options, std::uint64_t input_bytes, Snapshot* out)
+      : doc_(nullptr),
+        options_(options),
+        out_(*out),
+        events_user_set_(options.max_events != 0 || ProcessBudget().max_events != 0),
+        max_events_(options.max_events != 0 ? options.max_events : EventBudgetFor(input_bytes)),
+        meter_(options.max_memory_bytes, input_bytes, 0),
+        input_bytes_(input_bytes) {}
+
+  Status Run(const Document& doc) {
+    doc_ = &doc;
+    if (options_.max_events == 0) {
+      max_events_ = std::max(max_events_, EventBudgetFor(doc.input_bytes()));
+    }
+    FRAGSCOPE_RETURN_IF_ERROR(Run());
+    if (!streams_.empty()) Renumber();
+    return Status::Ok();
+  }
+
+  // ---- PickleListSink: device trace lists taken while the pickle is read.
+
+  Status TakeItems(const Document& doc, Value list, bool taken, std::span<const Value> items,
+                   std::uint64_t offset, bool* take) override {
+    doc_ = &doc;
+    *take = false;
+    if (!taken) {
+      // A list is taken when its first items are all trace entries (dicts with an "action");
+      // nothing else in a snapshot looks like that.
+      if (items.empty()) return Status::Ok();
+      for (const Value item : items) {
+        if (item.kind() != ValueKind::kDict || !doc.Find(item, "action")) return Status::Ok();
+      }
+    }
+    *take = true;
+    Stream& stream = StreamOf(list);
+    const std::uint64_t first = stream.count;
+    stream.count += items.size();
+    if (!stream.error.ok()) return Status::Ok();  // reported when the list is placed
+    if (options_.max_events == 0) {
+      max_events_ = std::max(max_events_, EventBudgetFor(offset));
+    }
+    Status status = CountEvents(items.size(), kStreamWhere);
+    if (status.ok()) ReserveAhead(stream, items.size(), offset);
+    taken_items_ += items.size();
+    warn_into_ = &stream;
+    for (std::size_t i = 0; i < items.size() && status.ok(); ++i) {
+      status = StreamEntry(stream, items[i], first + i);
+    }
+    warn_into_ = nullptr;
+    if (!status.ok()) {
+      // Kept for when the list is placed (or dropped with it if never placed); its entries are
+      // not needed any more.
+      stream.error = std::move(status);
+      records_ -= stream.entries.size();
+      std::vector<SnapshotTraceEntry>().swap(stream.entries);
+    }
+    return memory_status_;  // the memory budget stops the reading at once
+  }
+
+  void DictItems(const Document& doc, Value dict, std::span<const Value> pairs) override {
+    doc_ = &doc;
+    Pending& p = PendingOf(*doc.Id(dict));
+    for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) AddField(pairs[i], pairs[i + 1], &p.f);
+  }
+
+  std::uint64_t used_bytes() const override {
+    return records_ * sizeof(SnapshotTraceEntry) + pending_.capacity() * sizeof(Pending) +
+           streams_.size() * sizeof(Stream) + interned_of_object_.capacity() * 4 +
+           reached_.capacity() / 8 + meter_.used();
+  }
 
   Status Run() {
-    const Value root = doc_.root();
+    const Value root = doc_->root();
     if (root.kind() == ValueKind::kList) {
       out_.layout = SnapshotLayout::kSegmentList;
       FRAGSCOPE_RETURN_IF_ERROR(Segments(root, "[]"));
@@ -46,7 +139,7 @@ class Decoder {
                       "\"segments\" or a list of segments",
                       KindOf(root)));
     }
-    const std::optional<Value> segments = doc_.Find(root, "segments");
+    const std::optional<Value> segments = doc_->Find(root, "segments");
     if (!segments) {
       return Status::Corruption(
           "not a memory snapshot: the top-level dict has no \"segments\" key (keys: " +
@@ -58,13 +151,13 @@ class Decoder {
     }
     FRAGSCOPE_RETURN_IF_ERROR(Segments(*segments, "segments"));
     // _memory_viz.py wraps a bare list as {"segments": ..., "traces": []}: accept that too.
-    std::optional<Value> traces = doc_.Find(root, "device_traces");
-    if (!traces) traces = doc_.Find(root, "traces");
+    std::optional<Value> traces = doc_->Find(root, "device_traces");
+    if (!traces) traces = doc_->Find(root, "traces");
     if (traces) FRAGSCOPE_RETURN_IF_ERROR(Traces(*traces));
-    if (const std::optional<Value> settings = doc_.Find(root, "allocator_settings")) {
+    if (const std::optional<Value> settings = doc_->Find(root, "allocator_settings")) {
       Settings(*settings);
     }
-    if (const std::optional<Value> annotations = doc_.Find(root, "external_annotations")) {
+    if (const std::optional<Value> annotations = doc_->Find(root, "external_annotations")) {
       Annotations(*annotations);
     }
     FRAGSCOPE_RETURN_IF_ERROR(memory_status_);
@@ -78,13 +171,13 @@ class Decoder {
   std::string KeyList(Value dict) const {
     std::string keys;
     std::size_t n = 0;
-    for (const auto& [k, v] : doc_.Entries(dict)) {
+    for (const auto& [k, v] : doc_->Entries(dict)) {
       if (n == 8) {
         keys += ", ...";
         break;
       }
       if (n++ > 0) keys += ", ";
-      const auto s = doc_.AsString(k);
+      const auto s = doc_->AsString(k);
       keys += s ? std::string(*s) : std::string("<") + std::string(KindOf(k)) + ">";
     }
     return keys.empty() ? "none" : keys;
@@ -93,12 +186,12 @@ class Decoder {
   // A required unsigned integer field.
   Status RequiredUint(Value dict, std::string_view key, const std::string& where,
                       std::uint64_t* out) const {
-    const std::optional<Value> v = doc_.Find(dict, key);
+    const std::optional<Value> v = doc_->Find(dict, key);
     if (!v)
       return Status::Corruption(fmt::format("{}: the required key \"{}\" is missing", where, key));
-    const std::optional<std::uint64_t> u = doc_.AsUint(*v);
+    const std::optional<std::uint64_t> u = doc_->AsUint(*v);
     if (!u) {
-      const std::optional<std::int64_t> i = doc_.AsInt(*v);
+      const std::optional<std::int64_t> i = doc_->AsInt(*v);
       if (i) {
         return Status::Corruption(
             fmt::format("{}.{}: expected a non-negative int, found {}", where, key, *i));
@@ -113,9 +206,9 @@ class Decoder {
   // An optional unsigned integer; a wrong type warns and reads as absent.
   std::optional<std::uint64_t> OptionalUint(Value dict, std::string_view key,
                                             const std::string_view where, std::size_t index) {
-    const std::optional<Value> v = doc_.Find(dict, key);
+    const std::optional<Value> v = doc_->Find(dict, key);
     if (!v || v->is_none()) return std::nullopt;
-    const std::optional<std::uint64_t> u = doc_.AsUint(*v);
+    const std::optional<std::uint64_t> u = doc_->AsUint(*v);
     if (!u)
       Warn(fmt::format("{}[{}].{}: expected an int, found {}; ignored", where, index, key,
                        KindOf(*v)));
@@ -123,15 +216,29 @@ class Decoder {
   }
 
   void Warn(std::string message) {
+    if (warn_into_ != nullptr) {
+      // A taken list's: kept until the list is placed, then warned in order.
+      if (warn_into_->warnings.size() < options_.max_warnings) {
+        warn_into_->warnings.push_back(std::move(message));
+      } else {
+        ++warn_into_->more_warnings;
+      }
+      return;
+    }
     if (out_.warnings.size() < options_.max_warnings) {
       out_.warnings.push_back(std::move(message));
     } else {
-      ++suppressed_warnings_;
-      if (out_.warnings.size() == options_.max_warnings) {
-        out_.warnings.push_back("");  // replaced by the count at the end
-      }
-      out_.warnings.back() = fmt::format("... and {} more warnings", suppressed_warnings_);
+      Suppress(1);
     }
+  }
+  // Counts `n` warnings beyond the cap.
+  void Suppress(std::uint64_t n) {
+    if (n == 0) return;
+    suppressed_warnings_ += n;
+    if (out_.warnings.size() == options_.max_warnings) {
+      out_.warnings.push_back("");  // replaced by the count at the end
+    }
+    out_.warnings.back() = fmt::format("... and {} more warnings", suppressed_warnings_);
   }
 
   // ---- Budgets (issue 24 item 1).
@@ -162,10 +269,11 @@ class Decoder {
     if (kind != ValueKind::kDict && kind != ValueKind::kList && kind != ValueKind::kTuple) {
       return true;
     }
-    const std::optional<ObjectId> id = doc_.Id(v);
+    const std::optional<ObjectId> id = doc_->Id(v);
     if (!id) return true;
     if (*id >= reached_.size()) {
-      reached_.resize(std::max<std::size_t>(*id + 1, doc_.object_count()), false);
+      reached_.resize(std::max<std::size_t>({*id + 1, doc_->object_count(), reached_.size() * 2}),
+                      false);
     }
     if (reached_[*id]) return false;
     reached_[*id] = true;
@@ -181,15 +289,24 @@ class Decoder {
 
   // ---- Stacks.
 
-  // The memo of an object: a dense table over the Document's object ids (kUnseen = none yet).
+  // What an object of the Document was interned as (a text, frame or stack index; an object is
+  // only ever one of the three kinds): a dense table over the object ids, kUnseen = not yet.
   static constexpr std::int32_t kUnseen = -2;
-  std::int32_t* Memo(std::vector<std::int32_t>& table, Value v) {
-    const std::optional<ObjectId> id = doc_.Id(v);
-    if (!id) return nullptr;
-    if (*id >= table.size()) {
-      table.resize(std::max<std::size_t>(*id + 1, doc_.object_count()), kUnseen);
+  std::int32_t Interned(Value v) const {
+    const std::optional<ObjectId> id = doc_->Id(v);
+    if (!id || *id >= interned_of_object_.size()) return kUnseen;
+    return interned_of_object_[*id];
+  }
+  void SetInterned(Value v, std::int32_t index) {
+    const std::optional<ObjectId> id = doc_->Id(v);
+    if (!id) return;
+    if (*id >= interned_of_object_.size()) {
+      // Geometric: while a pickle is read, the object count grows with the file.
+      interned_of_object_.resize(
+          std::max<std::size_t>({*id + 1, doc_->object_count(), interned_of_object_.size() * 2}),
+          kUnseen);
     }
-    return &table[*id];
+    interned_of_object_[*id] = index;
   }
 
   // A string of the document as text the Snapshot keeps: at most kMaxTextBytes of it (a cut
@@ -198,9 +315,8 @@ class Decoder {
   // (issue 30 item 4). -1 for a value that is not a string.
   std::int32_t Text(Value v) {
     if (v.kind() != ValueKind::kString) return -1;
-    std::int32_t* memo = Memo(text_of_object_, v);
-    if (memo != nullptr && *memo != kUnseen) return *memo;
-    std::string_view text = *doc_.AsString(v);
+    if (const std::int32_t known = Interned(v); known != kUnseen) return known;
+    std::string_view text = *doc_->AsString(v);
     std::string cut;
     if (text.size() > kMaxTextBytes) {
       cut.assign(text.substr(0, kMaxTextBytes));
@@ -213,7 +329,7 @@ class Decoder {
       texts_.push_back(&it->first);
       Charge(it->first.size() + kStringOverhead);
     }
-    if (memo != nullptr) *memo = it->second;
+    SetInterned(v, it->second);
     return it->second;
   }
   std::int32_t EmptyText() {
@@ -235,13 +351,12 @@ class Decoder {
   }
 
   std::int32_t Frame(Value frame) {
-    std::int32_t* memo = Memo(frame_of_object_, frame);
-    if (memo != nullptr && *memo != kUnseen) return *memo;
+    if (const std::int32_t known = Interned(frame); known != kUnseen) return known;
     std::int32_t name = -1, file = -1;
     std::int64_t line = 0;
-    if (auto v = doc_.Find(frame, "name")) name = Text(*v);
-    if (auto v = doc_.Find(frame, "filename")) file = Text(*v);
-    if (auto v = doc_.Find(frame, "line")) line = doc_.AsInt(*v).value_or(0);
+    if (auto v = doc_->Find(frame, "name")) name = Text(*v);
+    if (auto v = doc_->Find(frame, "filename")) file = Text(*v);
+    if (auto v = doc_->Find(frame, "line")) line = doc_->AsInt(*v).value_or(0);
     // An absent or non-string name reads as "", the same frame as one whose name is "".
     if (name < 0) name = EmptyText();
     if (file < 0) file = EmptyText();
@@ -260,22 +375,21 @@ class Decoder {
       Charge(f.name.size() + f.filename.size() + sizeof(SnapshotFrame) + 2 * kStringOverhead);
       out_.frames.push_back(std::move(f));
     }
-    if (memo != nullptr) *memo = it->second;
+    SetInterned(frame, it->second);
     return it->second;
   }
 
   // A stack (list of frame dicts) as an index into out_.stacks; -1 when absent or empty.
   std::int32_t Stack(std::optional<Value> frames) {
     if (!frames || !frames->is_sequence()) return -1;
-    std::int32_t* memo = Memo(stack_of_object_, *frames);
-    if (memo != nullptr && *memo != kUnseen) return *memo;
-    const auto items = doc_.Items(*frames);
+    if (const std::int32_t known = Interned(*frames); known != kUnseen) return known;
+    const auto items = doc_->Items(*frames);
     // Lists with equal items share their storage in the Document: a fresh list with the frames
-    // of a known stack (PyTorch makes many) is found by its items' address, in one lookup.
-    const RunKey run{items.data(), items.size()};
+    // of a known stack (PyTorch makes many) is found by where its items are, in one lookup.
+    const RunKey run{doc_->ItemsOffset(*frames), items.size()};
     if (!items.empty()) {
       if (const std::int32_t* found = stack_by_run_.Find(run)) {
-        if (memo != nullptr) *memo = *found;
+        SetInterned(*frames, *found);
         return *found;
       }
     }
@@ -293,14 +407,15 @@ class Decoder {
       }
     }
     if (!items.empty()) stack_by_run_.Insert(run, result);
-    if (memo != nullptr) *memo = result;  // Frame() resizes only frame_of_object_
+    SetInterned(*frames, result);
     return result;
   }
 
   // ---- Segments and blocks.
 
   Status Segments(Value list, std::string_view where) {
-    const auto items = doc_.Items(list);
+    FRAGSCOPE_RETURN_IF_ERROR(NotStream(list, where));
+    const auto items = doc_->Items(list);
     FRAGSCOPE_RETURN_IF_ERROR(CountEvents(items.size(), where));
     out_.segments.reserve(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) {
@@ -320,8 +435,8 @@ class Decoder {
     FRAGSCOPE_RETURN_IF_ERROR(RequiredUint(seg, "address", where, &s.addr));
     FRAGSCOPE_RETURN_IF_ERROR(RequiredUint(seg, "total_size", where, &s.total_size));
     const std::size_t index = out_.segments.size();
-    if (auto device = doc_.Find(seg, "device")) {
-      const std::optional<std::int64_t> d = doc_.AsInt(*device);
+    if (auto device = doc_->Find(seg, "device")) {
+      const std::optional<std::int64_t> d = doc_->AsInt(*device);
       if (!d || *d < 0 || *d > 65535) {
         return Status::Corruption(fmt::format("{}.device: expected a device ordinal, found {}",
                                               where, d ? std::to_string(*d) : KindOf(*device)));
@@ -329,8 +444,8 @@ class Decoder {
       s.device = static_cast<std::int32_t>(*d);
     }
     s.stream = OptionalUint(seg, "stream", "segments", index).value_or(0);
-    if (auto type = doc_.Find(seg, "segment_type")) {
-      const auto t = doc_.AsString(*type);
+    if (auto type = doc_->Find(seg, "segment_type")) {
+      const auto t = doc_->AsString(*type);
       if (t == "small") {
         s.pool = Pool::kSmall;
       } else if (t == "large") {
@@ -339,20 +454,20 @@ class Decoder {
         Warn(fmt::format("{}.segment_type: expected \"small\" or \"large\"; ignored", where));
       }
     }
-    if (auto exp = doc_.Find(seg, "is_expandable"))
-      s.expandable = doc_.AsBool(*exp).value_or(false);
-    if (auto pool_id = doc_.Find(seg, "segment_pool_id")) {
-      const auto ids = doc_.Items(*pool_id);
+    if (auto exp = doc_->Find(seg, "is_expandable"))
+      s.expandable = doc_->AsBool(*exp).value_or(false);
+    if (auto pool_id = doc_->Find(seg, "segment_pool_id")) {
+      const auto ids = doc_->Items(*pool_id);
       if (ids.size() == 2) {
-        s.pool_id = {doc_.AsInt(ids[0]).value_or(0), doc_.AsInt(ids[1]).value_or(0)};
+        s.pool_id = {doc_->AsInt(ids[0]).value_or(0), doc_->AsInt(ids[1]).value_or(0)};
       }
     }
-    s.stack = Stack(doc_.Find(seg, "frames"));
+    s.stack = Stack(doc_->Find(seg, "frames"));
     s.allocated_size = OptionalUint(seg, "allocated_size", "segments", index);
     s.active_size = OptionalUint(seg, "active_size", "segments", index);
     s.requested_size = OptionalUint(seg, "requested_size", "segments", index);
 
-    const std::optional<Value> blocks = doc_.Find(seg, "blocks");
+    const std::optional<Value> blocks = doc_->Find(seg, "blocks");
     if (!blocks)
       return Status::Corruption(fmt::format("{}: the required key \"blocks\" is missing", where));
     if (!blocks->is_sequence()) {
@@ -360,9 +475,10 @@ class Decoder {
           fmt::format("{}.blocks: expected a list, found {}", where, KindOf(*blocks)));
     }
     FRAGSCOPE_RETURN_IF_ERROR(Once(*blocks, where + ".blocks"));
+    FRAGSCOPE_RETURN_IF_ERROR(NotStream(*blocks, where + ".blocks"));
     s.first_block = static_cast<std::uint32_t>(out_.blocks.size());
     std::uint64_t offset = 0;
-    const auto items = doc_.Items(*blocks);
+    const auto items = doc_->Items(*blocks);
     FRAGSCOPE_RETURN_IF_ERROR(CountEvents(items.size(), where + ".blocks"));
     for (std::size_t b = 0; b < items.size(); ++b) {
       SnapshotBlock block;
@@ -405,10 +521,10 @@ class Decoder {
           fmt::format("{}: expected a block dict, found {}", where, KindOf(value)));
     }
     FRAGSCOPE_RETURN_IF_ERROR(RequiredUint(value, "size", where, &b->size));
-    const std::optional<Value> state = doc_.Find(value, "state");
+    const std::optional<Value> state = doc_->Find(value, "state");
     if (!state)
       return Status::Corruption(fmt::format("{}: the required key \"state\" is missing", where));
-    const std::optional<std::string_view> s = doc_.AsString(*state);
+    const std::optional<std::string_view> s = doc_->AsString(*state);
     if (s == "active_allocated") {
       b->state = model::BlockState::kAllocated;
     } else if (s == "active_pending_free" || s == "active_awaiting_free") {
@@ -422,30 +538,30 @@ class Decoder {
           where, s ? fmt::format("\"{}\"", *s) : std::string(KindOf(*state))));
     }
     b->addr = running_addr;
-    if (auto addr = doc_.Find(value, "address")) {
-      if (const auto a = doc_.AsUint(*addr)) {
+    if (auto addr = doc_->Find(value, "address")) {
+      if (const auto a = doc_->AsUint(*addr)) {
         b->addr = *a;
         saw_block_address_ = true;
       }
     }
     // Spec §7: requested_size, else history[0].real_size, else size.
     std::optional<Value> history_first;
-    if (auto history = doc_.Find(value, "history")) {
-      const auto h = doc_.Items(*history);
+    if (auto history = doc_->Find(value, "history")) {
+      const auto h = doc_->Items(*history);
       if (!h.empty() && h[0].kind() == ValueKind::kDict) history_first = h[0];
     }
     if (history_first) FRAGSCOPE_RETURN_IF_ERROR(Once(*history_first, where + ".history[0]"));
     b->requested = b->size;
-    if (auto req = doc_.Find(value, "requested_size"); req && doc_.AsUint(*req)) {
-      b->requested = *doc_.AsUint(*req);
+    if (auto req = doc_->Find(value, "requested_size"); req && doc_->AsUint(*req)) {
+      b->requested = *doc_->AsUint(*req);
     } else if (history_first) {
-      if (auto real = doc_.Find(*history_first, "real_size"); real && doc_.AsUint(*real)) {
-        b->requested = *doc_.AsUint(*real);
+      if (auto real = doc_->Find(*history_first, "real_size"); real && doc_->AsUint(*real)) {
+        b->requested = *doc_->AsUint(*real);
       }
     }
     if (b->state != model::BlockState::kFree) {
-      std::optional<Value> frames = doc_.Find(value, "frames");
-      if (!frames && history_first) frames = doc_.Find(*history_first, "frames");
+      std::optional<Value> frames = doc_->Find(value, "frames");
+      if (!frames && history_first) frames = doc_->Find(*history_first, "frames");
       b->stack = Stack(frames);
     }
     return Status::Ok();
@@ -459,12 +575,13 @@ class Decoder {
           fmt::format("device_traces: expected a list, found {}; no history read", KindOf(traces)));
       return Status::Ok();
     }
-    const auto devices = doc_.Items(traces);
+    const auto devices = doc_->Items(traces);
     if (devices.size() > 65536) {
       return Status::Corruption(
           fmt::format("device_traces: {} device lists (more than 65536)", devices.size()));
     }
     out_.device_traces.resize(devices.size());
+    first_keys_.resize(devices.size());
     for (std::size_t d = 0; d < devices.size(); ++d) {
       if (!devices[d].is_sequence()) {
         Warn(fmt::format("device_traces[{}]: expected a list, found {}; ignored", d,
@@ -473,7 +590,11 @@ class Decoder {
       }
       const std::string list_where = fmt::format("device_traces[{}]", d);
       FRAGSCOPE_RETURN_IF_ERROR(Once(devices[d], list_where));
-      const auto entries = doc_.Items(devices[d]);
+      if (Stream* stream = FindStream(devices[d])) {
+        FRAGSCOPE_RETURN_IF_ERROR(Place(stream, d, list_where));
+        continue;
+      }
+      const auto entries = doc_->Items(devices[d]);
       if (entries.size() > 0xffffffffu) {
         return Status::Corruption(fmt::format("device_traces[{}]: too many entries", d));
       }
@@ -491,45 +612,69 @@ class Decoder {
         if (!memory_status_.ok()) [[unlikely]] {
           return memory_status_.WithPrefix(fmt::format("{}[{}]", list_where, i));
         }
-        FRAGSCOPE_RETURN_IF_ERROR(Entry(entries[i], d, i, &out));
+        EntryFields f;
+        if (entries[i].kind() == ValueKind::kDict) {
+          for (const auto& [k, v] : doc_->Entries(entries[i])) AddField(k, v, &f);
+        }
+        FRAGSCOPE_RETURN_IF_ERROR(
+            Entry(entries[i], f, list_where, i, &out, &out_.trace_annotations, &first_keys_[d]));
       }
+      for (std::size_t a = annotations_placed_; a < out_.trace_annotations.size(); ++a) {
+        out_.trace_annotations[a].device = static_cast<std::int32_t>(d);
+      }
+      annotations_placed_ = out_.trace_annotations.size();
       out_.trace_entries += entries.size();
     }
     return Status::Ok();
   }
 
-  Status Entry(Value e, std::size_t device, std::size_t index,
-               std::vector<SnapshotTraceEntry>* out) {
-    const auto where = [&] { return fmt::format("device_traces[{}][{}]", device, index); };
+  // One key of a trace entry's dict. Entries are small dicts and this is the hot loop.
+  void AddField(Value k, Value v, EntryFields* f) const {
+    const std::optional<std::string_view> key = doc_->AsString(k);
+    if (!key) return;
+    if (*key == "action") {
+      f->action = v;
+    } else if (*key == "addr") {
+      f->addr = v;
+    } else if (*key == "size") {
+      f->size = v;
+    } else if (*key == "stream") {
+      f->stream = v;
+    } else if (*key == "time_us") {
+      f->time_us = v;
+      f->keys |= kKeyTime;
+    } else if (*key == "frames") {
+      f->frames = v;
+    } else if (*key == "device_free") {
+      f->device_free = v;
+    } else if (*key == "user_metadata") {
+      f->user_metadata = v;
+      f->keys |= kKeyMetadata;
+    } else if (*key == "compile_context") {
+      f->keys |= kKeyCompile;
+    } else if (*key == "pool_id") {
+      f->keys |= kKeyPoolId;
+    }
+  }
+
+  // Entry `index` of a device's list, `e` with the fields `f`; `list_where` names the list.
+  // Annotations go to *annotations (their device is set by the caller), the keys of the
+  // list's first entries to *first_keys (for Generation()).
+  Status Entry(Value e, const EntryFields& f, std::string_view list_where, std::uint64_t index,
+               std::vector<SnapshotTraceEntry>* out,
+               std::vector<SnapshotTraceAnnotation>* annotations,
+               std::vector<std::uint8_t>* first_keys) {
+    const auto where = [&] { return fmt::format("{}[{}]", list_where, index); };
     if (e.kind() != ValueKind::kDict) {
       return Status::Corruption(
           fmt::format("{}: expected a trace entry dict, found {}", where(), KindOf(e)));
     }
-    // Keys are looked up in one pass: entries are small dicts and this is the hot loop.
-    std::optional<Value> action, addr, size, stream, time_us, frames, device_free;
-    for (const auto& [k, v] : doc_.Entries(e)) {
-      const std::optional<std::string_view> key = doc_.AsString(k);
-      if (!key) continue;
-      if (*key == "action")
-        action = v;
-      else if (*key == "addr")
-        addr = v;
-      else if (*key == "size")
-        size = v;
-      else if (*key == "stream")
-        stream = v;
-      else if (*key == "time_us")
-        time_us = v;
-      else if (*key == "frames")
-        frames = v;
-      else if (*key == "device_free")
-        device_free = v;
-    }
-    if (!action) return Status::Corruption(where() + ": the required key \"action\" is missing");
-    const std::optional<std::string_view> name = doc_.AsString(*action);
+    if (first_keys->size() < kGenerationEntries) first_keys->push_back(f.keys);
+    if (!f.action) return Status::Corruption(where() + ": the required key \"action\" is missing");
+    const std::optional<std::string_view> name = doc_->AsString(*f.action);
     if (!name) {
       return Status::Corruption(
-          fmt::format("{}.action: expected a str, found {}", where(), KindOf(*action)));
+          fmt::format("{}.action: expected a str, found {}", where(), KindOf(*f.action)));
     }
     SnapshotTraceEntry t;
     t.entry = static_cast<std::uint32_t>(index);
@@ -544,7 +689,7 @@ class Decoder {
       // annotate and anything newer: not part of the memory history.
       ++out_.ignored_entries;
       if (*name == "annotate") {
-        Annotate(e, device, index, out->size());
+        Annotate(f, index, out->size(), annotations);
       } else {
         Warn(fmt::format("{}: unknown action \"{}\"; ignored", where(), *name));
       }
@@ -552,27 +697,27 @@ class Decoder {
     }
     const bool needs_addr = t.action != Action::kOom && t.action != Action::kSnapshot;
     if (needs_addr) {
-      if (!addr) return Status::Corruption(where() + ": the required key \"addr\" is missing");
-      const auto a = doc_.AsUint(*addr);
+      if (!f.addr) return Status::Corruption(where() + ": the required key \"addr\" is missing");
+      const auto a = doc_->AsUint(*f.addr);
       if (!a) {
         return Status::Corruption(
-            fmt::format("{}.addr: expected an int, found {}", where(), KindOf(*addr)));
+            fmt::format("{}.addr: expected an int, found {}", where(), KindOf(*f.addr)));
       }
       t.addr = *a;
     }
     if (t.action != Action::kSnapshot) {
-      if (!size) return Status::Corruption(where() + ": the required key \"size\" is missing");
-      const auto s = doc_.AsUint(*size);
+      if (!f.size) return Status::Corruption(where() + ": the required key \"size\" is missing");
+      const auto s = doc_->AsUint(*f.size);
       if (!s) {
         return Status::Corruption(
-            fmt::format("{}.size: expected an int, found {}", where(), KindOf(*size)));
+            fmt::format("{}.size: expected an int, found {}", where(), KindOf(*f.size)));
       }
       t.size = *s;
     }
-    if (stream) t.stream = doc_.AsUint(*stream).value_or(0);
-    if (time_us) t.time_us = doc_.AsInt(*time_us).value_or(-1);
-    if (device_free) t.device_free = doc_.AsUint(*device_free).value_or(0);
-    t.stack = Stack(frames);
+    if (f.stream) t.stream = doc_->AsUint(*f.stream).value_or(0);
+    if (f.time_us) t.time_us = doc_->AsInt(*f.time_us).value_or(-1);
+    if (f.device_free) t.device_free = doc_->AsUint(*f.device_free).value_or(0);
+    t.stack = Stack(f.frames);
     out->push_back(t);
     if (merged_free) {
       t.action = Action::kFreeCompleted;
@@ -582,16 +727,204 @@ class Decoder {
   }
 
   // An annotate entry: where it stands among the entries kept, and its text (user_metadata).
-  void Annotate(Value e, std::size_t device, std::size_t index, std::size_t before) {
+  void Annotate(const EntryFields& f, std::uint64_t index, std::size_t before,
+                std::vector<SnapshotTraceAnnotation>* annotations) {
     SnapshotTraceAnnotation a;
-    a.device = static_cast<std::int32_t>(device);
     a.before = static_cast<std::uint32_t>(before);
     a.entry = static_cast<std::uint32_t>(index);
-    if (const std::optional<Value> text = doc_.Find(e, "user_metadata")) {
-      a.text = TextOf(Text(*text));
-    }
+    if (f.user_metadata) a.text = TextOf(Text(*f.user_metadata));
     Charge(a.text.size() + sizeof(SnapshotTraceAnnotation) + kStringOverhead);
-    out_.trace_annotations.push_back(std::move(a));
+    annotations->push_back(std::move(a));
+  }
+
+  // ---- Streaming: the device lists the pickle reader hands over (issue 34).
+
+  // A list of trace entries where segments or blocks belong.
+  Status NotStream(Value list, std::string_view where) {
+    if (FindStream(list) == nullptr) return Status::Ok();
+    return Status::Corruption(fmt::format(
+        "{}: expected a list of {}, found a list of trace entries (dicts with an \"action\")",
+        where, where.ends_with(".blocks") ? "blocks" : "segments"));
+  }
+
+  // A list taken while the pickle is read: its entries decoded as they came, and what they
+  // said, until Traces() finds which device it is (Place).
+  struct Stream {
+    std::uint64_t count = 0;  // items taken: the index of the next
+    std::vector<SnapshotTraceEntry> entries;
+    std::vector<SnapshotTraceAnnotation> annotations;
+    std::vector<std::uint8_t> first_keys;
+    std::vector<std::string> warnings;  // each begins with kStreamWhere
+    std::uint64_t more_warnings = 0;
+    Status error;  // the first error, beginning with kStreamWhere; entries are dropped then
+  };
+  // A dict of a taken list's frame whose pairs came before the dict itself.
+  struct Pending {
+    ObjectId id = 0;
+    bool done = false;
+    EntryFields f;
+  };
+
+  Stream& StreamOf(Value list) {
+    const ObjectId id = *doc_->Id(list);
+    auto [it, inserted] = stream_of_list_.try_emplace(id, streams_.size());
+    if (inserted) streams_.emplace_back();
+    return streams_[it->second];
+  }
+  Stream* FindStream(Value list) {
+    const std::optional<ObjectId> id = doc_->Id(list);
+    if (!id || stream_of_list_.empty()) return nullptr;
+    const auto it = stream_of_list_.find(*id);
+    return it == stream_of_list_.end() ? nullptr : &streams_[it->second];
+  }
+  static std::string Placed(std::string_view message, std::string_view list_where) {
+    if (message.substr(0, kStreamWhere.size()) != kStreamWhere) return std::string(message);
+    return std::string(list_where) + std::string(message.substr(kStreamWhere.size()));
+  }
+
+  // The pending fields of dict `id`, made if new. Dicts are filled and taken in the order they
+  // were made nearly always: the table is kept sorted by id and consumed from the front.
+  Pending& PendingOf(ObjectId id) {
+    if (pending_.empty() || pending_.back().id < id) {
+      pending_.push_back(Pending{id, false, {}});
+      return pending_.back();
+    }
+    auto it = std::lower_bound(pending_.begin() + static_cast<std::ptrdiff_t>(pending_head_),
+                               pending_.end(), id,
+                               [](const Pending& p, ObjectId key) { return p.id < key; });
+    if (it == pending_.end() || it->id != id) it = pending_.insert(it, Pending{id, false, {}});
+    return *it;
+  }
+  // Takes the pending fields of dict `id` into *f, if any.
+  void TakePending(ObjectId id, EntryFields* f) {
+    if (pending_head_ == pending_.size()) return;
+    Pending* p = nullptr;
+    if (pending_[pending_head_].id == id) {
+      p = &pending_[pending_head_];
+    } else {
+      const auto it = std::lower_bound(
+          pending_.begin() + static_cast<std::ptrdiff_t>(pending_head_), pending_.end(), id,
+          [](const Pending& q, ObjectId key) { return q.id < key; });
+      if (it == pending_.end() || it->id != id || it->done) return;
+      p = &*it;
+    }
+    const EntryFields& g = p->f;
+    // Pairs set after the Document's own entries: they come later, and the last one wins.
+    for (std::optional<Value> EntryFields::*field :
+         {&EntryFields::action, &EntryFields::addr, &EntryFields::size, &EntryFields::stream,
+          &EntryFields::time_us, &EntryFields::frames, &EntryFields::device_free,
+          &EntryFields::user_metadata}) {
+      if (g.*field) f->*field = g.*field;
+    }
+    f->keys |= g.keys;
+    p->done = true;
+    while (pending_head_ < pending_.size() && pending_[pending_head_].done) ++pending_head_;
+    if (pending_head_ == pending_.size()) {
+      pending_.clear();
+      pending_head_ = 0;
+    } else if (pending_head_ >= 4096 && pending_head_ * 2 >= pending_.size()) {
+      pending_.erase(pending_.begin(),
+                     pending_.begin() + static_cast<std::ptrdiff_t>(pending_head_));
+      pending_head_ = 0;
+    }
+  }
+
+  // Makes room in a big list's entries for what the rest of the input likely holds, at the
+  // rate seen so far, so that the vector is not copied at every doubling: a copy holds the old
+  // and the new entries at once, the peak of the whole read. Capacity not written yet is address
+  // space only; the room is capped by what the memory budget has left.
+  void ReserveAhead(Stream& stream, std::size_t add, std::uint64_t offset) {
+    std::vector<SnapshotTraceEntry>& v = stream.entries;
+    const std::size_t need = v.size() + 2 * add;  // a merged "free" makes two
+    if (need <= v.capacity()) return;
+    std::uint64_t want = std::max<std::uint64_t>(need, v.capacity() * 2);
+    if (v.size() >= kReserveAfterEntries && input_bytes_ > offset && taken_items_ > 0) {
+      const std::uint64_t per_item = std::max<std::uint64_t>(1, offset / taken_items_);
+      const std::uint64_t ahead = (input_bytes_ - offset) / per_item + (input_bytes_ >> 10);
+      const std::uint64_t room = meter_.limit() / 2 / sizeof(SnapshotTraceEntry);
+      want = std::max(want, std::min(v.size() + ahead, room));
+    }
+    v.reserve(static_cast<std::size_t>(want));
+  }
+
+  // Item `index` of a taken list.
+  Status StreamEntry(Stream& stream, Value e, std::uint64_t index) {
+    if (!FirstVisit(e)) [[unlikely]] {
+      return SharedError(e, fmt::format("{}[{}]", kStreamWhere, index));
+    }
+    if (index > 0xffffffffu) [[unlikely]] {
+      return Status::Corruption(fmt::format("{}: too many entries", kStreamWhere));
+    }
+    EntryFields f;
+    if (e.kind() == ValueKind::kDict) {
+      for (const auto& [k, v] : doc_->Entries(e)) AddField(k, v, &f);
+      TakePending(*doc_->Id(e), &f);
+    }
+    const std::size_t before = stream.entries.size();
+    FRAGSCOPE_RETURN_IF_ERROR(
+        Entry(e, f, kStreamWhere, index, &stream.entries, &stream.annotations, &stream.first_keys));
+    records_ += stream.entries.size() - before;
+    return Status::Ok();
+  }
+
+  // Numbers stacks and frames in the order the Document path meets them (segments, each one's
+  // blocks, then the device lists), which streaming does not follow: it meets the trace entries
+  // first. Stacks and frames that only lists never placed used are dropped, as that path never
+  // decodes them. Output then does not depend on the path (frame ids in `convert`, ...).
+  void Renumber() {
+    std::vector<std::int32_t> new_stack(out_.stacks.size(), -1);
+    std::vector<std::int32_t> new_frame(out_.frames.size(), -1);
+    std::vector<std::vector<std::uint32_t>> stacks;
+    std::vector<SnapshotFrame> frames;
+    const auto visit = [&](std::int32_t* stack) {
+      if (*stack < 0) return;
+      std::int32_t& renumbered = new_stack[static_cast<std::size_t>(*stack)];
+      if (renumbered < 0) {
+        renumbered = static_cast<std::int32_t>(stacks.size());
+        std::vector<std::uint32_t> frame_ids =
+            std::move(out_.stacks[static_cast<std::size_t>(*stack)]);
+        for (std::uint32_t& f : frame_ids) {
+          std::int32_t& to = new_frame[f];
+          if (to < 0) {
+            to = static_cast<std::int32_t>(frames.size());
+            frames.push_back(std::move(out_.frames[f]));
+          }
+          f = static_cast<std::uint32_t>(to);
+        }
+        stacks.push_back(std::move(frame_ids));
+      }
+      *stack = renumbered;
+    };
+    for (SnapshotSegment& seg : out_.segments) {
+      visit(&seg.stack);
+      for (std::uint32_t b = 0; b < seg.num_blocks; ++b)
+        visit(&out_.blocks[seg.first_block + b].stack);
+    }
+    for (std::vector<SnapshotTraceEntry>& device : out_.device_traces) {
+      for (SnapshotTraceEntry& e : device) visit(&e.stack);
+    }
+    out_.stacks = std::move(stacks);
+    out_.frames = std::move(frames);
+  }
+
+  // Puts a taken list at device_traces[d]: its error, warnings, annotations and entries.
+  Status Place(Stream* stream, std::size_t d, const std::string& list_where) {
+    if (!stream->error.ok()) {
+      return Status(stream->error.code(), Placed(stream->error.message(), list_where));
+    }
+    for (std::string& w : stream->warnings) Warn(Placed(w, list_where));
+    Suppress(stream->more_warnings);
+    for (SnapshotTraceAnnotation& a : stream->annotations) {
+      a.device = static_cast<std::int32_t>(d);
+      out_.trace_annotations.push_back(std::move(a));
+    }
+    annotations_placed_ = out_.trace_annotations.size();
+    first_keys_[d] = std::move(stream->first_keys);
+    out_.trace_entries += stream->count;
+    records_ -= stream->entries.size();
+    out_.device_traces[d] = std::move(stream->entries);
+    *stream = Stream();
+    return Status::Ok();
   }
 
   // ---- allocator_settings and external_annotations.
@@ -606,16 +939,16 @@ class Decoder {
         *out += "None";
         break;
       case ValueKind::kBool:
-        *out += *doc_.AsBool(v) ? "True" : "False";
+        *out += *doc_->AsBool(v) ? "True" : "False";
         break;
       case ValueKind::kInt:
-        *out += std::to_string(*doc_.AsInt(v));
+        *out += std::to_string(*doc_->AsInt(v));
         break;
       case ValueKind::kFloat:
-        *out += fmt::format("{}", *doc_.AsDouble(v));
+        *out += fmt::format("{}", *doc_->AsDouble(v));
         break;
       case ValueKind::kString:
-        *out += doc_.AsString(v)->substr(0, kMaxTextBytes + 1 - out->size());
+        *out += doc_->AsString(v)->substr(0, kMaxTextBytes + 1 - out->size());
         break;
       case ValueKind::kDict: {
         if (depth > 0) {
@@ -624,7 +957,7 @@ class Decoder {
         }
         *out += '[';
         bool first = true;
-        for (const auto& [k, val] : doc_.Entries(v)) {
+        for (const auto& [k, val] : doc_->Entries(v)) {
           if (out->size() > kMaxTextBytes) break;
           if (!first) *out += ',';
           first = false;
@@ -655,10 +988,10 @@ class Decoder {
       return;
     }
     out_.has_allocator_settings = true;
-    const auto entries = doc_.Entries(settings);
+    const auto entries = doc_->Entries(settings);
     std::size_t kept = 0;
     for (const auto& [k, v] : entries) {
-      const auto key = doc_.AsString(k);
+      const auto key = doc_->AsString(k);
       if (!key) continue;
       if (kept == kMaxSettings) {
         Warn(fmt::format("allocator_settings: more than {} keys; the rest are ignored",
@@ -675,18 +1008,18 @@ class Decoder {
   }
 
   void Annotations(Value list) {
-    for (const Value a : doc_.Items(list)) {
+    for (const Value a : doc_->Items(list)) {
       if (!memory_status_.ok()) return;
       if (a.kind() != ValueKind::kDict) continue;
       // A shared annotation dict would be searched again at each reference: read each once.
       if (!Once(a, "external_annotations").ok()) continue;
       SnapshotAnnotation n;
-      if (auto v = doc_.Find(a, "stage")) n.stage = TextOf(Text(*v));
-      if (auto v = doc_.Find(a, "name")) n.name = TextOf(Text(*v));
-      if (auto v = doc_.Find(a, "device")) {
-        n.device = static_cast<std::int32_t>(doc_.AsInt(*v).value_or(0));
+      if (auto v = doc_->Find(a, "stage")) n.stage = TextOf(Text(*v));
+      if (auto v = doc_->Find(a, "name")) n.name = TextOf(Text(*v));
+      if (auto v = doc_->Find(a, "device")) {
+        n.device = static_cast<std::int32_t>(doc_->AsInt(*v).value_or(0));
       }
-      if (auto v = doc_.Find(a, "time_us")) n.time_us = doc_.AsInt(*v).value_or(-1);
+      if (auto v = doc_->Find(a, "time_us")) n.time_us = doc_->AsInt(*v).value_or(-1);
       Charge(n.stage.size() + n.name.size() + sizeof(SnapshotAnnotation) + 2 * kStringOverhead);
       out_.annotations.push_back(std::move(n));
     }
@@ -700,39 +1033,42 @@ class Decoder {
   }
 
   std::string Generation(Value root) const {
-    bool has_time = false, has_compile = false, has_metadata = false, has_pool_id = false;
+    // The keys of the first entries of device_traces (recorded as they were decoded: a taken
+    // list's entries are no longer in the Document).
+    std::uint8_t keys = 0;
     std::size_t looked = 0;
-    for (const Value device : doc_.Items(doc_.Find(root, "device_traces").value_or(Value()))) {
-      for (const Value e : doc_.Items(device)) {
-        has_time |= doc_.Find(e, "time_us").has_value();
-        has_compile |= doc_.Find(e, "compile_context").has_value();
-        has_metadata |= doc_.Find(e, "user_metadata").has_value();
-        has_pool_id |= doc_.Find(e, "pool_id").has_value();
-        if (++looked == 64) break;
+    if (doc_->Find(root, "device_traces")) {
+      for (const std::vector<std::uint8_t>& device : first_keys_) {
+        for (const std::uint8_t k : device) {
+          keys |= k;
+          if (++looked == kGenerationEntries) break;
+        }
+        if (looked >= kGenerationEntries) break;
       }
-      if (looked >= 64) break;
     }
+    const bool has_time = (keys & kKeyTime) != 0, has_compile = (keys & kKeyCompile) != 0,
+               has_metadata = (keys & kKeyMetadata) != 0, has_pool_id = (keys & kKeyPoolId) != 0;
     bool block_address = false, block_history = false, segment_pool = false;
-    for (const Value seg : doc_.Items(*doc_.Find(root, "segments"))) {
-      segment_pool |= doc_.Find(seg, "segment_pool_id").has_value();
-      for (const Value b : doc_.Items(doc_.Find(seg, "blocks").value_or(Value()))) {
-        block_address |= doc_.Find(b, "address").has_value();
-        block_history |= doc_.Find(b, "history").has_value();
+    for (const Value seg : doc_->Items(*doc_->Find(root, "segments"))) {
+      segment_pool |= doc_->Find(seg, "segment_pool_id").has_value();
+      for (const Value b : doc_->Items(doc_->Find(seg, "blocks").value_or(Value()))) {
+        block_address |= doc_->Find(b, "address").has_value();
+        block_history |= doc_->Find(b, "history").has_value();
         break;
       }
     }
-    if (has_pool_id || doc_.Find(root, "host_segments")) return "G6";
+    if (has_pool_id || doc_->Find(root, "host_segments")) return "G6";
     if (has_metadata) return "G5";
     if (has_compile) return "G4";
-    if (doc_.Find(root, "external_annotations")) return "G3";
-    if (doc_.Find(root, "allocator_settings")) return "G3a";
+    if (doc_->Find(root, "external_annotations")) return "G3";
+    if (doc_->Find(root, "allocator_settings")) return "G3a";
     if (has_time) return "G2";
     if (block_address || segment_pool) return "G1";
     if (block_history || !out_.segments.empty() || out_.trace_entries > 0) return "G0";
     return "?";
   }
 
-  const Document& doc_;
+  const Document* doc_;  // the one being read while streaming; moved after it
   const SnapshotDecodeOptions& options_;
   Snapshot& out_;
   // The longest text kept from a string of the file (a frame's name or file name, a setting, an
@@ -742,12 +1078,13 @@ class Decoder {
   // What a kept std::string costs besides its characters (its object, the heap block's header).
   static constexpr std::uint64_t kStringOverhead = 48;
   static constexpr std::size_t kWarmEntries = 65536;
+  static constexpr std::size_t kGenerationEntries = 64;  // entries Generation() looks at
   Prefaulter prefaulter_;
   std::size_t suppressed_warnings_ = 0;
   bool saw_block_address_ = false;
   struct RunKey {
-    const Value* data;
-    std::size_t size;
+    std::uint64_t offset;  // Document::ItemsOffset: stable while a pickle is still being read
+    std::size_t size;      // 0 = an empty slot (empty stacks are never looked up)
     bool operator==(const RunKey&) const = default;
   };
   // Stack by item run: an open-addressing table with linear probing. It is looked up once per
@@ -759,26 +1096,26 @@ class Decoder {
     const std::int32_t* Find(const RunKey& key) const {
       for (std::size_t i = Slot(key);; i = (i + 1) & (slots_.size() - 1)) {
         const Entry& e = slots_[i];
-        if (e.key.data == nullptr) return nullptr;
+        if (e.key.size == 0) return nullptr;
         if (e.key == key) return &e.value;
       }
     }
-    /// REQUIRES: key.data != nullptr and key is not present.
+    /// REQUIRES: key.size != 0 and key is not present.
     void Insert(const RunKey& key, std::int32_t value) {
       if ((size_ + 1) * 2 > slots_.size()) Grow();
       std::size_t i = Slot(key);
-      while (slots_[i].key.data != nullptr) i = (i + 1) & (slots_.size() - 1);
+      while (slots_[i].key.size != 0) i = (i + 1) & (slots_.size() - 1);
       slots_[i] = Entry{key, value};
       ++size_;
     }
 
    private:
     struct Entry {
-      RunKey key{nullptr, 0};
+      RunKey key{0, 0};
       std::int32_t value = 0;
     };
     std::size_t Slot(const RunKey& k) const {
-      std::uint64_t h = reinterpret_cast<std::uintptr_t>(k.data) ^ (k.size * 0x9e3779b97f4a7c15ULL);
+      std::uint64_t h = k.offset ^ (k.size * 0x9e3779b97f4a7c15ULL);
       h ^= h >> 29;
       h *= 0xbf58476d1ce4e5b9ULL;
       h ^= h >> 32;
@@ -788,9 +1125,9 @@ class Decoder {
       std::vector<Entry> old(slots_.size() * 2);
       old.swap(slots_);
       for (const Entry& e : old) {
-        if (e.key.data == nullptr) continue;
+        if (e.key.size == 0) continue;
         std::size_t i = Slot(e.key);
-        while (slots_[i].key.data != nullptr) i = (i + 1) & (slots_.size() - 1);
+        while (slots_[i].key.size != 0) i = (i + 1) & (slots_.size() - 1);
         slots_[i] = e;
       }
     }
@@ -799,17 +1136,28 @@ class Decoder {
   };
   bool events_user_set_;
   std::uint64_t max_events_;
-  std::uint64_t events_ = 0;                   // segments, blocks and trace entries counted so far
-  std::vector<bool> reached_;                  // by ObjectId: a structural object already decoded
-  std::vector<std::int32_t> frame_of_object_;  // by ObjectId; kUnseen until decoded
-  std::vector<std::int32_t> stack_of_object_;
+  std::uint64_t events_ = 0;   // segments, blocks and trace entries counted so far
+  std::vector<bool> reached_;  // by ObjectId: a structural object already decoded
+  std::vector<std::int32_t> interned_of_object_;  // by ObjectId; kUnseen until interned
   RunTable stack_by_run_;
   KeyedStringMap<std::int32_t> frame_by_content_;  // by the ids of name and file, and the line
-  std::vector<std::int32_t> text_of_object_;       // by ObjectId; kUnseen until interned
   KeyedStringMap<std::int32_t> text_by_content_;
   std::vector<const std::string*> texts_;  // the keys of text_by_content_ (nodes do not move)
   MemoryMeter meter_;
   Status memory_status_ = Status::Ok();
+  // Per device list of device_traces, the keys of its first kGenerationEntries entries.
+  std::vector<std::vector<std::uint8_t>> first_keys_;
+  std::size_t annotations_placed_ = 0;  // trace_annotations whose device is set
+  // Streaming.
+  std::vector<Stream> streams_;
+  std::unordered_map<ObjectId, std::size_t> stream_of_list_;
+  std::vector<Pending> pending_;  // sorted by id; [0, pending_head_) all done
+  std::size_t pending_head_ = 0;
+  std::uint64_t records_ = 0;      // trace entries the streams hold
+  std::uint64_t taken_items_ = 0;  // items of all taken lists so far
+  std::uint64_t input_bytes_ = 0;  // streaming: the input's size (0 = not known)
+  static constexpr std::size_t kReserveAfterEntries = 65536;
+  Stream* warn_into_ = nullptr;  // while a taken list's items are decoded
 };
 
 }  // namespace
@@ -819,6 +1167,55 @@ Result<Snapshot> DecodeSnapshot(const Document& doc, const SnapshotDecodeOptions
   Decoder decoder(doc, options, &snapshot);
   FRAGSCOPE_RETURN_IF_ERROR(decoder.Run());
   return snapshot;
+}
+
+namespace {
+
+// The streaming decode around a reader: `read(sink)` reads the input into a Document, giving
+// the pickle's lists to `sink`; `input_bytes` is the input's size as the budgets take it.
+template <typename ReadFn>
+Result<Snapshot> StreamSnapshot(std::uint64_t input_bytes, const PickleLimits& limits,
+                                const SnapshotDecodeOptions& options, std::string_view name,
+                                const ReadFn& read) {
+  SnapshotDecodeOptions decode = options;
+  if (decode.max_memory_bytes == 0) decode.max_memory_bytes = limits.max_memory_bytes;
+  Snapshot snapshot;
+  Decoder decoder(decode, input_bytes, &snapshot);
+  {
+    Result<Document> doc = read(&decoder);
+    if (!doc.ok()) return doc.status();
+    if (Status status = decoder.Run(*doc); !status.ok()) {
+      return name.empty() ? status : status.WithPrefix(name);
+    }
+  }  // the Document (segments and blocks) goes before the history is walked
+  return snapshot;
+}
+
+}  // namespace
+
+Result<Snapshot> ReadSnapshotFile(const std::string& path, const PickleLimits& limits,
+                                  const ProgressFn& progress, const SnapshotDecodeOptions& options,
+                                  DocumentFormat* format) {
+  // The size the budgets take, as the pickle reader's (0 for a pipe: not known).
+  std::error_code error;
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  const auto read = [&](PickleListSink* sink) {
+    return ReadDocumentFile(path, format, limits, progress, sink);
+  };
+  return StreamSnapshot(error ? 0 : static_cast<std::uint64_t>(size), limits, options, path, read);
+}
+
+Result<Snapshot> ReadSnapshotBytes(std::string_view bytes, const PickleLimits& limits,
+                                   const SnapshotDecodeOptions& options) {
+  if (DetectDocumentFormat(bytes) == DocumentFormat::kJson) {
+    Result<Document> doc = ReadJsonDocumentBytes(bytes, limits);
+    if (!doc.ok()) return doc.status();
+    SnapshotDecodeOptions decode = options;
+    if (decode.max_memory_bytes == 0) decode.max_memory_bytes = limits.max_memory_bytes;
+    return DecodeSnapshot(*doc, decode);
+  }
+  const auto read = [&](PickleListSink* sink) { return ReadPickleBytes(bytes, limits, sink); };
+  return StreamSnapshot(bytes.size(), limits, options, "", read);
 }
 
 CallSite SnapshotCallSite(const Snapshot& snapshot, std::int32_t stack) {

@@ -153,12 +153,9 @@ SnapshotReader::~SnapshotReader() = default;
 Result<std::unique_ptr<SnapshotReader>> SnapshotReader::Open(const std::string& path,
                                                              const SnapshotReadOptions& options) {
   DocumentFormat format = DocumentFormat::kPickle;
-  Result<Document> doc = ReadDocumentFile(path, &format, options.limits, options.progress);
-  if (!doc.ok()) return doc.status();
-  SnapshotDecodeOptions decode = options.decode;
-  if (decode.max_memory_bytes == 0) decode.max_memory_bytes = options.limits.max_memory_bytes;
-  Result<Snapshot> snapshot = DecodeSnapshot(*doc, decode);
-  if (!snapshot.ok()) return snapshot.status().WithPrefix(path);
+  Result<Snapshot> snapshot =
+      ReadSnapshotFile(path, options.limits, options.progress, options.decode, &format);
+  if (!snapshot.ok()) return snapshot.status();
   std::unique_ptr<SnapshotReader> reader = FromSnapshot(std::move(*snapshot), path);
   reader->container_ = format == DocumentFormat::kJson ? "JSON" : "pickle";
   if (Result<std::unique_ptr<ByteSource>> src = OpenFileSource(path); src.ok()) {
