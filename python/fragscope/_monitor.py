@@ -12,7 +12,10 @@ Between samples step() costs one comparison. Monitoring never fails training: a 
 down or slow, an unreadable allocator, a corrupt recommendation file each give one message.
 """
 
+import atexit
 import contextlib
+import gc
+import io
 import json
 import os
 import re
@@ -179,6 +182,29 @@ def host_rss_bytes():
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _exit_code_at_shutdown(code):
+    """Makes `code` the process's exit status once the interpreter starts to shut down: an exit
+    handler registered now runs first at exit; it runs every other exit handler (so logging,
+    frameworks and the program's own handlers finish as usual), flushes every open writable
+    file, then leaves with os._exit(code) — skipping only the interpreter's final teardown.
+    That teardown destroys C++ objects of the frameworks, and some abort there: gloo's threads
+    after a distributed run ("terminate called without an active exception", PyTorch issue
+    #190489), which turns the 75 a launcher restarts on into a SIGABRT after the checkpoint."""
+    def finish():
+        atexit.unregister(finish)
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            for obj in gc.get_objects():
+                try:
+                    if isinstance(obj, io.IOBase) and not obj.closed and obj.writable():
+                        obj.flush()
+                except Exception:  # noqa: BLE001 - one file that cannot flush stops nothing
+                    pass
+            os._exit(code)
+    atexit.register(finish)
 
 
 class MonitorCore:
@@ -362,8 +388,23 @@ class MonitorCore:
         """After a framework's fit()/train() returned: exits with exit_code if the monitor
         stopped the run (so that the launcher restarts it), else returns."""
         if self.stopped:
-            sys.stdout.flush()
-            sys.exit(self.exit_code)
+            self._exit()
+
+    # The exit a launcher restarts: SystemExit, so that the program's finally blocks, its
+    # non-daemon threads and its exit handlers run as for any exit; then _exit_code_at_shutdown
+    # makes the code the launcher sees exactly exit_code. False for tests that catch the
+    # SystemExit in-process.
+    _exact_exit = True
+
+    def _exit(self):
+        self._before_exit()
+        sys.stdout.flush()
+        if self._exact_exit:
+            _exit_code_at_shutdown(self.exit_code)
+        sys.exit(self.exit_code)
+
+    def _before_exit(self):
+        """What the framework needs released before the process exits (a subclass's)."""
 
     def request_checkpoint(self):
         """Asks for the action at the next sample (what the signal handler does)."""
@@ -556,8 +597,7 @@ class MonitorCore:
             if self.action == "exit" else "stopping"))
         self._after_stop()
         if self.action == "exit":
-            sys.stdout.flush()
-            sys.exit(self.exit_code)
+            self._exit()
         return True
 
     def _write(self, rec):

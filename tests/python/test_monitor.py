@@ -135,6 +135,7 @@ class Fake:
         kw.setdefault("socket", str(tmp_path / "no-daemon.sock"))
         kw.setdefault("request_signal", None)
         self.m = mon.Monitor(run_dir=str(tmp_path), **kw)
+        self.m._exact_exit = False  # the tests catch its SystemExit in-process
         self.reads = []
 
         def forecast(step):
@@ -567,3 +568,69 @@ def test_the_restart_hint_names_the_store_workaround_only_where_it_applies():
     assert hint(dict(under, TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"), "2.13.0") == ""
     assert hint(under, "nightly") == ""
 
+
+
+def test_the_exit_that_torchrun_restarts_destroys_the_process_group_first(tmp_path):
+    # A gloo process group left up at exit can abort the process during interpreter
+    # finalization (SIGABRT, "terminate called without an active exception") instead of
+    # exiting 75; the monitor destroys it first. A group of one, in a child process.
+    script = tmp_path / "job.py"
+    import textwrap
+    script.write_text(textwrap.dedent("""
+        import pathlib
+        import sys
+        import torch.distributed as dist
+        sys.path.insert(0, {tests!r})
+        from test_monitor import Fake
+        dist.init_process_group("gloo", init_method="file://{store}", rank=0, world_size=1)
+        f = Fake(pathlib.Path({run!r}), {{20: "warning"}}, every=10)
+        f.m._exact_exit = True  # as in a job
+        try:
+            for step in range(30):  # exits at step 20 (no checkpoint function: at once)
+                f.m.step(step)
+        finally:
+            print("stopped at", step, "initialized at exit:", dist.is_initialized())
+    """).format(tests=os.path.dirname(os.path.abspath(__file__)), store=tmp_path / "store",
+                run=str(tmp_path)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 75, proc.stdout + proc.stderr
+    assert "stopped at 20 initialized at exit: False" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_exit_code_is_exactly_75_even_when_the_teardown_aborts(tmp_path):
+    # The interpreter's last teardown destroys the frameworks' C++ objects, and some abort there
+    # (gloo's threads); the monitor's exit skips only that teardown: the program's finally
+    # blocks and exit handlers run, open files are flushed, and the launcher sees 75.
+    import textwrap
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import atexit
+        import os
+        import pathlib
+        import sys
+        sys.path.insert(0, {tests!r})
+        from test_monitor import Fake
+
+        class AbortsInTeardown:
+            def __del__(self):
+                os.abort()  # what gloo's joinable thread does to a destructor at shutdown
+
+        keep = AbortsInTeardown()
+        log = open({log!r}, "w")  # buffered, never closed
+        atexit.register(lambda: open({handler!r}, "w").write("ran"))
+        f = Fake(pathlib.Path({run!r}), {{20: "warning"}}, every=10)
+        f.m._exact_exit = True  # as in a job
+        try:
+            for step in range(30):
+                log.write("step %d\\n" % step)
+                f.m.step(step)
+        finally:
+            log.write("finally\\n")
+    """).format(tests=os.path.dirname(os.path.abspath(__file__)), log=str(tmp_path / "log.txt"),
+                handler=str(tmp_path / "handler.txt"), run=str(tmp_path)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 75, (proc.returncode, proc.stdout + proc.stderr)
+    assert (tmp_path / "handler.txt").read_text() == "ran"
+    assert (tmp_path / "log.txt").read_text().endswith("step 20\nfinally\n")

@@ -187,6 +187,21 @@ class Monitor(_monitor.MonitorCore):
     def _apply_recommendation(self, run_dir):
         return apply_recommendation(run_dir)
 
+    def _before_exit(self):
+        """Destroys the default process group, when one is still up, before the exit that
+        torchrun restarts: every rank agreed to stop at the same step (and, after a framework's
+        fit, has left its loop), so no collective is pending. Without it, gloo's worker threads can be
+        torn down during interpreter finalization, which aborts the process ("terminate called
+        without an active exception", SIGABRT instead of the exit code)."""
+        torch = sys.modules.get("torch")
+        dist = getattr(torch, "distributed", None) if torch is not None else None
+        try:
+            if dist is None or not dist.is_available() or not dist.is_initialized():
+                return
+            dist.destroy_process_group()
+        except Exception as e:  # noqa: BLE001 - the exit must happen regardless
+            _log("could not destroy the process group before exiting: {!r}".format(e))
+
     def _read_recommendation(self, run_dir):
         return read_recommendation(run_dir)
 
