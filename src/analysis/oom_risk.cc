@@ -368,7 +368,7 @@ OomRiskModel::Limit OomRiskModel::LimitNow() const {
   if (o.segment_margin > 0 && request_max_ >= 1) {
     const model::AllocatorRules rules;
     const double whole = static_cast<double>(model::AllocatorRules::SegmentSize(
-        rules.RoundSize(static_cast<std::uint64_t>(request_max_))));
+        rules.RoundSize(static_cast<std::uint64_t>(std::min(request_max_, 1e15)))));
     // The rounding alone (a 20 MiB segment for a 3 MiB request: 17 MiB), or the whole segment.
     segment = o.segment_margin * (o.segment_whole ? whole : std::max(whole - request_max_, 0.0));
   }
