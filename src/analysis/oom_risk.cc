@@ -380,10 +380,11 @@ OomRiskModel::Limit OomRiskModel::LimitNow() const {
     const double low = std::max(room / o.allowance, survived);
     return {low, std::max(room, low), false, o.allowance, 0};
   }
-  // The cache's overhead at the largest step: peak reserved against step demand, both the
-  // largest seen (peak reserved only grows until the device is full, so the two belong together
-  // as "what the cache needed to serve demands up to the largest"). Rounding to segments,
-  // blocks cached for other shapes and split remainders are all in it.
+  // The cache's overhead at the largest step: the peak reserved bytes of the sample that set the
+  // largest step demand, against that demand (what the cache held to serve it: rounding to
+  // segments, split remainders, blocks cached for other shapes). Not the run's largest peak
+  // reserved: the cache keeps what it once reserved until the device is full, so that one grows
+  // with every new shape while the demand does not (docs/benchmarks.md, second round).
   double reserved = reserved_max_;
   if (o.overhead_at_record && record_reserved_ > 0) reserved = record_reserved_;
   if (o.overhead_at_record && record_reserved_ < 0) reserved = 0;  // not binding: the floor
