@@ -637,6 +637,15 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
   if (key == "tail_warning_steps") return count(&o->tail_warning_steps);
   if (key == "window") return count(&o->window);
   if (key == "allowance") return (o->allowance = v), true;
+  if (key == "measured_limit") return (o->measured_limit = v != 0), true;
+  if (key == "segment_margin") return (o->segment_margin = v), true;
+  if (key == "segment_whole") return (o->segment_whole = v != 0), true;
+  if (key == "overhead_at_record") return (o->overhead_at_record = v != 0), true;
+  if (key == "additive_high") return (o->additive_high = v != 0), true;
+  if (key == "ratio_floor") return (o->ratio_floor = v != 0), true;
+  if (key == "overhead_weight") return (o->overhead_weight = v), true;
+  if (key == "overhead_if_grew") return (o->overhead_if_grew = v != 0), true;
+  if (key == "learn_survived") return (o->learn_survived = v != 0), true;
   if (key == "tail_fraction") return (o->tail_fraction = v), true;
   if (key == "tail_weight") return (o->tail_weight = v), true;
   if (key == "use_records") return (o->use_records = v != 0), true;
@@ -669,7 +678,10 @@ int Usage() {
       "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction,\n"
       "tail_weight, use_records (0 or 1), min_shape, max_shape, half_life_steps,\n"
       "trend_sigmas, use_record (0 or 1), shape_se_floor, prior_shape_sd, prior_scale,\n"
-      "few_scale, record_all_steps (0 or 1),\n"
+      "few_scale, record_all_steps (0 or 1), measured_limit (0 or 1), segment_margin,\n"
+      "segment_whole (0 or 1), overhead_at_record (0 or 1),\n"
+      "additive_high (0 or 1), ratio_floor (0 or 1), overhead_weight,\n"
+      "overhead_if_grew (0 or 1), learn_survived (0 or 1),\n"
       "warning_probability) for every forecaster: the analyzer's, the agents' and the risk's.\n"
       "Replays request traces at capacities below and above the smallest that fits and\n"
       "reports how early the forecaster warned before each OOM and how often it warned on\n"
@@ -849,6 +861,11 @@ int main(int argc, char** argv) {
         {"no-record/1", 1, with([](auto& o) { o.risk_options.use_record = false; })});
     variants.push_back(
         {"no-record/50", 50, with([](auto& o) { o.risk_options.use_record = false; })});
+    // The constant allowance instead of the measured overhead (issue 31, second round).
+    variants.push_back(
+        {"allowance/1", 1, with([](auto& o) { o.risk_options.measured_limit = false; })});
+    variants.push_back(
+        {"allowance/50", 50, with([](auto& o) { o.risk_options.measured_limit = false; })});
     variants.push_back({"no-tail/1", 1, with([](auto& o) { o.risk_options.use_tail = false; })});
     variants.push_back({"tail-only/1", 1, with([](auto& o) { o.risk_options.tail_weight = 1; })});
     variants.push_back(

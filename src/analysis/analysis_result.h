@@ -106,9 +106,12 @@ struct OomRisk {
     std::uint64_t steps = 0;
     double probability = 0;  // P(an OOM within the next `steps` steps)
   };
-  std::vector<Horizon> horizons;              // ascending steps
-  double limit_low_bytes = 0;                 // the demand the device serves lies in [low, high]
-  double limit_high_bytes = 0;                // (the capacity)
+  std::vector<Horizon> horizons;  // ascending steps
+  double limit_low_bytes = 0;     // the demand the device serves lies in [low, high]
+  double limit_high_bytes = 0;    // (the capacity less the cache's overhead)
+  /// The cache's measured overhead at the largest step (peak reserved / step demand), when the
+  /// limit comes from it (nullopt: the constant allowance, no reserved bytes known).
+  std::optional<double> overhead_ratio;
   double mean_demand_bytes = 0;               // weighted over the kept samples, trend-adjusted
   double largest_demand_bytes = 0;            // largest kept (trend-adjusted)
   double spread_bytes = 0;                    // standard deviation of the step demand

@@ -336,7 +336,9 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     }
     const double resting =
         static_cast<double>(allocator ? s.allocated_bytes : s.live_requested_bytes);
-    risk_->Add(step, steps, base_demand, cost, trend, resting);
+    risk_->Add(step, steps, base_demand, cost, trend, resting,
+               allocator ? static_cast<double>(s.peak_reserved_bytes) : 0.0,
+               static_cast<double>(s.largest_request));
   }
   if (risk_ && warm) risk = risk_->Estimate();
   if (risk) {

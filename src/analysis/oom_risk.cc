@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "model/allocator_rules.h"
 
 namespace fragscope::analysis {
 
@@ -70,6 +71,14 @@ Status ValidateOomRiskOptions(const OomRiskOptions& o) {
       !(o.prior_shape_sd >= 0 && o.prior_shape_sd <= 10)) {
     return Status::InvalidArgument(
         "risk shape_se_floor must be in (0, 10] and prior_shape_sd in [0, 10]");
+  }
+  if (!(o.overhead_weight >= 0 && o.overhead_weight <= 4)) {
+    return Status::InvalidArgument(
+        fmt::format("risk overhead_weight {} is outside [0, 4]", o.overhead_weight));
+  }
+  if (!(o.segment_margin >= 0 && o.segment_margin <= 10)) {
+    return Status::InvalidArgument(
+        fmt::format("risk segment_margin {} is outside [0, 10]", o.segment_margin));
   }
   if (!(o.allowance >= 1 && o.allowance < 100)) {
     return Status::InvalidArgument(
@@ -165,9 +174,13 @@ OomRiskModel::OomRiskModel(const OomRiskOptions& options, double capacity_bytes)
 }
 
 void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, double cost,
-                       std::optional<DemandTrend> demand_trend, double resting) {
+                       std::optional<DemandTrend> demand_trend, double resting,
+                       double peak_reserved, double largest_request) {
   const OomRiskOptions& o = options_;
   if (!o.use_cost) cost = 0;
+  const bool grew = peak_reserved > reserved_max_;  // the cache had to grow in this sample
+  if (peak_reserved > 0) reserved_max_ = std::max(reserved_max_, peak_reserved);
+  if (largest_request > 0) request_max_ = std::max(request_max_, largest_request);
   const double x = static_cast<double>(step);
   Point p{x, base, cost, std::max<std::uint64_t>(steps, 1)};
   if (ring_.size() < o.window) {
@@ -180,6 +193,9 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
   if (base + cost > survived_) {
     survived_ = base + cost;
     record_steps_ = steps_;
+    // With overhead_if_grew, only a record step that made the cache grow measures what the
+    // cache needs; one served from blocks already cached shows no binding overhead (-1).
+    record_reserved_ = !o.overhead_if_grew || grew ? peak_reserved : -1.0;
   }
   // The tail's weight, moved by the evidence for a cap: for an exchangeable demand without
   // one, the largest of N steps lies in the first N - m (m: steps since it was set) with
@@ -343,6 +359,50 @@ double OomRiskModel::BeyondLargest(double need, double largest) const {
   return std::clamp(total, 0.0, 1.0);
 }
 
+OomRiskModel::Limit OomRiskModel::LimitNow() const {
+  const OomRiskOptions& o = options_;
+  const double cap = capacity_;
+  // A new segment for the largest request must still be obtainable at the peak: the device
+  // serves a step only if, besides what it holds, one more segment of that size fits.
+  double segment = 0;
+  if (o.segment_margin > 0 && request_max_ >= 1) {
+    const model::AllocatorRules rules;
+    const double whole = static_cast<double>(model::AllocatorRules::SegmentSize(
+        rules.RoundSize(static_cast<std::uint64_t>(std::min(request_max_, 1e15)))));
+    // The rounding alone (a 20 MiB segment for a 3 MiB request: 17 MiB), or the whole segment.
+    segment = o.segment_margin * (o.segment_whole ? whole : std::max(whole - request_max_, 0.0));
+  }
+  const double room = std::clamp(cap - segment, 0.0, cap);
+  if (!o.measured_limit || !(reserved_max_ > 0) || !(survived_ > 0)) {
+    // The constant allowance, raised by the largest demand the job survived (which also shows
+    // the segment margin too cautious for it: a cached block served that step).
+    const double survived = o.learn_survived ? std::min(survived_, cap) : 0.0;
+    const double low = std::max(room / o.allowance, survived);
+    return {low, std::max(room, low), false, o.allowance, 0};
+  }
+  // The cache's overhead at the largest step: the peak reserved bytes of the sample that set the
+  // largest step demand, against that demand (what the cache held to serve it: rounding to
+  // segments, split remainders, blocks cached for other shapes). Not the run's largest peak
+  // reserved: the cache keeps what it once reserved until the device is full, so that one grows
+  // with every new shape while the demand does not (docs/benchmarks.md, second round).
+  double reserved = reserved_max_;
+  if (o.overhead_at_record && record_reserved_ > 0) reserved = record_reserved_;
+  if (o.overhead_at_record && record_reserved_ < 0) reserved = 0;  // not binding: the floor
+  // The allowance stays the least overhead assumed: a measured ratio only widens the interval.
+  const double floor = o.ratio_floor ? o.allowance : 1.0;
+  const double measured = std::max(reserved / survived_, floor);
+  // overhead_weight w: the ratio used is floor x (measured / floor)^w.
+  const double ratio = floor * std::pow(measured / floor, o.overhead_weight);
+  const double overhead = std::max(reserved - survived_, 0.0);
+  // The overhead grows with the demand; a larger demand already survived raises the low end.
+  const double survived = o.learn_survived ? std::min(survived_, room) : 0.0;
+  const double low = std::clamp(std::max(room / ratio, survived), 0.0, cap);
+  // The overhead stays as it was (additive_high), or nothing is known beyond the capacity: the
+  // cache may release what it holds for other shapes when the device is full.
+  const double high = std::clamp(o.additive_high ? room - overhead : room, low, cap);
+  return {low, high, true, ratio, reserved};
+}
+
 std::optional<OomRisk> OomRiskModel::Estimate() const {
   const OomRiskOptions& o = options_;
   if (ring_.empty() || steps_ < o.min_steps || !(capacity_ > 0)) {
@@ -353,9 +413,9 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   const double largest = slope_ > 0 ? values_.back() : std::max(values_.back(), survived_);
   const double record_steps = std::max(
       slope_ > 0 && !o.record_all_steps ? WindowSteps() : static_cast<double>(steps_), 1.0);
-  const double high = capacity_;
-  const double low =
-      std::min(high, std::max(high / o.allowance, o.learn_survived ? survived_ : 0.0));
+  const Limit bounds = LimitNow();
+  const double high = bounds.high;
+  const double low = bounds.low;
   std::array<double, kLimitPoints> limits{};
   for (int j = 0; j < kLimitPoints; ++j) {
     limits[j] = low + (high - low) * (j + 0.5) / kLimitPoints;
@@ -413,6 +473,7 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   mean /= static_cast<double>(values_.size());
   r.limit_low_bytes = low;
   r.limit_high_bytes = high;
+  if (bounds.measured) r.overhead_ratio = bounds.ratio;
   r.mean_demand_bytes = mean;
   r.largest_demand_bytes = values_.back();
   r.spread_bytes = spread_;
@@ -450,6 +511,15 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
         RiskBytes(largest), largest <= mid ? gap + " below" : std::string("above"), RiskBytes(mid),
         o.warning_horizon, 100 * record_h / (record_steps + record_h),
         slope_ > 0 ? fmt::format("; demand grows {}/step", RiskBytes(slope_)) : std::string());
+    if (bounds.measured) {
+      // Where the limit comes from: the cache's overhead, as measured.
+      const double seen = bounds.reserved / std::max(survived_, 1.0);
+      r.explanation += fmt::format(
+          "; the limit: the cache reserved {} at its peak for {} of step demand (x{:.2f}{})",
+          RiskBytes(bounds.reserved), RiskBytes(survived_), seen,
+          seen < bounds.ratio ? fmt::format("; at least x{:.2f} assumed", bounds.ratio)
+                              : std::string());
+    }
   }
   // Median steps to OOM: the smallest k with risk >= 50%, by doubling then bisection.
   if (risk_at(kMaxSteps, 0) >= 0.5) {

@@ -440,6 +440,53 @@ TEST(OomRiskTest, Issue31TheRiskExplainsItself) {
   EXPECT_EQ(r->explanation.find('\n'), std::string::npos);
 }
 
+// Issue 31, second round: the limit from the cache's measured overhead. A CPU-sized job (the
+// held-out test set's scale) whose cache reserves 1.65 bytes per byte of step demand at the
+// peak, on a 60 MiB device: it is full near 60 / 1.65 = 36 MiB of demand, not at
+// 60 / 1.10 = 55 MiB as the constant allowance assumes.
+TEST(OomRiskTest, Issue31TheMeasuredOverheadLowersTheLimit) {
+  const auto run = [](bool measured, bool with_reserved) {
+    OomRiskOptions o;
+    o.measured_limit = measured;
+    OomRiskModel m(o, 60 * kM);
+    std::mt19937_64 rng(12);
+    std::exponential_distribution<double> d(1 / (2.5 * kM));
+    for (int i = 0; i < 200; ++i) {
+      const double demand = 18 * kM + d(rng);
+      m.Add(i, 1, demand, 0, std::nullopt, 6 * kM, with_reserved ? 1.65 * demand : 0, 3 * kM);
+    }
+    return m.Estimate();
+  };
+  auto measured = run(true, true), allowance = run(false, true), unknown = run(true, false);
+  ASSERT_TRUE(measured && allowance && unknown);
+  EXPECT_NEAR(measured->limit_low_bytes, 60 * kM / 1.65, 0.01 * kM);
+  EXPECT_DOUBLE_EQ(measured->limit_high_bytes, 60 * kM);
+  ASSERT_TRUE(measured->overhead_ratio);
+  EXPECT_NEAR(*measured->overhead_ratio, 1.65, 1e-9);
+  EXPECT_NE(measured->explanation.find("the cache reserved"), std::string::npos)
+      << measured->explanation;
+  EXPECT_NE(measured->explanation.find("(x1.65)"), std::string::npos) << measured->explanation;
+  EXPECT_GT(P(*measured, 100), 0.02);
+  EXPECT_GT(P(*measured, 100), 5 * P(*allowance, 100));
+  // Without reserved bytes (a request trace, an agent without peaks) the allowance stays.
+  for (const auto* r : {&allowance, &unknown}) {
+    EXPECT_NEAR((*r)->limit_low_bytes, 60 * kM / 1.10, 0.01 * kM);
+    EXPECT_FALSE((*r)->overhead_ratio);
+  }
+}
+
+// A ratio below the allowance never narrows the interval: the allowance is the least overhead.
+TEST(OomRiskTest, Issue31AMeasuredOverheadBelowTheAllowanceKeepsIt) {
+  OomRiskOptions o;
+  o.measured_limit = true;
+  OomRiskModel m(o, 6 * kG);
+  for (int i = 0; i < 100; ++i) m.Add(i, 1, 4 * kG, 0, std::nullopt, 1 * kG, 4.1 * kG, 0);
+  auto r = m.Estimate();
+  ASSERT_TRUE(r);
+  EXPECT_NEAR(r->limit_low_bytes, 6 * kG / 1.10, 1e3);
+  EXPECT_DOUBLE_EQ(*r->overhead_ratio, 1.10);
+}
+
 TEST(OomRiskTest, ValidatesOptions) {
   OomRiskOptions o;
   EXPECT_TRUE(ValidateOomRiskOptions(o).ok());
@@ -454,6 +501,12 @@ TEST(OomRiskTest, ValidatesOptions) {
   o = OomRiskOptions{};
   o.tail_warning_steps = 20'000'000;
   EXPECT_NE(ValidateOomRiskOptions(o).message().find("tail_warning_steps"), std::string::npos);
+  o = OomRiskOptions{};
+  o.overhead_weight = std::nan("");
+  EXPECT_NE(ValidateOomRiskOptions(o).message().find("overhead_weight"), std::string::npos);
+  o = OomRiskOptions{};
+  o.segment_margin = -1;
+  EXPECT_NE(ValidateOomRiskOptions(o).message().find("segment_margin"), std::string::npos);
   for (double w : {-0.1, 1.5, std::nan("")}) {
     o = OomRiskOptions{};
     o.tail_weight = w;
