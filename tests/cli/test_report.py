@@ -13,6 +13,8 @@ import subprocess
 
 import pytest
 
+from report_page import page_data, unpack_ints
+
 SOURCE_DIR = os.environ.get(
     "FRAGSCOPE_SOURCE_DIR",
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -27,14 +29,6 @@ pytestmark = pytest.mark.skipif(not BIN or not os.path.exists(BIN),
 def run(*args):
     return subprocess.run([BIN, *map(str, args)], cwd=SOURCE_DIR, capture_output=True,
                           text=True, timeout=300)
-
-
-def page_data(path):
-    html = open(path, encoding="utf-8").read()
-    m = re.search(r'<script type="application/json" id="fragscope-data">(.*?)</script>', html,
-                  re.S)
-    assert m, "no embedded data"
-    return html, json.loads(m.group(1))
 
 
 @pytest.mark.parametrize("fixture", [
@@ -96,6 +90,15 @@ def test_page_is_self_contained_and_agrees_with_analyze(tmp_path):
         final = d["frames"][-1]
         assert final["why"] == "end"
         assert len(final["segs"]) == len(j["layout"])
+        # Block by block, unpacked (report_page.py, from docs/report.md): what analyze prints.
+        states = {"free": 0, "allocated": 1, "pending_free": 2}
+        for seg, want in zip(final["segs"], j["layout"]):
+            assert seg[:5] == [want["addr"], want["size_bytes"], want["stream"],
+                               0 if want["pool"] == "small" else 1, want["expandable"]]
+            blocks = [seg[5][k:k + 5] for k in range(0, len(seg[5]), 5)]
+            assert [(seg[0] + b[0], b[1], b[2], b[3]) for b in blocks] == [
+                (w["addr"], w["size_bytes"], w["requested_bytes"] or 0,
+                 3 if w["stranded"] else states[w["state"]]) for w in want["blocks"]]
 
 
 def test_replayed_oom_has_the_panel_and_verified_remedies(tmp_path):

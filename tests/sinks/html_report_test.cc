@@ -1,10 +1,13 @@
 #include "sinks/html/html_report.h"
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/units.h"
+#include "sinks/html/packed_ints.h"
 
 namespace fragscope::sinks {
 namespace {
@@ -88,6 +91,19 @@ TEST(HtmlReportTest, VerdictNamesTheFirstOomOrThePeaks) {
             "No device had an event: nothing to report.");
 }
 
+// The page's embedded data (docs/report.md, "The embedded data").
+nlohmann::json PageData(const std::string& html) {
+  const std::string open = "id=\"fragscope-data\">";
+  const std::size_t from = html.find(open) + open.size();
+  return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from));
+}
+
+std::vector<std::uint64_t> Unpacked(const nlohmann::json& packed) {
+  const auto numbers = UnpackInts(packed.get<std::string>());
+  EXPECT_TRUE(numbers.has_value());
+  return numbers.value_or(std::vector<std::uint64_t>{});
+}
+
 TEST(HtmlReportTest, UnchangedSegmentsAreWrittenAsReferences) {
   analysis::AnalysisResult r = OneDevice();
   analysis::DeviceFrames frames;
@@ -106,9 +122,66 @@ TEST(HtmlReportTest, UnchangedSegmentsAreWrittenAsReferences) {
   HtmlReportInput input;
   input.result = &r;
   input.frames.push_back(frames);
-  const std::string html = RenderHtml(input);
-  EXPECT_NE(html.find("\"segs\":[[1048576,2097152,"), std::string::npos);
-  EXPECT_NE(html.find("\"segs\":[0]"), std::string::npos);  // frame 2: segment 0 of frame 1
+  const nlohmann::json data = PageData(RenderHtml(input));
+  const nlohmann::json& d = data["devices"][0];
+  // Frame 1: row 0 of the segment table (tag 0), one free block of 2 MiB = 4096 × 512.
+  EXPECT_EQ(Unpacked(d["frames"][0]["segs"]), (std::vector<std::uint64_t>{0, 1, 0, 8192, 0, 0}));
+  // Frame 2: segment 0 of frame 1, unchanged (2 × 0 + 1).
+  EXPECT_EQ(Unpacked(d["frames"][1]["segs"]), (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(Unpacked(d["segments"]),
+            (std::vector<std::uint64_t>{1 << 20, 2 * kMiB, 0, 1, 0}));  // large pool
+}
+
+// Issue 33 item 1 (page size): every field of a block survives packing, including the cases
+// the packing makes cheap only when they are common (sizes off the 512-byte grid, a gap
+// between blocks, requested below size, a free block with a requested size).
+TEST(HtmlReportTest, PackedBlocksKeepEveryField) {
+  analysis::AnalysisResult r = OneDevice();
+  analysis::LayoutSegment seg;
+  seg.addr = (std::uint64_t{1} << 47) + 4096;
+  seg.size = 20 * kMiB;
+  seg.stream = 7;
+  seg.expandable = true;
+  const std::uint64_t a = seg.addr;
+  seg.blocks = {
+      analysis::LayoutBlock{a, 1000, 999, model::BlockState::kAllocated, false, 3, 0},
+      analysis::LayoutBlock{a + 4096, kMiB, 17, model::BlockState::kFree, true, -1, -1},
+      analysis::LayoutBlock{a + 4096 + kMiB, 3 * kMiB, 3 * kMiB - 5,
+                            model::BlockState::kPendingFree, false, 4, 1},
+      analysis::LayoutBlock{a + 4096 + 4 * kMiB, 512, 0, model::BlockState::kFree, false, -1, -1}};
+  analysis::DeviceFrames frames;
+  analysis::LayoutFrame f;
+  f.segments = {seg};
+  f.blocks = seg.blocks.size();
+  frames.frames.push_back(f);
+  frames.allocations.resize(2);
+  HtmlReportInput input;
+  input.result = &r;
+  input.frames.push_back(frames);
+  const nlohmann::json data = PageData(RenderHtml(input));
+  const nlohmann::json& d = data["devices"][0];
+  EXPECT_EQ(Unpacked(d["segments"]), (std::vector<std::uint64_t>{seg.addr, seg.size, 7, 1, 1}));
+  const std::vector<std::uint64_t> u = Unpacked(d["frames"][0]["segs"]);
+  ASSERT_EQ(u.size(), 2 + 4 * seg.blocks.size());
+  EXPECT_EQ(u[0], 0u);
+  EXPECT_EQ(u[1], seg.blocks.size());
+  std::uint64_t end = 0;
+  for (std::size_t i = 0; i < seg.blocks.size(); ++i) {
+    const analysis::LayoutBlock& b = seg.blocks[i];
+    const std::uint64_t* x = &u[2 + 4 * i];
+    const std::uint64_t offset = end + static_cast<std::uint64_t>(Unzigzag(x[0]));
+    EXPECT_EQ(offset, b.addr - seg.addr) << i;
+    const std::uint64_t size = x[1] % 2 == 0 ? x[1] / 2 * 512 : x[1] / 2;
+    EXPECT_EQ(size, b.size) << i;
+    const std::uint64_t state = x[2] % 4;
+    EXPECT_EQ(state, i == 0 ? 1u : i == 1 ? 3u : i == 2 ? 2u : 0u) << i;
+    EXPECT_EQ(static_cast<std::int64_t>(x[2] / 4) - 1, b.allocation) << i;
+    const std::uint64_t base = state == 1 || state == 2 ? size : 0;
+    EXPECT_EQ(static_cast<std::int64_t>(base) - Unzigzag(x[3]),
+              static_cast<std::int64_t>(b.requested))
+        << i;
+    end = offset + size;
+  }
 }
 
 }  // namespace

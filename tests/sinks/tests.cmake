@@ -23,7 +23,8 @@ target_link_libraries(alert_config_fuzz_replay PRIVATE fragscope_sinks)
 fragscope_set_warnings(alert_config_fuzz_replay)
 add_test(NAME alert_config_fuzz_replay
   COMMAND alert_config_fuzz_replay ${PROJECT_SOURCE_DIR}/fuzz/corpus/alert_config)
-fragscope_add_test(sinks/html_report_test.cc LIBS fragscope_sinks)
+fragscope_add_test(sinks/html_report_test.cc LIBS fragscope_sinks nlohmann_json::nlohmann_json)
+fragscope_add_test(sinks/packed_ints_test.cc LIBS fragscope_sinks)
 # The daemon's process API and `fragscope top`'s frames (src/sinks/live).
 fragscope_add_test(sinks/process_api_test.cc LIBS fragscope_live nlohmann_json::nlohmann_json)
 fragscope_add_test(sinks/top_frame_test.cc LIBS fragscope_live)

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,7 @@
 
 #include "common/units.h"
 #include "model/caching_allocator_sim.h"
+#include "sinks/html/packed_ints.h"
 #include "sinks/html/report_assets.h"
 #include "sources/call_site.h"
 
@@ -52,19 +54,52 @@ int StateCode(const analysis::LayoutBlock& b) {
   return b.stranded ? 3 : 0;
 }
 
-// A block is [offset, size, requested, state, allocation]: its call site, stack and history
-// are the allocation's (AllocationsJson), written once however many maps show it.
-json HtmlSegmentJson(const analysis::LayoutSegment& s) {
-  json blocks = json::array();
-  for (const analysis::LayoutBlock& b : s.blocks) {
-    blocks.push_back(b.addr - s.addr);
-    blocks.push_back(b.size);
-    blocks.push_back(b.requested);
-    blocks.push_back(StateCode(b));
-    blocks.push_back(b.allocation);
+// The segments of one device's maps, each (addr, size, stream, pool, expandable) once: five
+// packed numbers a row (pool 0 small, 1 large); a map names a row by its index.
+class SegmentTable {
+ public:
+  std::uint64_t Id(const analysis::LayoutSegment& s) {
+    const int pool = s.pool == Pool::kSmall ? 0 : 1;
+    const Key key{s.addr, s.size, s.stream, pool, s.expandable};
+    const auto [it, fresh] = ids_.try_emplace(key, ids_.size());
+    if (fresh) {
+      rows_.Put(s.addr);
+      rows_.Put(s.size);
+      rows_.Put(s.stream);
+      rows_.Put(static_cast<std::uint64_t>(pool));
+      rows_.Put(s.expandable ? 1 : 0);
+    }
+    return it->second;
   }
-  return json::array(
-      {s.addr, s.size, s.stream, s.pool == Pool::kSmall ? 0 : 1, s.expandable, std::move(blocks)});
+  std::string Take() { return rows_.Take(); }
+
+ private:
+  using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, int, bool>;
+  std::map<Key, std::uint64_t> ids_;
+  PackedInts rows_;
+};
+
+// A segment of a map, packed (docs/report.md, "The embedded data"): 2 × its row in the
+// SegmentTable, the number of blocks, then four numbers a block: the gap since the previous
+// block's end (zigzag; 0 as blocks tile a segment), the size (size / 512 × 2 when a multiple of
+// 512, as the allocator's sizes are, else size × 2 + 1), state + 4 × (allocation + 1) (its
+// call site, stack and history are the allocation's, AllocationsJson), and the zigzag of
+// (size when allocated or pending free, else 0) − requested: 0 in the common cases.
+void PackSegment(const analysis::LayoutSegment& s, SegmentTable* table, PackedInts* out) {
+  out->Put(2 * table->Id(s));
+  out->Put(s.blocks.size());
+  std::uint64_t end = 0;
+  for (const analysis::LayoutBlock& b : s.blocks) {
+    const std::uint64_t offset = b.addr - s.addr;
+    out->PutSigned(static_cast<std::int64_t>(offset - end));
+    out->Put(b.size % 512 == 0 ? b.size / 512 * 2 : b.size * 2 + 1);
+    const int state = StateCode(b);
+    out->Put(static_cast<std::uint64_t>(state) +
+             4 * static_cast<std::uint64_t>(std::max<std::int64_t>(b.allocation, -1) + 1));
+    const std::uint64_t base = state == 1 || state == 2 ? b.size : 0;
+    out->PutSigned(static_cast<std::int64_t>(base - b.requested));
+    end = offset + b.size;
+  }
 }
 
 bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment& b) {
@@ -81,10 +116,10 @@ bool SameSegment(const analysis::LayoutSegment& a, const analysis::LayoutSegment
   return true;
 }
 
-// Frames of one device. A segment unchanged since the previous frame is written as the index
-// of that segment in the previous frame (a number instead of an array): long runs repeat most
-// segments from frame to frame.
-json FramesJson(const analysis::DeviceFrames& d) {
+// Frames of one device; their segments packed (PackSegment). A segment unchanged since the
+// previous frame is written as 2 × its index in that frame + 1: long runs repeat most segments
+// from frame to frame.
+json FramesJson(const analysis::DeviceFrames& d, SegmentTable* table) {
   json out = json::array();
   const analysis::LayoutFrame* previous = nullptr;
   for (const analysis::LayoutFrame& f : d.frames) {
@@ -93,20 +128,20 @@ json FramesJson(const analysis::DeviceFrames& d) {
       for (std::size_t i = 0; i < previous->segments.size(); ++i)
         before.emplace(previous->segments[i].addr, i);
     }
-    json segs = json::array();
+    PackedInts segs;
     for (const analysis::LayoutSegment& s : f.segments) {
       const auto it = before.find(s.addr);
       if (it != before.end() && SameSegment(previous->segments[it->second], s)) {
-        segs.push_back(it->second);
+        segs.Put(2 * static_cast<std::uint64_t>(it->second) + 1);
       } else {
-        segs.push_back(HtmlSegmentJson(s));
+        PackSegment(s, table, &segs);
       }
     }
     out.push_back({{"event", f.event_index},
                    {"step", f.step},
                    {"time_us", f.time_us},
                    {"why", analysis::FrameReasonName(f.reason)},
-                   {"segs", std::move(segs)}});
+                   {"segs", segs.Take()}});
     previous = &f;
   }
   return out;
@@ -200,7 +235,8 @@ json HtmlForecastJson(const analysis::DeviceForecast& f) {
 
 // The stacks the page shows, interned: a frame table ([name, file, line, folded]; folded: 1 for
 // the machinery a call site is never named after, sources/call_site.h) and a stack table of
-// frame ids, each holding only what the allocations of the kept maps refer to, renumbered.
+// frame ids, each holding only what the allocations of the kept maps refer to, renumbered. The
+// stack table is packed: per stack its number of frames, then their ids.
 class StackTables {
  public:
   StackTables(const std::vector<Frame>& frames,
@@ -229,13 +265,16 @@ class StackTables {
       ids.push_back(fit->second);
     }
     const auto [it, inserted] =
-        by_content_.try_emplace(ids, static_cast<std::int32_t>(stack_table_.size()));
-    if (inserted) stack_table_.push_back(ids);
+        by_content_.try_emplace(ids, static_cast<std::int32_t>(by_content_.size()));
+    if (inserted) {
+      stack_table_.Put(ids.size());
+      for (const std::int32_t id : ids) stack_table_.Put(static_cast<std::uint64_t>(id));
+    }
     stack_ids_.emplace(stack, it->second);
     return it->second;
   }
   json TakeFrames() { return std::move(frame_table_); }
-  json TakeStacks() { return std::move(stack_table_); }
+  std::string TakeStacks() { return stack_table_.Take(); }
 
  private:
   const std::vector<Frame>& frames_;
@@ -244,46 +283,57 @@ class StackTables {
   std::map<std::vector<std::int32_t>, std::int32_t> by_content_;
   std::unordered_map<std::uint32_t, std::int32_t> frame_ids_;
   json frame_table_ = json::array();
-  json stack_table_ = json::array();
+  PackedInts stack_table_;
 };
 
-// The allocations of the kept maps, as columns (index = a block's allocation): alloc_event,
-// alloc_step, alloc_time, free_event, free_step, free_time, stream, site, stack; -1 where
-// unknown (an alloc event of -1: live when the recorded history began, a free event of -1: not
-// freed by the end). A step column of an input without steps is null (all -1). Times are
-// microseconds after `first_time_us` (the input's first timed event): short numbers, where
-// epoch microseconds take 16 digits each.
+// An "after" column: 0 for -1 (unknown), else 1 + the zigzag of value - from.
+void PutAfter(std::int64_t value, std::int64_t from, PackedInts* out) {
+  out->Put(value < 0 ? 0 : 1 + Zigzag(value - from));
+}
+
+// The allocations of the kept maps, as packed columns (index = a block's allocation):
+// alloc_event, alloc_step, alloc_time as the zigzag of the change from the row before (from 0
+// for the first); free_event, free_step, free_time "after" their alloc column (PutAfter);
+// stream; site and stack zigzagged. -1 where unknown (an alloc event of -1: live when the
+// recorded history began, a free event of -1: not freed by the end). A step column of an input
+// without steps is null (all -1). Times are microseconds after `first_time_us` (the input's
+// first timed event): short numbers, where epoch microseconds take 16 digits each.
 json AllocationsJson(const analysis::DeviceFrames& d, std::int64_t first_time_us,
                      StackTables* stacks, std::set<std::int32_t>* sites) {
   const auto since_first = [first_time_us](std::int64_t t) -> std::int64_t {
     return t >= 0 && first_time_us >= 0 && t >= first_time_us ? t - first_time_us : -1;
   };
-  json alloc_event = json::array(), alloc_step = json::array(), alloc_time = json::array();
-  json free_event = json::array(), free_step = json::array(), free_time = json::array();
-  json stream = json::array(), site = json::array(), stack = json::array();
+  PackedInts alloc_event, alloc_step, alloc_time, free_event, free_step, free_time;
+  PackedInts stream, site, stack;
+  std::int64_t last_event = 0, last_step = 0, last_time = 0;
   bool steps = false;
   for (const analysis::LayoutAllocation& a : d.allocations) {
-    alloc_event.push_back(a.alloc_event);
-    alloc_step.push_back(a.alloc_step);
-    alloc_time.push_back(since_first(a.alloc_time_us));
-    free_event.push_back(a.free_event);
-    free_step.push_back(a.free_step);
-    free_time.push_back(since_first(a.free_time_us));
-    stream.push_back(a.stream);
-    site.push_back(a.site);
-    stack.push_back(stacks->Intern(a.stack));
+    const std::int64_t at = since_first(a.alloc_time_us);
+    alloc_event.PutSigned(a.alloc_event - last_event);
+    alloc_step.PutSigned(a.alloc_step - last_step);
+    alloc_time.PutSigned(at - last_time);
+    last_event = a.alloc_event;
+    last_step = a.alloc_step;
+    last_time = at;
+    PutAfter(a.free_event, a.alloc_event, &free_event);
+    PutAfter(a.free_step, a.alloc_step, &free_step);
+    PutAfter(since_first(a.free_time_us), at, &free_time);
+    stream.Put(a.stream);
+    site.PutSigned(a.site);
+    stack.PutSigned(stacks->Intern(a.stack));
     steps = steps || a.alloc_step >= 0 || a.free_step >= 0;
     if (a.site >= 0) sites->insert(a.site);
   }
-  return {{"alloc_event", std::move(alloc_event)},
-          {"alloc_step", steps ? std::move(alloc_step) : json(nullptr)},
-          {"alloc_time", std::move(alloc_time)},
-          {"free_event", std::move(free_event)},
-          {"free_step", steps ? std::move(free_step) : json(nullptr)},
-          {"free_time", std::move(free_time)},
-          {"stream", std::move(stream)},
-          {"site", std::move(site)},
-          {"stack", std::move(stack)}};
+  return {{"count", d.allocations.size()},
+          {"alloc_event", alloc_event.Take()},
+          {"alloc_step", steps ? json(alloc_step.Take()) : json(nullptr)},
+          {"alloc_time", alloc_time.Take()},
+          {"free_event", free_event.Take()},
+          {"free_step", steps ? json(free_step.Take()) : json(nullptr)},
+          {"free_time", free_time.Take()},
+          {"stream", stream.Take()},
+          {"site", site.Take()},
+          {"stack", stack.Take()}};
 }
 
 // "Active memory by call site": the live bytes of each call site at the end of every timeline
@@ -488,7 +538,7 @@ std::string ReportVerdict(const analysis::AnalysisResult& result) {
 std::string RenderHtml(const HtmlReportInput& input) {
   const analysis::AnalysisResult& r = *input.result;
   json data;
-  data["schema"] = "fragscope.report/1";
+  data["schema"] = "fragscope.report/2";
   data["source"] = r.source;
   data["kind"] = KindText(r.kind);
   data["command"] = input.command;
@@ -558,7 +608,9 @@ std::string RenderHtml(const HtmlReportInput& input) {
     j["frames"] = json::array();
     for (const analysis::DeviceFrames& f : input.frames) {
       if (f.device != d.device) continue;
-      j["frames"] = FramesJson(f);
+      SegmentTable table;
+      j["frames"] = FramesJson(f, &table);
+      j["segments"] = table.Take();
       j["frames_stopped"] = f.stopped;
       j["allocs"] = AllocationsJson(f, r.first_time_us, &stacks, &sites);
       j["site_timeline"] = SiteTimelineJson(f, d.timeline, input.top_sites, &sites);

@@ -6,6 +6,7 @@
   const T0 = performance.now();
   const api = (window.fragscopeReport = { ready: false, errors: [], timings: {} });
   const D = JSON.parse(document.getElementById('fragscope-data').textContent);
+  unpackPage(D);
   const app = document.getElementById('app');
   const COLORS = {
     reserved: '#1f77b4', allocated: '#2ca02c', requested: '#9467bd', cached_free: '#ff7f0e',
@@ -70,6 +71,85 @@
     return { g, w, h: cssHeight };
   }
 
+  // ---- packed numbers (src/sinks/html/packed_ints.h; docs/report.md, "The embedded data") ----
+  // Base-64 digits of 5 bits each, least significant first; a digit >= 32 says more follow.
+  // Arithmetic, not bit operations: addresses need more than 32 bits.
+  function unpackInts(text) {
+    const out = [];
+    let v = 0, m = 1;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      const d = c >= 97 ? c - 71 : c === 95 ? 63 : c >= 65 ? c - 65 : c >= 48 ? c + 4 : 62;  // a-z, _, A-Z, 0-9, -
+      if (d >= 32) { v += (d - 32) * m; m *= 32; } else { out.push(v + d * m); v = 0; m = 1; }
+    }
+    return out;
+  }
+  function unzigzag(u) { return u % 2 ? -(u + 1) / 2 : u / 2; }
+  // The page's packed tables back into arrays: allocations' columns, stacks, segment rows.
+  function unpackPage(data) {
+    if (typeof data.stacks === 'string') {
+      const u = unpackInts(data.stacks), stacks = [];
+      for (let i = 0; i < u.length; i += 1 + u[i]) stacks.push(u.slice(i + 1, i + 1 + u[i]));
+      data.stacks = stacks;
+    }
+    for (const d of data.devices || []) {
+      const rows = unpackInts(d.segments || ''), table = [];
+      for (let i = 0; i + 5 <= rows.length; i += 5) table.push(rows.slice(i, i + 5));
+      d.segmentRows = table;
+      if (d.allocs) d.allocs = unpackAllocations(d.allocs);
+    }
+  }
+  // alloc_*: running sums of zigzagged changes; free_*: 0 for -1, else 1 + the zigzag of the
+  // difference from the alloc column; site and stack zigzagged.
+  function unpackAllocations(P) {
+    const running = (t) => {
+      if (t === null) return null;
+      const u = unpackInts(t);
+      let last = 0;
+      for (let i = 0; i < u.length; i++) u[i] = last = last + unzigzag(u[i]);
+      return u;
+    };
+    const after = (t, from) => {
+      if (t === null) return null;
+      const u = unpackInts(t);
+      for (let i = 0; i < u.length; i++) u[i] = u[i] === 0 ? -1 : (from ? from[i] : -1) + unzigzag(u[i] - 1);
+      return u;
+    };
+    const signed = (t) => unpackInts(t).map(unzigzag);
+    const A = { alloc_event: running(P.alloc_event), alloc_step: running(P.alloc_step), alloc_time: running(P.alloc_time) };
+    A.free_event = after(P.free_event, A.alloc_event);
+    A.free_step = after(P.free_step, A.alloc_step);
+    A.free_time = after(P.free_time, A.alloc_time);
+    A.stream = unpackInts(P.stream);
+    A.site = signed(P.site);
+    A.stack = signed(P.stack);
+    return A;
+  }
+  // One frame's segments as [addr, size, stream, pool, expandable, blocks] with blocks a flat
+  // list of BS numbers each (offset, size, requested, state, allocation); `prev`: the previous
+  // frame's, `table`: the device's segment rows.
+  function unpackSegments(text, prev, table) {
+    const u = unpackInts(text), out = [];
+    for (let i = 0; i < u.length;) {
+      const tag = u[i++];
+      if (tag % 2) { out.push(prev[(tag - 1) / 2]); continue; }
+      const row = table[tag / 2], n = u[i++], b = new Array(n * BS);
+      let end = 0;
+      for (let j = 0; j < n; j++, i += 4) {
+        const off = end + unzigzag(u[i]), sc = u[i + 1], size = sc % 2 ? (sc - 1) / 2 : (sc / 2) * 512;
+        const sa = u[i + 2], state = sa % 4, held = state === 1 || state === 2;
+        b[j * BS] = off;
+        b[j * BS + 1] = size;
+        b[j * BS + 2] = (held ? size : 0) - unzigzag(u[i + 3]);
+        b[j * BS + 3] = state;
+        b[j * BS + 4] = (sa - state) / 4 - 1;
+        end = off + size;
+      }
+      out.push([row[0], row[1], row[2], row[3], row[4], b]);
+    }
+    return out;
+  }
+
   // ---- state ----
   let dev = null;        // the device shown
   let view = null;       // [x0, x1] event range shown in the charts
@@ -80,12 +160,12 @@
   let xAxis = 'events';  // how the charts' x axis is labelled: 'events', 'steps' or 'seconds'
   let xAxisPicked = false;  // chosen in the page (kept across devices that offer it)
 
-  // Frames write an unchanged segment as its index in the previous frame: resolve in order.
+  // A frame's segments, unpacked (unpackSegments) in order: a frame names an unchanged segment
+  // by its index in the previous frame.
   function segmentsOf(i) {
     if (resolved[i]) return resolved[i];
-    const f = dev.frames[i];
     const prev = i > 0 ? segmentsOf(i - 1) : [];
-    resolved[i] = f.segs.map((s) => (typeof s === 'number' ? prev[s] : s));
+    resolved[i] = unpackSegments(dev.frames[i].segs, prev, dev.segmentRows);
     return resolved[i];
   }
 
