@@ -128,7 +128,12 @@ excess is counted in fragscope_agent_series_dropped_total).
 A read-only or full history is logged and shown on /healthz ("degraded: ..."). Every limit,
 its default and its flag: docs/exporter.md, "Limits and safety".
 
-Stop with SIGINT or SIGTERM: the socket file is removed. Logs go to stderr, timestamped.
+The same HTTP API is also served on a Unix socket, --api-socket (default: next to --socket,
+agent.sock -> agent.api.sock; none: no socket), for `fragscope top --socket`: only the users
+its file mode admits (--api-socket-mode, default 0660) can connect, whereas any local user can
+reach the TCP port. Same limits as the port, with connection slots of its own.
+
+Stop with SIGINT or SIGTERM: the socket files are removed. Logs go to stderr, timestamped.
 
 Examples:
   fragscope serve                                   # /run/fragscope/agent.sock, 127.0.0.1:9464
