@@ -1,21 +1,18 @@
-// HttpGet: one bounded GET from the node daemon, for the commands that read it (`probe`,
-// `top`). The whole exchange, not each read, is bounded by the timeout (a watchdog stops a
-// client that trickles), and the body by a byte limit.
+// HttpGet: one bounded GET from the node daemon over TCP, for the commands that read it
+// (`probe`, `top`; over the daemon's API socket: sinks/live/unix_http_get.h). The whole
+// exchange, not each read, is bounded by the timeout (a watchdog stops a client that
+// trickles), and the body by a byte limit.
 #ifndef FRAGSCOPE_APPS_FRAGSCOPE_HTTP_GET_H_
 #define FRAGSCOPE_APPS_FRAGSCOPE_HTTP_GET_H_
 
 #include <cstddef>
 #include <string>
 
+#include "sinks/live/unix_http_get.h"
+
 namespace fragscope::cli {
 
-struct HttpGetResult {
-  enum class Outcome { kOk, kTooBig, kTimedOut, kFailed };
-  Outcome outcome = Outcome::kFailed;
-  int status = 0;     // the HTTP status (kOk)
-  std::string body;   // the answer (kOk)
-  std::string error;  // what failed, in words (kFailed)
-};
+using HttpGetResult = sinks::live::HttpGetResult;
 
 /// GETs `path` from `base` ("http://host:port") within `timeout_seconds`, reading at most
 /// `max_body_bytes`.

@@ -21,6 +21,7 @@
 #include "cli_util.h"
 #include "common/safe_file.h"
 #include "common/units.h"
+#include "common/unix_socket.h"
 #include "history_command.h"
 #include "serve_services.h"
 #include "sinks/live/process_api.h"
@@ -41,6 +42,8 @@ namespace prom = sinks::prometheus;
 struct ServeFlags {
   std::string socket = "/run/fragscope/agent.sock";
   std::string socket_mode = "0660";
+  std::string api_socket = "auto";  // "auto": next to --socket; "none": no API socket
+  std::string api_socket_mode = "0660";
   std::string listen = "127.0.0.1:9464";
   std::string textfile_dir;
   std::string hostname;
@@ -125,7 +128,12 @@ excess is counted in fragscope_agent_series_dropped_total).
 A read-only or full history is logged and shown on /healthz ("degraded: ..."). Every limit,
 its default and its flag: docs/exporter.md, "Limits and safety".
 
-Stop with SIGINT or SIGTERM: the socket file is removed. Logs go to stderr, timestamped.
+The same HTTP API is also served on a Unix socket, --api-socket (default: next to --socket,
+agent.sock -> agent.api.sock; none: no socket), for `fragscope top --socket`: only the users
+its file mode admits (--api-socket-mode, default 0660) can connect, whereas any local user can
+reach the TCP port. Same limits as the port, with connection slots of its own.
+
+Stop with SIGINT or SIGTERM: the socket files are removed. Logs go to stderr, timestamped.
 
 Examples:
   fragscope serve                                   # /run/fragscope/agent.sock, 127.0.0.1:9464
@@ -183,6 +191,19 @@ bool ParseListen(const std::string& text, std::string* host, int* port) {
   }
   *port = std::stoi(port_text);
   return *port <= 65535;
+}
+
+// The API socket's path: --api-socket, or for "auto" the agent socket's with ".sock" made
+// ".api.sock" (".api.sock" added when it has no ".sock"), so each daemon's pair sits together;
+// empty for "none", and for "auto" when that path would not fit a socket address.
+std::string ApiSocketPath(const ServeFlags& flags) {
+  if (flags.api_socket == "none") return "";
+  if (flags.api_socket != "auto") return flags.api_socket;
+  constexpr std::string_view kSuffix = ".sock";
+  std::string_view stem = flags.socket;
+  if (stem.size() > kSuffix.size() && stem.ends_with(kSuffix)) stem.remove_suffix(kSuffix.size());
+  const std::string path = fmt::format("{}.api.sock", stem);
+  return path.size() <= MaxUnixSocketPath() ? path : "";
 }
 
 std::string Hostname() {
@@ -251,11 +272,13 @@ class Daemon {
     state.daemon.textfile_writes = textfile_writes_.load();
     state.daemon.textfile_write_errors = textfile_errors_.load();
     state.daemon.history_samples_dropped = history_ ? history_->dropped_total() : 0;
-    if (const prom::MetricsHttpServer* http = http_.load(); http != nullptr) {
+    for (const auto& server : http_) {
+      const prom::MetricsHttpServer* http = server.load();
+      if (http == nullptr) continue;
       const prom::HttpServerStats h = http->stats();
-      state.daemon.http_connections_evicted = h.connections_evicted;
-      state.daemon.http_requests_timed_out = h.requests_timed_out;
-      state.daemon.http_requests_refused = h.requests_refused;
+      state.daemon.http_connections_evicted += h.connections_evicted;
+      state.daemon.http_requests_timed_out += h.requests_timed_out;
+      state.daemon.http_requests_refused += h.requests_refused;
     }
     state.daemon.collect_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -319,8 +342,12 @@ class Daemon {
   void set_max_page_bytes(std::size_t bytes) { max_page_bytes_ = bytes; }
   // REQUIRES: called before any thread that may call Render() starts; `recorder` outlives it.
   void set_history(const SampleRecorder* recorder) { history_ = recorder; }
-  // The HTTP server whose counters Render() shows; null before it exists and after it stops.
-  void set_http(const prom::MetricsHttpServer* server) { http_ = server; }
+  // The HTTP servers (--listen, --api-socket) whose counters Render() adds up; null before
+  // they exist and after they stop.
+  void set_http(const prom::MetricsHttpServer* tcp, const prom::MetricsHttpServer* api) {
+    http_[0] = tcp;
+    http_[1] = api;
+  }
 
  private:
   const ServeFlags& flags_;
@@ -335,7 +362,7 @@ class Daemon {
   std::atomic<std::uint64_t> textfile_errors_{0};
   const SampleRecorder* history_ = nullptr;  // null: no --history
   std::size_t max_page_bytes_ = 0;
-  std::atomic<const prom::MetricsHttpServer*> http_{nullptr};
+  std::atomic<const prom::MetricsHttpServer*> http_[2] = {nullptr, nullptr};
   std::atomic<int> log_budget_{kLogBudgetPerInterval};
   std::atomic<int> suppressed_logs_{0};
   std::uint64_t series_dropped_logged_ = 0;  // main thread only
@@ -368,14 +395,23 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     }
   }
   mode_t mode = 0;
-  {
+  mode_t api_mode = 0;
+  for (const auto& [name, text, out] :
+       {std::tuple{"--socket-mode", flags.socket_mode, &mode},
+        std::tuple{"--api-socket-mode", flags.api_socket_mode, &api_mode}}) {
     char* end = nullptr;
-    const unsigned long m = std::strtoul(flags.socket_mode.c_str(), &end, 8);
-    if (flags.socket_mode.empty() || *end != '\0' || m > 0777) {
-      return BadInput(
-          fmt::format("--socket-mode {}: expected an octal mode like 0660", flags.socket_mode));
+    const unsigned long m = std::strtoul(text.c_str(), &end, 8);
+    if (text.empty() || *end != '\0' || m > 0777) {
+      return BadInput(fmt::format("{} {}: expected an octal mode like 0660", name, text));
     }
-    mode = static_cast<mode_t>(m);
+    *out = static_cast<mode_t>(m);
+  }
+  const std::string api_socket = ApiSocketPath(flags);
+  if (!api_socket.empty() && api_socket == flags.socket) {
+    return BadInput(
+        fmt::format("--api-socket {}: the agent socket (--socket) is there; give the "
+                    "API its own path",
+                    api_socket));
   }
   Result<std::uint64_t> max_message = ParseSize(flags.max_message);
   if (!max_message.ok() || *max_message < 64 || *max_message > agent::kMaxFrameBytesCeiling) {
@@ -513,34 +549,61 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
   Log(fmt::format("agent socket {} (mode {:04o}), max {} connections, {} samples/s each",
                   flags.socket, mode, flags.max_connections, flags.max_rate));
 
+  // The HTTP endpoints: the API socket (--api-socket) first, so it accepts by the time the
+  // "metrics on" line says the daemon is up; then --listen. Both under the same limits, each
+  // with its own connection slots, so a crowd on the TCP port cannot crowd out the socket.
+  prom::HttpServerOptions http_options;
+  http_options.host = host;
+  http_options.port = port;
+  http_options.max_connections = static_cast<std::size_t>(flags.http_max_connections);
+  http_options.request_timeout = std::chrono::milliseconds(
+      static_cast<std::int64_t>(flags.http_request_timeout_seconds * 1000));
+  http_options.write_timeout =
+      std::max(http_options.request_timeout, std::chrono::milliseconds(5000));
+  const auto health = [r = recorder.get(), &history_unavailable] {
+    prom::HealthAnswer answer;
+    if (!history_unavailable.empty()) {
+      answer.detail = "history " + history_unavailable;
+    } else if (r) {
+      if (std::string problem = r->problem(); !problem.empty()) {
+        answer.detail = fmt::format("history {}: {}", r->path(), problem);
+      }
+    }
+    answer.degraded = !answer.detail.empty();
+    return answer;
+  };
+  const auto make_server = [&daemon, &health](prom::HttpServerOptions options) {
+    auto server = std::make_unique<prom::MetricsHttpServer>(
+        std::move(options), [&daemon] { return daemon.Render(); }, health);
+    server->set_api([&daemon](std::string_view target) { return daemon.Api(target); });
+    return server;
+  };
+  std::unique_ptr<prom::MetricsHttpServer> api_server;
+  if (!api_socket.empty()) {
+    prom::HttpServerOptions api_options = http_options;
+    api_options.unix_socket_path = api_socket;
+    api_options.unix_socket_mode = api_mode;
+    api_server = make_server(std::move(api_options));
+    if (Status s = api_server->Start(); !s.ok()) {
+      Log(s.message());
+      agents.Stop();
+      return s.code() == StatusCode::kInvalidArgument &&
+                     s.message().find("in use") == std::string::npos
+                 ? kExitBadInput
+                 : kExitFailure;
+    }
+    Log(fmt::format("API socket {} (mode {:04o}): /api/v1/processes for `fragscope top --socket`",
+                    api_socket, api_mode));
+  } else if (flags.api_socket == "auto") {
+    Log(fmt::format("no API socket: the path next to {} would be over {} bytes (--api-socket)",
+                    flags.socket, MaxUnixSocketPath()));
+  }
   std::unique_ptr<prom::MetricsHttpServer> server;
   if (http) {
-    prom::HttpServerOptions http_options;
-    http_options.host = host;
-    http_options.port = port;
-    http_options.max_connections = static_cast<std::size_t>(flags.http_max_connections);
-    http_options.request_timeout = std::chrono::milliseconds(
-        static_cast<std::int64_t>(flags.http_request_timeout_seconds * 1000));
-    http_options.write_timeout =
-        std::max(http_options.request_timeout, std::chrono::milliseconds(5000));
-    server = std::make_unique<prom::MetricsHttpServer>(
-        std::move(http_options), [&daemon] { return daemon.Render(); },
-        [r = recorder.get(), &history_unavailable] {
-          prom::HealthAnswer health;
-          if (!history_unavailable.empty()) {
-            health.detail = "history " + history_unavailable;
-          } else if (r) {
-            if (std::string problem = r->problem(); !problem.empty()) {
-              health.detail = fmt::format("history {}: {}", r->path(), problem);
-            }
-          }
-          health.degraded = !health.detail.empty();
-          return health;
-        });
-    server->set_api([&daemon](std::string_view target) { return daemon.Api(target); });
-    daemon.set_http(server.get());
+    server = make_server(http_options);
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
+      if (api_server) api_server->Stop();
       agents.Stop();
       return kExitFailure;
     }
@@ -549,6 +612,7 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
                                   : fmt::format("{}:{}", host, server->port());
     Log(fmt::format("metrics on http://{}/metrics", shown));
   }
+  daemon.set_http(server.get(), api_server.get());
   if (!flags.textfile_dir.empty()) {
     Log(fmt::format("textfile {}/{} every {} s", flags.textfile_dir, prom::kTextfileName,
                     flags.interval_seconds));
@@ -595,8 +659,9 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     }
   }
   Log(fmt::format("{} received, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM"));
+  daemon.set_http(nullptr, nullptr);
   if (server) server->Stop();
-  daemon.set_http(nullptr);
+  if (api_server) api_server->Stop();
   agents.Stop();
   if (recorder) {
     recorder->Flush();  // what arrived since the last tick
@@ -628,6 +693,15 @@ Command AddServeCommand(CLI::App& app, ServeHooks hooks) {
       ->capture_default_str();
   sub->add_option("--socket-mode", flags->socket_mode,
                   "Permissions of the socket file, octal (who may send samples)")
+      ->capture_default_str();
+  sub->add_option("--api-socket", flags->api_socket,
+                  "Unix socket serving the same HTTP API as --listen (/api/v1/processes, "
+                  "/metrics, /healthz) for `fragscope top --socket`: a path, auto (next to "
+                  "--socket: agent.sock -> agent.api.sock) or none")
+      ->type_name("PATH")
+      ->capture_default_str();
+  sub->add_option("--api-socket-mode", flags->api_socket_mode,
+                  "Permissions of the API socket file, octal (who may read the processes)")
       ->capture_default_str();
   sub->add_option("--listen", flags->listen,
                   "HTTP address for /metrics, /healthz and /api/v1/processes: HOST:PORT, "

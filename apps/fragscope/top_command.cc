@@ -32,6 +32,7 @@
 #include "http_get.h"
 #include "sinks/live/process_api.h"
 #include "sinks/live/top_frame.h"
+#include "sinks/live/unix_http_get.h"
 
 namespace fragscope::cli {
 namespace {
@@ -44,6 +45,7 @@ constexpr std::size_t kMaxAnswerBytes = 32 << 20;
 
 struct TopFlags {
   std::string url = "http://127.0.0.1:9464";
+  std::string socket;  // set: the daemon's API socket instead of --url
   bool once = false;
   std::string sort = "level";
   std::string job;
@@ -53,6 +55,21 @@ struct TopFlags {
 
 // ---- The daemon -------------------------------------------------------------------------
 
+// Where the daemon answers: its HTTP address (--url), or its API socket (--socket), where it
+// serves the same HTTP API (serve --api-socket).
+struct Endpoint {
+  std::string base;    // "http://host:port" when socket is empty
+  std::string socket;  // the API socket's path
+
+  std::string Where(const std::string& path) const {
+    return socket.empty() ? base + path : fmt::format("{} on {}", path, socket);
+  }
+  HttpGetResult Get(const std::string& path, double timeout) const {
+    return socket.empty() ? HttpGet(base, path, timeout, kMaxAnswerBytes)
+                          : live::UnixHttpGet(socket, path, timeout, kMaxAnswerBytes);
+  }
+};
+
 // What one fetch gave: the answer parsed, or a sentence saying what went wrong.
 template <typename T>
 struct Fetched {
@@ -61,10 +78,10 @@ struct Fetched {
 };
 
 template <typename T, typename Parse>
-Fetched<T> Fetch(const std::string& base, const std::string& path, double timeout, Parse parse) {
+Fetched<T> Fetch(const Endpoint& daemon, const std::string& path, double timeout, Parse parse) {
   Fetched<T> out;
-  const std::string where = base + path;
-  const HttpGetResult got = HttpGet(base, path, timeout, kMaxAnswerBytes);
+  const std::string where = daemon.Where(path);
+  const HttpGetResult got = daemon.Get(path, timeout);
   switch (got.outcome) {
     case HttpGetResult::Outcome::kTooBig:
       out.problem = fmt::format("not a fragscope daemon: {} sent more than {} MiB", where,
@@ -100,12 +117,12 @@ Fetched<T> Fetch(const std::string& base, const std::string& path, double timeou
   return out;
 }
 
-Fetched<live::ProcessList> FetchList(const std::string& base, double timeout) {
-  return Fetch<live::ProcessList>(base, "/api/v1/processes", timeout, live::ParseProcessesJson);
+Fetched<live::ProcessList> FetchList(const Endpoint& daemon, double timeout) {
+  return Fetch<live::ProcessList>(daemon, "/api/v1/processes", timeout, live::ParseProcessesJson);
 }
 
-Fetched<live::ProcessRow> FetchMap(const std::string& base, const std::string& id, double timeout) {
-  return Fetch<live::ProcessRow>(base, fmt::format("/api/v1/processes/{}/map", id), timeout,
+Fetched<live::ProcessRow> FetchMap(const Endpoint& daemon, const std::string& id, double timeout) {
+  return Fetch<live::ProcessRow>(daemon, fmt::format("/api/v1/processes/{}/map", id), timeout,
                                  live::ParseProcessMapJson);
 }
 
@@ -142,8 +159,8 @@ bool LocaleIsUtf8() {
 
 // ---- --once -------------------------------------------------------------------------------
 
-int RunOnce(const TopFlags& flags, const std::string& base, live::TopView view) {
-  const Fetched<live::ProcessList> got = FetchList(base, 5.0);
+int RunOnce(const TopFlags& flags, const Endpoint& daemon, live::TopView view) {
+  const Fetched<live::ProcessList> got = FetchList(daemon, 5.0);
   if (!got.value) return Failure(got.problem);
   live::FrameOptions options;
   options.color = !flags.no_color && UseColor("auto");
@@ -250,7 +267,7 @@ std::vector<KeyPress> Keys(std::string_view bytes) {
   return keys;
 }
 
-int RunInteractive(const TopFlags& flags, const std::string& base, live::TopView view) {
+int RunInteractive(const TopFlags& flags, const Endpoint& daemon, live::TopView view) {
   if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
     return BadInput("top needs a terminal on stdin and stdout; use --once for one frame");
   }
@@ -279,7 +296,7 @@ int RunInteractive(const TopFlags& flags, const std::string& base, live::TopView
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_fetch || fetch_map) {
       if (now >= next_fetch) {
-        Fetched<live::ProcessList> got = FetchList(base, timeout);
+        Fetched<live::ProcessList> got = FetchList(daemon, timeout);
         if (got.value) {
           list = std::move(*got.value);
           view.status.clear();
@@ -305,7 +322,7 @@ int RunInteractive(const TopFlags& flags, const std::string& base, live::TopView
             "is shown); Esc for the list",
             view.map->pid);
       } else if (view.map) {
-        Fetched<live::ProcessRow> got = FetchMap(base, view.map->id, timeout);
+        Fetched<live::ProcessRow> got = FetchMap(daemon, view.map->id, timeout);
         if (got.value) {
           view.map = std::move(*got.value);
         } else if (view.status.empty()) {
@@ -423,16 +440,21 @@ int RunTop(const TopFlags& flags) {
     return BadInput(fmt::format(
         "--sort {}: expected level, reserved, allocated, fragmentation or risk", flags.sort));
   }
-  const std::string base = BaseUrl(flags.url);
-  if (base.empty()) {
-    return BadInput(fmt::format(
-        "--url {}: expected http://HOST:PORT (the daemon's --listen address)", flags.url));
+  Endpoint daemon;
+  if (!flags.socket.empty()) {
+    daemon.socket = flags.socket;
+  } else {
+    daemon.base = BaseUrl(flags.url);
+    if (daemon.base.empty()) {
+      return BadInput(fmt::format(
+          "--url {}: expected http://HOST:PORT (the daemon's --listen address)", flags.url));
+    }
   }
   live::TopView view;
   view.sort = *sort;
   view.job_filter = flags.job;
-  view.source = base;
-  return flags.once ? RunOnce(flags, base, view) : RunInteractive(flags, base, view);
+  view.source = daemon.socket.empty() ? daemon.base : daemon.socket;
+  return flags.once ? RunOnce(flags, daemon, view) : RunInteractive(flags, daemon, view);
 }
 
 constexpr std::string_view kTopFooter =
@@ -456,16 +478,21 @@ Esc cancels, an empty filter shows all); sort with l (level: worst first), r (re
 a (allocated), f (fragmentation), p (P(OOM)); q quits. Ctrl-C and SIGTERM quit too, and the
 terminal is restored.
 
-The data comes from the daemon's process API (GET /api/v1/processes on its --listen
-address). A daemon that goes away is said on the second line; top keeps the last rows and
-retries every --interval. Colour follows the terminal: none with --no-color, NO_COLOR set, or
-output that is not a terminal.
+The data comes from the daemon's process API: GET /api/v1/processes on its --listen address
+(--url), or, with --socket, the same HTTP API on its Unix API socket (serve --api-socket;
+by default next to the agent socket, /run/fragscope/agent.api.sock). Over the socket only
+the users its file mode admits (0660: the daemon's user and group) can read. A daemon that
+goes away is said on the second line; top keeps the last rows and retries every --interval.
+Colour follows the terminal: none with --no-color, NO_COLOR set, or output that is not a
+terminal.
 
 Examples:
   fragscope top                                  # the daemon on 127.0.0.1:9464
   fragscope top --url http://gpu-node-7:9464 --job llama --sort risk
+  fragscope top --socket /run/fragscope/agent.api.sock   # no TCP port needed
   fragscope top --once --no-color                # one frame on stdout, for scripts
   curl -s http://127.0.0.1:9464/api/v1/processes # the same data as JSON
+  curl -s --unix-socket /run/fragscope/agent.api.sock http://localhost/api/v1/processes
 
 Exit status: 0 after q (or one frame printed with --once); 1 --once could not read the daemon;
 2 bad usage; 130/143 after SIGINT/SIGTERM.)";
@@ -477,9 +504,14 @@ Command AddTopCommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "top", "Live terminal view of the node daemon's processes, worst OOM risk first");
   sub->footer(std::string(kTopFooter));
-  sub->add_option("--url", flags->url, "The daemon's HTTP address (its serve --listen)")
-      ->type_name("URL")
-      ->capture_default_str();
+  CLI::Option* url =
+      sub->add_option("--url", flags->url, "The daemon's HTTP address (its serve --listen)")
+          ->type_name("URL")
+          ->capture_default_str();
+  sub->add_option("--socket", flags->socket,
+                  "Read the daemon on its API socket (its serve --api-socket) instead of --url")
+      ->type_name("PATH")
+      ->excludes(url);
   sub->add_flag("--once", flags->once, "Print one frame to stdout and exit (for scripts)");
   sub->add_option("--sort", flags->sort,
                   "Order of the rows: level (worst first), reserved, allocated, fragmentation, "

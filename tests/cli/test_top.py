@@ -4,7 +4,10 @@ daemon with two processes is tests/integration/test_top.py."""
 import http.server
 import json
 import os
+import socket
+import socketserver
 import subprocess
+import tempfile
 import threading
 
 import pytest
@@ -20,23 +23,31 @@ def top(*args, columns=80):
                           env=dict(os.environ, COLUMNS=str(columns), LANG="C.UTF-8"))
 
 
+def handler(status, body):
+    """A request handler answering every GET with (status, body)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def address_string(self):
+            return "client"
+
+        def log_message(self, *args):
+            pass
+
+    return Handler
+
+
 class Server:
     """A loopback HTTP server answering every GET with (status, body)."""
 
     def __init__(self, status, body):
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                data = body.encode() if isinstance(body, str) else body
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), handler(status, body))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -44,6 +55,26 @@ class Server:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class UnixServer:
+    """The same answers on a Unix socket (as `serve --api-socket`), in a folder of its own."""
+
+    def __init__(self, status, body):
+        class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+            daemon_threads = True
+
+        self.dir = tempfile.mkdtemp(prefix="fstop")
+        self.path = os.path.join(self.dir, "agent.api.sock")
+        self.httpd = Server(self.path, handler(status, body))
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        os.unlink(self.path)
+        os.rmdir(self.dir)
 
 
 def serve(status, body, columns=80):
@@ -133,6 +164,72 @@ def test_once_draws_what_the_api_says_and_escapes_its_strings():
 def test_help_teaches():
     out = subprocess.run([BIN, "top", "--help"], capture_output=True, text=True, timeout=10)
     assert out.returncode == 0
-    for text in ("--once", "--sort", "--job", "--no-color", "--interval", "FREE/REQ", "P100",
+    for text in ("--once", "--socket", "--api-socket", "--sort", "--job", "--no-color",
+                 "--interval", "FREE/REQ", "P100",
                  "Enter shows that process's memory", "/api/v1/processes", "Examples:"):
         assert text in out.stdout, text
+
+
+ROW = {"id": "7-0", "job": "llama", "rank": 2, "pid": 7, "host": "h", "device_uuid": "GPU-1",
+       "device_index": 0, "step": 9, "reserved_bytes": 8 << 30, "allocated_bytes": 4 << 30,
+       "fragmentation_ratio": 0.5, "cached_free_bytes": 4 << 30,
+       "largest_free_block_bytes": 1 << 20, "largest_request_bytes": 2 << 20,
+       "max_allocatable_bytes": 1 << 20, "stranded_bytes": 0, "oom_risk_horizon_steps": 100,
+       "oom_risk": 0.9, "level": "critical", "steps_to_oom": 3, "last_sample_unix_ms": 1,
+       "connected": True,
+       "history": {"step": [1, 2], "reserved_bytes": [1, 2], "allocated_bytes": [1, 2]}}
+
+
+def test_socket_reads_the_same_api_as_the_url():
+    doc = json.dumps(dict(HEAD, processes=[ROW]))
+    s = UnixServer(200, doc)
+    try:
+        out = top("--once", "--socket", s.path, columns=200)
+    finally:
+        s.close()
+    assert out.returncode == 0, out.stderr
+    h = Server(200, doc)
+    try:
+        over_http = top("--once", "--url", h.url, columns=200)
+    finally:
+        h.close()
+    lines = out.stdout.splitlines()
+    assert lines[1] == f"from {s.path}"
+    assert lines[3].split()[:3] == ["llama", "2", "7"] and "critical" in lines[3]
+    assert lines[2:] == over_http.stdout.splitlines()[2:]
+
+
+def test_socket_errors_name_the_socket_and_the_reason():
+    d = tempfile.mkdtemp(prefix="fstop")
+    try:
+        missing = os.path.join(d, "agent.api.sock")
+        out = top("--once", "--socket", missing)
+        assert out.returncode == 1 and out.stdout == ""
+        assert (f"daemon unreachable: /api/v1/processes on {missing}: no such socket "
+                "(is `fragscope serve` running?)") in out.stderr, out.stderr
+        # A socket file nobody accepts on (a daemon that was killed).
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(missing)
+        stale.close()
+        out = top("--once", "--socket", missing)
+        assert out.returncode == 1 and "nobody accepts on it" in out.stderr, out.stderr
+        os.unlink(missing)
+    finally:
+        os.rmdir(d)
+    # 404 and hostile answers read as over HTTP.
+    s = UnixServer(404, "not found\n")
+    try:
+        out = top("--once", "--socket", s.path)
+    finally:
+        s.close()
+    assert out.returncode == 1
+    assert f"no process API: /api/v1/processes on {s.path} answered 404" in out.stderr
+    s = UnixServer(200, "<html>")
+    try:
+        out = top("--once", "--socket", s.path)
+    finally:
+        s.close()
+    assert out.returncode == 1 and "not the daemon's process API" in out.stderr
+    # One source at a time.
+    out = top("--once", "--socket", "/x.sock", "--url", "http://127.0.0.1:1")
+    assert out.returncode == 2 and "excludes" in out.stderr, out.stderr

@@ -1,7 +1,8 @@
 """Trust on a node (issue 30, items 1 and 2): the daemon takes a sender's identity from the
 kernel (SO_PEERCRED), so another local user can neither report for your process, nor make
 your job checkpoint, nor crowd your series out. The attacks run as a second UID (65534,
-"nobody") in a child process; they need root to switch to it and skip otherwise.
+"nobody") in a child process; they need root to switch to it and skip otherwise. The API
+socket (`serve --api-socket`, read by `top --socket`) admits only the users its mode admits.
 
 Run by ctest (serve_trust); FRAGSCOPE_BIN and FRAGSCOPE_SOURCE_DIR come from there.
 """
@@ -16,7 +17,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_serve import SOURCE_DIR, Daemon, full_sample, workdir  # noqa: E402,F401
+from test_serve import BIN, SOURCE_DIR, Daemon, full_sample, workdir  # noqa: E402,F401
 import fragscope_agent  # noqa: E402  (test_serve put python/ on the path)
 from soak_serve import parse_metrics, value  # noqa: E402
 
@@ -282,3 +283,27 @@ def test_history_writes_are_bounded_per_uid(workdir):
     assert 0 < theirs <= 60, theirs
     assert mine == 5
     assert "over the history's write rate" in d.read_log()
+
+
+@needs_root
+def test_the_api_socket_admits_only_whom_its_mode_admits(workdir):
+    # The TCP port answers any local user; the API socket only those its file mode lets in.
+    open_workdir(workdir)
+    api = os.path.join(workdir, "run", "agent.api.sock")
+    top = [BIN, "top", "--once", "--socket", api]
+    daemon = Daemon(workdir)  # --api-socket-mode 0660: root and group root
+    try:
+        out = subprocess.run(top, preexec_fn=as_nobody, capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 1 and "permission denied" in out.stderr, out.stderr
+        out = subprocess.run(top, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+    finally:
+        daemon.stop()
+    daemon = Daemon(workdir, "--api-socket-mode", "0666")
+    try:
+        out = subprocess.run(top, preexec_fn=as_nobody, capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0 and "0 processes" in out.stdout, out.stderr
+    finally:
+        daemon.stop()

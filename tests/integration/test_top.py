@@ -1,16 +1,20 @@
 """`fragscope top` against a live `fragscope serve` fed by two agent processes (issue 33 item 3):
-the daemon's process API (/api/v1/processes), `top --once`, and the interactive view in a real
-terminal: tmux at 80x24, keys sent with send-keys, the screen read with capture-pane.
+the daemon's process API (/api/v1/processes) over HTTP and over its API socket, `top --once`,
+and the interactive view in a real terminal, reading either: tmux at 80x24, keys sent with
+send-keys, the screen read with capture-pane.
 
 The two feeders are separate processes running the Python agent client (what Monitor sends
 through), so the daemon sees two pids: "llama" leaks (the daemon's forecast reaches warning) and
 "bert" holds steady with more of its cache free. The tmux test skips only when tmux is absent
 (tools/install-deps.sh installs it; FRAGSCOPE_REQUIRE_TOOLS=1 turns the skip into a failure).
 """
+import http.client
 import json
 import os
 import re
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -103,10 +107,45 @@ def processes(daemon):
     return json.loads(body)
 
 
-def top_once(daemon, *args, columns=80, env=None):
-    return subprocess.run([BIN, "top", "--once", "--url", f"http://127.0.0.1:{daemon.port}",
-                           *args], capture_output=True, text=True, timeout=30,
+def api_socket(daemon):
+    """Where `serve` puts its API socket by default: next to the agent socket."""
+    return os.path.join(os.path.dirname(daemon.sock), "agent.api.sock")
+
+
+def source(daemon, transport):
+    """top's arguments that read `daemon` over `transport` (http or socket)."""
+    if transport == "socket":
+        return ["--socket", api_socket(daemon)]
+    return ["--url", f"http://127.0.0.1:{daemon.port}"]
+
+
+def top_once(daemon, *args, columns=80, env=None, transport="http"):
+    return subprocess.run([BIN, "top", "--once", *source(daemon, transport), *args],
+                          capture_output=True, text=True, timeout=30,
                           env=dict(env or os.environ, COLUMNS=str(columns), LANG="C.UTF-8"))
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket (as curl --unix-socket)."""
+
+    def __init__(self, path):
+        super().__init__("localhost", timeout=5)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(5)
+        self.sock.connect(self.path)
+
+
+def unix_get(path, target, method="GET"):
+    conn = UnixHTTPConnection(path)
+    try:
+        conn.request(method, target)
+        r = conn.getresponse()
+        return r.status, r.getheader("Content-Type"), r.read().decode()
+    finally:
+        conn.close()
 
 
 def row_of(lines, pid):
@@ -186,6 +225,25 @@ def test_top_once_prints_one_frame_worst_first(node):
     assert all(len(line) <= 140 for line in wide)
 
 
+def test_top_once_over_the_api_socket_draws_the_same_rows(node):
+    daemon, feeders = node
+    # The same HTTP API on the socket as on the port.
+    status, ctype, body = unix_get(api_socket(daemon), "/api/v1/processes")
+    assert status == 200 and ctype.startswith("application/json")
+    assert {r["pid"] for r in json.loads(body)["processes"]} == \
+        {feeders.pid("llama"), feeders.pid("bert")}
+    assert unix_get(api_socket(daemon), "/healthz")[2] == "ok\n"
+    assert "fragscope_process_step{" in unix_get(api_socket(daemon), "/metrics")[2]
+    over_socket = top_once(daemon, transport="socket", columns=200)
+    assert over_socket.returncode == 0, over_socket.stderr
+    over_http = top_once(daemon, columns=200)
+    lines = over_socket.stdout.splitlines()
+    assert lines[1] == f"from {api_socket(daemon)}"
+    assert lines[2:] == over_http.stdout.splitlines()[2:]
+    llama, bert = row_of(lines, feeders.pid("llama")), row_of(lines, feeders.pid("bert"))
+    assert llama is not None and bert is not None and llama < bert, lines
+
+
 class Tmux:
     """A detached tmux server of its own (its socket in a temporary folder)."""
 
@@ -223,13 +281,14 @@ class Tmux:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def test_top_in_a_real_terminal(node):
+@pytest.mark.parametrize("transport", ["http", "socket"])
+def test_top_in_a_real_terminal(node, transport):
     require_tool("tmux", "tmux")
     daemon, feeders = node
     llama, bert = str(feeders.pid("llama")), str(feeders.pid("bert"))
     tmux = Tmux(80, 24)
     # After top: its exit status, and whether the terminal got its line mode back.
-    command = (f"{BIN} top --url http://127.0.0.1:{daemon.port} --interval 0.3; "
+    command = (f"{BIN} top {' '.join(source(daemon, transport))} --interval 0.3; "
                "echo \"top exited $?\"; stty -a | grep -o -- '-\\?icanon'; sleep 60")
     env = {"LANG": "C.UTF-8", "TERM": "xterm-256color"}
     try:
@@ -288,6 +347,8 @@ def test_top_in_a_real_terminal(node):
         screen = tmux.wait_for(lambda s: "daemon unreachable" in s and llama in s,
                                "the daemon's absence")
         assert "retrying every 0.3 s" in screen
+        if transport == "socket":  # serve removed its socket when it stopped
+            assert not os.path.exists(api_socket(daemon))
         assert "top exited" not in screen
         tmux.keys("q")
         screen = tmux.wait_for(lambda s: "top exited" in s and "icanon" in s, "top's exit")
@@ -340,3 +401,59 @@ def test_the_api_under_many_paths_and_a_head_request(tmp_path):
             assert r.read() == b""
     finally:
         assert daemon.stop() == 0
+
+
+def test_serve_puts_the_api_socket_next_to_the_agent_socket(tmp_path):
+    daemon = Daemon(str(tmp_path))
+    try:
+        path = api_socket(daemon)
+        st = os.lstat(path)
+        assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660
+        assert f"API socket {path} (mode 0660)" in daemon.read_log()
+        assert json.loads(unix_get(path, "/api/v1/processes")[2])["processes"] == []
+        # The same server as on the port: HEAD has no body, a request with one is refused.
+        status, _, body = unix_get(path, "/api/v1/processes", method="HEAD")
+        assert status == 200 and body == ""
+        conn = UnixHTTPConnection(path)
+        conn.request("GET", "/api/v1/processes", body="x" * 100)
+        assert conn.getresponse().status == 413
+        conn.close()
+        # A second daemon cannot take a live API socket (exit 1, as for a port in use).
+        other = subprocess.run([BIN, "serve", "--socket", str(tmp_path / "b" / "agent.sock"),
+                                "--api-socket", path, "--listen", "127.0.0.1:0",
+                                "--history", "none"],
+                               capture_output=True, text=True, timeout=30)
+        assert other.returncode == 1, other.stderr
+        assert f"API socket {path} is in use" in other.stderr
+        assert not os.path.exists(tmp_path / "b" / "agent.sock")  # the agent socket let go
+    finally:
+        assert daemon.stop() == 0
+    assert not os.path.exists(path)  # removed on SIGTERM
+
+
+def test_serve_api_socket_flags(tmp_path):
+    # An explicit path with its own mode; "none" makes none; the agent's path is refused.
+    own = str(tmp_path / "api" / "top.sock")
+    daemon = Daemon(str(tmp_path), "--api-socket", own, "--api-socket-mode", "0600")
+    try:
+        assert stat.S_IMODE(os.lstat(own).st_mode) == 0o600
+        assert not os.path.exists(api_socket(daemon))
+        out = subprocess.run([BIN, "top", "--once", "--socket", own], capture_output=True,
+                             text=True, timeout=30, env=dict(os.environ, COLUMNS="80"))
+        assert out.returncode == 0 and "0 processes" in out.stdout, out.stderr
+    finally:
+        assert daemon.stop() == 0
+    (tmp_path / "n").mkdir()
+    daemon = Daemon(str(tmp_path / "n"), "--api-socket", "none")
+    try:
+        assert not os.path.exists(api_socket(daemon))
+        assert "API socket" not in daemon.read_log()
+    finally:
+        assert daemon.stop() == 0
+    sock = str(tmp_path / "y.sock")
+    for args, error in ((["--api-socket", sock], "give the API its own path"),
+                        (["--api-socket-mode", "rw"], "--api-socket-mode rw: expected an octal")):
+        out = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0", "--history", "none",
+                              "--socket", sock, *args],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and error in out.stderr, out.stderr

@@ -25,6 +25,25 @@ def subprocess_env(**extra):
     return env
 
 
+def native_or_skip():
+    """At a module's top: skips the module when torch or fragscope's native module is missing."""
+    pytest.importorskip("torch")
+    try:
+        from fragscope import _native
+        _native.load()
+    except ImportError as e:
+        pytest.skip(str(e), allow_module_level=True)
+
+
+def integration_daemon():
+    """tests/integration/test_serve.py's Daemon: a `fragscope serve` on a temporary socket."""
+    path = os.path.join(SOURCE_DIR, "tests", "integration")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    from test_serve import Daemon
+    return Daemon
+
+
 def fragscope_bin():
     path = os.environ.get("FRAGSCOPE_BIN")
     if not path:

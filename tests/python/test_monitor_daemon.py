@@ -2,23 +2,12 @@
 daemon"): the daemon exports the monitor's own level for the rank, and a daemon that goes
 away mid-run never stops training."""
 import json
-import os
 import subprocess
-import sys
-
-import pytest
 
 import conftest
 
-pytest.importorskip("torch")
-try:
-    from fragscope import _native
-    _native.load()
-except ImportError as e:
-    pytest.skip(str(e), allow_module_level=True)
-
-sys.path.insert(0, os.path.join(conftest.SOURCE_DIR, "tests", "integration"))
-from test_serve import Daemon  # noqa: E402
+conftest.native_or_skip()
+Daemon = conftest.integration_daemon()
 from soak_serve import value  # noqa: E402
 
 JOB = """

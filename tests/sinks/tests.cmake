@@ -28,3 +28,5 @@ fragscope_add_test(sinks/packed_ints_test.cc LIBS fragscope_sinks)
 # The daemon's process API and `fragscope top`'s frames (src/sinks/live).
 fragscope_add_test(sinks/process_api_test.cc LIBS fragscope_live nlohmann_json::nlohmann_json)
 fragscope_add_test(sinks/top_frame_test.cc LIBS fragscope_live)
+# The daemon's API socket: the HTTP server on a Unix socket and the client `top --socket` uses.
+fragscope_add_test(sinks/api_socket_test.cc LIBS fragscope_live)

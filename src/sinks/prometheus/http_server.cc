@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "sinks/prometheus/exposition.h"
+#include "sinks/prometheus/http_fields.h"
 
 namespace fragscope::sinks::prometheus {
 namespace {
@@ -41,22 +42,6 @@ struct Connection {
   Clock::time_point deadline;     // of the request (reading) or of the answer (writing)
   Clock::time_point progress;     // when the client last took a byte of its answer
 };
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const char x = static_cast<char>(a[i] | 0x20), y = static_cast<char>(b[i] | 0x20);
-    if (x != y) return false;
-  }
-  return true;
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
 
 std::string Answer(int status, std::string_view reason, std::string_view content_type,
                    const std::string& body, bool head, bool close, std::string_view extra = {}) {
@@ -95,6 +80,38 @@ Status MetricsHttpServer::Start() {
   if (options_.max_connections < 1) {
     return Status::InvalidArgument("the HTTP server needs room for at least 1 connection");
   }
+  if (!options_.unix_socket_path.empty()) {
+    if (Status s =
+            unix_listener_.Open(options_.unix_socket_path, options_.unix_socket_mode, "API socket");
+        !s.ok()) {
+      return s;
+    }
+    listen_fd_ = unix_listener_.fd();
+    port_ = 0;
+  } else if (Status s = ListenTcp(); !s.ok()) {
+    return s;
+  }
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    const int err = errno;
+    CloseListener();
+    return Status::IoError(fmt::format("eventfd(): {}", std::strerror(err)));
+  }
+  stop_ = false;
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void MetricsHttpServer::CloseListener() {
+  if (unix_listener_.fd() >= 0) {
+    unix_listener_.Close();
+  } else if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+  }
+  listen_fd_ = -1;
+}
+
+Status MetricsHttpServer::ListenTcp() {
   const std::string where = options_.host.find(':') != std::string::npos
                                 ? fmt::format("[{}]:{}", options_.host, options_.port)
                                 : fmt::format("{}:{}", options_.host, options_.port);
@@ -140,14 +157,6 @@ Status MetricsHttpServer::Start() {
                 ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
                 : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   }
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) {
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    return Status::IoError(fmt::format("eventfd(): {}", std::strerror(errno)));
-  }
-  stop_ = false;
-  thread_ = std::thread([this] { Run(); });
   return Status::Ok();
 }
 
@@ -158,10 +167,7 @@ void MetricsHttpServer::Stop() {
     [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
-  if (listen_fd_ >= 0) {
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-  }
+  CloseListener();
   if (wake_fd_ >= 0) {
     ::close(wake_fd_);
     wake_fd_ = -1;
@@ -273,15 +279,7 @@ void MetricsHttpServer::Run() {
     const bool http10 = line.substr(sp2 + 1) == "HTTP/1.0";
     bool close = http10;
     bool has_body = false;
-    for (std::size_t pos = line_end + 2; pos < head.size();) {
-      std::size_t next = head.find("\r\n", pos);
-      if (next == std::string::npos) next = head.size();
-      const std::string_view field(head.data() + pos, next - pos);
-      pos = next + 2;
-      const std::size_t colon = field.find(':');
-      if (colon == std::string_view::npos) continue;
-      const std::string_view name = field.substr(0, colon);
-      const std::string_view val = Trim(field.substr(colon + 1));
+    const auto field = [&](std::string_view name, std::string_view val) {
       if (EqualsIgnoreCase(name, "Content-Length")) {
         has_body = has_body || (val != "0");
       } else if (EqualsIgnoreCase(name, "Transfer-Encoding")) {
@@ -290,7 +288,8 @@ void MetricsHttpServer::Run() {
         if (EqualsIgnoreCase(val, "close")) close = true;
         if (EqualsIgnoreCase(val, "keep-alive")) close = false;
       }
-    }
+    };
+    ForEachHttpField(head, field);
     const bool head_only = method == "HEAD";
     if (has_body) {
       ++refused_;

@@ -33,6 +33,9 @@
 #include <string_view>
 #include <thread>
 
+#include <sys/types.h>
+
+#include "common/unix_socket.h"
 #include "fragscope/status.h"
 
 namespace fragscope::sinks::prometheus {
@@ -40,6 +43,11 @@ namespace fragscope::sinks::prometheus {
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // an IP address (IPv4 or IPv6), or a name that resolves
   int port = 9464;                 // 0: any free port (port() says which)
+  /// Set: serve on this Unix domain socket instead of host:port (the daemon's API socket).
+  /// Who may connect is the file's `unix_socket_mode`; the file is made and removed as
+  /// common/unix_socket.h says (a stale socket replaced, a live one or another file refused).
+  std::string unix_socket_path;
+  mode_t unix_socket_mode = 0660;
   std::size_t max_connections = 64;
   std::chrono::milliseconds request_timeout{5000};
   std::chrono::milliseconds write_timeout{5000};
@@ -87,21 +95,24 @@ class MetricsHttpServer {
   /// `api` returns for the target (query string removed), as application/json. Under the same
   /// limits as /metrics. REQUIRES: called before Start().
   void set_api(std::function<ApiAnswer(std::string_view target)> api) { api_ = std::move(api); }
-  /// Binds and starts serving; errors name the address.
+  /// Binds and starts serving; errors name the address (or the socket path).
   Status Start();
   void Stop();
-  /// The bound port (after Start).
+  /// The bound port (after Start; 0 on a Unix socket).
   int port() const { return port_; }
   HttpServerStats stats() const;
 
  private:
   void Run();
+  Status ListenTcp();    // binds options_.host:port into listen_fd_
+  void CloseListener();  // closes listen_fd_ (a Unix socket's file removed)
 
   HttpServerOptions options_;
   std::function<std::string()> render_;
   std::function<HealthAnswer()> health_;
   std::function<ApiAnswer(std::string_view)> api_;
-  int listen_fd_ = -1;
+  int listen_fd_ = -1;          // the TCP socket, or unix_listener_'s
+  UnixListener unix_listener_;  // open when serving on options_.unix_socket_path
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <vector>
@@ -17,7 +16,6 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 namespace fragscope::agent {
 namespace {
@@ -55,79 +53,6 @@ AgentServer::AgentServer(AgentServerOptions options, AgentRegistry* registry)
 
 AgentServer::~AgentServer() { Stop(); }
 
-Status AgentServer::OpenSocket() {
-  const std::string& path = options_.socket_path;
-  sockaddr_un addr{};
-  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return Status::InvalidArgument(fmt::format("agent socket path \"{}\": must be 1..{} bytes",
-                                               path, sizeof(addr.sun_path) - 1));
-  }
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::exists(parent, ec)) {
-      std::filesystem::create_directories(parent, ec);
-      if (ec) {
-        return Status::IoError(
-            fmt::format("cannot create the directory {}: {}", parent.string(), ec.message()));
-      }
-      ::chmod(parent.c_str(), 0755);
-    }
-  }
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  addr.sun_family = AF_UNIX;
-
-  struct stat st = {};
-  if (::lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return Status::InvalidArgument(
-          fmt::format("agent socket path {} exists and is not a socket; not replacing it", path));
-    }
-    // A socket: in use if something accepts on it, stale otherwise.
-    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe < 0) return Status::IoError(fmt::format("socket(): {}", Errno(errno)));
-    const bool live =
-        ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0 ||
-        errno == EAGAIN;
-    ::close(probe);
-    if (live) {
-      return Status::InvalidArgument(fmt::format(
-          "agent socket {} is in use by another process (is a daemon already running?)", path));
-    }
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Status::IoError(
-          fmt::format("cannot remove the stale socket {}: {}", path, Errno(errno)));
-    }
-  } else if (errno != ENOENT) {
-    return Status::IoError(fmt::format("cannot stat {}: {}", path, Errno(errno)));
-  }
-
-  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (listen_fd_ < 0) return Status::IoError(fmt::format("socket(): {}", Errno(errno)));
-  if (::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    const int err = errno;
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    return Status::IoError(fmt::format("cannot bind the agent socket {}: {}", path, Errno(err)));
-  }
-  // Permissions before listen(): nobody can connect until then.
-  if (::chmod(path.c_str(), options_.socket_mode) != 0 || ::lstat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    ::unlink(path.c_str());
-    return Status::IoError(fmt::format("cannot set the mode of {}: {}", path, Errno(err)));
-  }
-  socket_dev_ = st.st_dev;
-  socket_ino_ = st.st_ino;
-  if (::listen(listen_fd_, 128) != 0) {
-    const int err = errno;
-    Stop();
-    return Status::IoError(fmt::format("listen() on {}: {}", path, Errno(err)));
-  }
-  return Status::Ok();
-}
-
 Status AgentServer::Start() {
   if (thread_.joinable()) return Status::Internal("AgentServer::Start called twice");
   if (options_.max_frame_bytes < kHeaderBytes || options_.max_frame_bytes > kMaxFrameBytesCeiling) {
@@ -142,7 +67,7 @@ Status AgentServer::Start() {
   }
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) return Status::IoError(fmt::format("eventfd(): {}", Errno(errno)));
-  Status status = OpenSocket();
+  Status status = listener_.Open(options_.socket_path, options_.socket_mode, "agent socket");
   if (!status.ok()) {
     ::close(wake_fd_);
     wake_fd_ = -1;
@@ -160,16 +85,7 @@ void AgentServer::Stop() {
     [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
     thread_.join();
   }
-  if (listen_fd_ >= 0) {
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    // Remove the socket file only if it is still ours (not one a successor daemon made).
-    struct stat st = {};
-    if (::lstat(options_.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
-        st.st_dev == socket_dev_ && st.st_ino == socket_ino_) {
-      ::unlink(options_.socket_path.c_str());
-    }
-  }
+  listener_.Close();
   if (wake_fd_ >= 0) {
     ::close(wake_fd_);
     wake_fd_ = -1;
@@ -271,7 +187,7 @@ void AgentServer::Run() {
   while (!stop_) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({listener_.fd(), POLLIN, 0});
     for (const auto& [fd, c] : conns) fds.push_back({fd, POLLIN, 0});
     const int ready = ::poll(fds.data(), fds.size(), 100);
     if (ready < 0 && errno != EINTR) {
@@ -283,7 +199,7 @@ void AgentServer::Run() {
     if (ready > 0) {
       if (fds[1].revents & POLLIN) {
         for (;;) {
-          const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          const int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
                 errno != ECONNABORTED) {

@@ -15,9 +15,10 @@
 // process of the peer's own UID (a sidecar reporting for the job it watches). So no sender can
 // make a series, an alert, a hook or a checkpoint request about another user's process.
 //
-// Socket file: the parent directory is created (0755) when missing; an existing socket that
-// nobody listens on is replaced; a live socket or any other kind of file at the path is an
-// error (never clobbered). Stop() removes the socket file if it is still the one we made.
+// Socket file (common/unix_socket.h): the parent directory is created (0755) when missing; an
+// existing socket that nobody listens on is replaced; a live socket or any other kind of file
+// at the path is an error (never clobbered). Stop() removes the socket file if it is still the
+// one we made.
 //
 // Thread safety: Start/Stop from one thread; the registry is thread-safe; the observer and
 // log callbacks run on the server thread.
@@ -35,6 +36,7 @@
 
 #include <sys/types.h>
 
+#include "common/unix_socket.h"
 #include "fragscope/status.h"
 #include "sources/agent/agent_registry.h"
 
@@ -86,15 +88,12 @@ class AgentServer {
   const AgentServerOptions& options() const { return options_; }
 
  private:
-  Status OpenSocket();
   void Run();
 
   AgentServerOptions options_;
   AgentRegistry* registry_;
-  int listen_fd_ = -1;
+  UnixListener listener_;
   int wake_fd_ = -1;
-  dev_t socket_dev_ = 0;
-  ino_t socket_ino_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
