@@ -313,6 +313,40 @@ TEST(SnapshotStreamTest, Issue34FramesListsStayOutOfTheDocument) {
   EXPECT_FALSE(doc.ok());
 }
 
+// A list of frame dicts is taken as a stack while the pickle is read: where segments or a
+// device's entries belong, it is an error naming the field, not an empty list.
+TEST(SnapshotStreamTest, AStackWhereSegmentsOrEntriesBelongIsAnError) {
+  const auto frame = [](P& p) {
+    p.op('}').op('(').s("name").s("f").s("filename").s("/src/a.py").s("line").i(1).op('u');
+  };
+  for (const bool as_segments : {true, false}) {
+    P p;
+    p.op(static_cast<char>(0x80)).op(4);
+    p.op('}').op('(').s("segments").op(']');
+    if (as_segments) {
+      p.op('(');
+      frame(p);
+      frame(p);
+      p.op('e');
+    }
+    p.s("device_traces").op(']');
+    if (!as_segments) {
+      p.op(']').op('(');
+      frame(p);
+      frame(p);
+      p.op('e').op('a');
+    }
+    p.op('u').op('.');
+    Result<Snapshot> streamed = ReadSnapshotBytes(p.b);
+    ASSERT_FALSE(streamed.ok());
+    EXPECT_EQ(streamed.status().message(),
+              as_segments ? "segments: expected a list of segments, found a list of stack frames "
+                            "(dicts with a \"filename\")"
+                          : "device_traces[0]: expected a list of trace entries, found a list of "
+                            "stack frames (dicts with a \"filename\")");
+  }
+}
+
 TEST(SnapshotStreamTest, EveryRealSnapshotDecodesAsTheDocumentPathDoes) {
   const std::string root = FRAGSCOPE_SHARED_SNAPSHOTS;
   if (!std::filesystem::is_directory(root + "/real")) {
