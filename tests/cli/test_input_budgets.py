@@ -479,8 +479,12 @@ def test_the_strings_a_snapshot_keeps_are_charged_to_the_memory_budget(tmp_path)
     code, err, rss, took, _ = run_limited(["analyze", path, "--max-memory", "64MiB"],
                                           timeout_s=60)
     one_line_exit_2(code, err)
+    # The frames lists are stacks as the pickle is read (issue 34), so their call sites are
+    # charged then, against what the reader holds with them: the reader's check may be the
+    # one that stops it.
     assert "the snapshot's strings (call sites, allocator settings, annotations) outgrew the " \
-           "memory budget: reached" in err
+           "memory budget: reached" in err or \
+           "the decoded data outgrew its memory budget: reached" in err, err
     assert "more than the memory budget of 67108864 bytes (64.0 MiB) (set by --max-memory)" in err
     assert rss < bounds.rss(300 * MiB) and took < bounds.seconds(15)
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -219,6 +220,131 @@ TEST(SnapshotStreamTest, AnErrorInATakenListNamesItsDeviceAndEntry) {
   Result<Snapshot> reference = ReadViaDocument(path);
   ASSERT_FALSE(reference.ok());
   EXPECT_EQ(streamed.status().message(), reference.status().message());
+}
+
+// {"segments": [], "device_traces": [[entries]]}: kFrames frame dicts (memo 0..kFrames-1),
+// then `lists` alloc entries, each with a fresh frames list of `per_list` of those dicts in an
+// order of its own (distinct stacks, as a generator's fresh stacks are). List 1 repeats list
+// 0's frame objects (one stack in both paths), list 2 comes in two APPENDS and list 3 one
+// APPEND a frame (each then a stack of its own, as the Document path makes it).
+constexpr int kFrames = 200;
+// The frame dicts (memo indexes) of list `l`: a pseudo-random walk of its own.
+std::vector<int> FramesOf(int l, int per_list) {
+  std::vector<int> frames;
+  std::uint32_t x = static_cast<std::uint32_t>(l == 1 ? 0 : l) * 2654435761u + 1;
+  for (int j = 0; j < per_list; ++j) {
+    x = x * 1664525u + 1013904223u;
+    frames.push_back(static_cast<int>((x >> 8) % kFrames));
+  }
+  return frames;
+}
+std::size_t DistinctStacks(int lists, int per_list) {
+  std::set<std::vector<int>> distinct;
+  for (int l = 0; l < lists; ++l) distinct.insert(FramesOf(l, per_list));
+  return distinct.size() + 2;  // lists 2 and 3 (grown by later appends) each get their own
+}
+std::string DistinctStacksSnapshot(int lists, int per_list) {
+  P p;
+  p.op(static_cast<char>(0x80)).op(4);
+  for (int f = 0; f < kFrames; ++f) {
+    p.op('}').memoize().op('(');
+    p.s("name").s("fn" + std::to_string(f)).s("filename").s("/src/a.py");
+    p.s("line").i(static_cast<std::uint32_t>(f));
+    p.op('u').op('0');  // POP: the dict stays in the memo only
+  }
+  p.op('}').op('(').s("segments").op(']').s("device_traces").op(']').op(']').op('(');
+  for (int l = 0; l < lists; ++l) {
+    p.op('}').op('(');
+    p.s("action").s("alloc").s("addr").i(0x1000u * static_cast<std::uint32_t>(l + 1));
+    p.s("size").i(512).s("frames").op(']');
+    const std::vector<int> frames = FramesOf(l, per_list);
+    const auto frame = [&](int j) { p.get(static_cast<std::uint8_t>(frames[j])); };
+    if (l == 3) {
+      for (int j = 0; j < per_list; ++j) {
+        frame(j);
+        p.op('a');
+      }
+    } else {
+      p.op('(');
+      for (int j = 0; j < per_list; ++j) {
+        if (l == 2 && j == per_list / 2) p.op('e').op('(');
+        frame(j);
+      }
+      p.op('e');
+    }
+    p.op('u');
+    if (l % 100 == 99 || l + 1 == lists) p.op('e');
+    if (l % 100 == 99 && l + 1 != lists) p.op('(');
+  }
+  p.op('a').op('u').op('.');
+  return p.b;
+}
+
+TEST(SnapshotStreamTest, StacksTakenWhileReadDecodeAsTheDocumentPathDoes) {
+  const std::string path = WriteTemp(DistinctStacksSnapshot(/*lists=*/300, /*per_list=*/20));
+  Result<Snapshot> streamed = ReadSnapshotFile(path);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
+  Result<Snapshot> reference = ReadViaDocument(path);
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  ASSERT_EQ(streamed->device_traces.size(), 1u);
+  ASSERT_EQ(streamed->device_traces[0].size(), 300u);
+  EXPECT_EQ(streamed->device_traces[0][1].stack, streamed->device_traces[0][0].stack);
+  EXPECT_EQ(streamed->stacks.size(), DistinctStacks(300, 20) - 2);  // 2, 3: one stack each
+  for (const std::size_t l : {2, 3}) {
+    const auto stack = static_cast<std::size_t>(streamed->device_traces[0][l].stack);
+    EXPECT_EQ(streamed->stacks[stack].size(), 20u) << l;
+  }
+  ExpectSameSnapshot(*streamed, *reference);
+}
+
+// Issue 34: a frames list's items never sit in the Document (8 bytes a frame there; 4 in the
+// stack it becomes). The budget is the frames' bytes at 7 a frame: enough for the stacks, not
+// for the items too.
+TEST(SnapshotStreamTest, Issue34FramesListsStayOutOfTheDocument) {
+  constexpr int kLists = 3000, kPerList = 128;
+  const std::string bytes = DistinctStacksSnapshot(kLists, kPerList);
+  PickleLimits limits;
+  limits.max_memory_bytes = std::uint64_t{7} * kLists * kPerList;
+  Result<Snapshot> streamed = ReadSnapshotBytes(bytes, limits);
+  ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
+  EXPECT_EQ(streamed->stacks.size(), DistinctStacks(kLists, kPerList) - 2);
+  // The same file with its frames in the Document does not fit.
+  Result<Document> doc = ReadPickleBytes(bytes, limits);
+  EXPECT_FALSE(doc.ok());
+}
+
+// A list of frame dicts is taken as a stack while the pickle is read: where segments or a
+// device's entries belong, it is an error naming the field, not an empty list.
+TEST(SnapshotStreamTest, AStackWhereSegmentsOrEntriesBelongIsAnError) {
+  const auto frame = [](P& p) {
+    p.op('}').op('(').s("name").s("f").s("filename").s("/src/a.py").s("line").i(1).op('u');
+  };
+  for (const bool as_segments : {true, false}) {
+    P p;
+    p.op(static_cast<char>(0x80)).op(4);
+    p.op('}').op('(').s("segments").op(']');
+    if (as_segments) {
+      p.op('(');
+      frame(p);
+      frame(p);
+      p.op('e');
+    }
+    p.s("device_traces").op(']');
+    if (!as_segments) {
+      p.op(']').op('(');
+      frame(p);
+      frame(p);
+      p.op('e').op('a');
+    }
+    p.op('u').op('.');
+    Result<Snapshot> streamed = ReadSnapshotBytes(p.b);
+    ASSERT_FALSE(streamed.ok());
+    EXPECT_EQ(streamed.status().message(),
+              as_segments ? "segments: expected a list of segments, found a list of stack frames "
+                            "(dicts with a \"filename\")"
+                          : "device_traces[0]: expected a list of trace entries, found a list of "
+                            "stack frames (dicts with a \"filename\")");
+  }
 }
 
 TEST(SnapshotStreamTest, EveryRealSnapshotDecodesAsTheDocumentPathDoes) {

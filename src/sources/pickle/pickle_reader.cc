@@ -601,7 +601,8 @@ class Unpickler {
   void PushMark() {
     marks_.push_back(stack_.size());
     mark_taken_.push_back(sink_ != nullptr && stack_.size() > 0 &&
-                          stack_.back().kind() == ValueKind::kList && Taken(stack_.back()));
+                          stack_.back().kind() == ValueKind::kList && Taken(stack_.back()) &&
+                          sink_->RoutesDictItems(doc_, stack_.back()));
   }
 
   // -- Memo.

@@ -72,6 +72,10 @@ class PickleListSink {
   /// a taken list's MARK frame.
   virtual void DictItems(const Document& doc, Value dict,
                          std::span<const Value> keys_and_values) = 0;
+  /// Whether the dicts standing in MARK frames of taken `list` give their pairs to DictItems
+  /// (the default) or keep them in the Document, as a list whose items the sink reads whole
+  /// (a stack's frame dicts) needs.
+  virtual bool RoutesDictItems(const Document& /*doc*/, Value /*list*/) { return true; }
   /// Heap bytes the sink holds; counted against PickleLimits::max_memory_bytes with the
   /// machine's own.
   virtual std::uint64_t used_bytes() const = 0;

@@ -69,7 +69,7 @@ class Decoder final : public PickleListSink {
       max_events_ = std::max(max_events_, EventBudgetFor(doc.input_bytes()));
     }
     FRAGSCOPE_RETURN_IF_ERROR(Run());
-    if (!streams_.empty()) Renumber();
+    if (!streams_.empty() || took_frames_) Renumber();
     return Status::Ok();
   }
 
@@ -79,10 +79,15 @@ class Decoder final : public PickleListSink {
                    std::uint64_t offset, bool* take) override {
     doc_ = &doc;
     *take = false;
+    if (taken && Interned(list) >= 0) return TakeFrames(list, items, take);
     if (!taken) {
       // A list is taken when its first items are all trace entries (dicts with an "action");
-      // nothing else in a snapshot looks like that.
+      // nothing else in a snapshot looks like that. A list of frame dicts is a stack.
       if (items.empty()) return Status::Ok();
+      if (TakeFirstFrames(list, items)) {
+        *take = true;
+        return memory_status_;
+      }
       for (const Value item : items) {
         if (item.kind() != ValueKind::kDict || !doc.Find(item, "action")) return Status::Ok();
       }
@@ -117,6 +122,12 @@ class Decoder final : public PickleListSink {
     doc_ = &doc;
     Pending& p = PendingOf(*doc.Id(dict));
     for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) AddField(pairs[i], pairs[i + 1], &p.f);
+  }
+
+  // A stack's frame dicts stay in the Document: TakeFrames reads them whole.
+  bool RoutesDictItems(const Document& doc, Value list) override {
+    doc_ = &doc;
+    return Interned(list) < 0;
   }
 
   std::uint64_t used_bytes() const override {
@@ -411,6 +422,119 @@ class Decoder final : public PickleListSink {
     return result;
   }
 
+  // ---- Stacks while the pickle is read (issue 34): a list of frame dicts becomes a stack at
+  // its first APPENDS and the Document keeps no items for it (8 bytes a frame: most of what a
+  // file of many distinct stacks left there); Stack() then finds it by the list's identity like
+  // any list it interned. Frame dicts stay whole in the Document. Which lists share a stack
+  // follows the Document path, whose lists share their items' storage (and so a stack) when
+  // their first items are the same objects: a stack is found by the frame dicts' identities
+  // (their hash, then the content), and a list grown by a later APPENDS gets a stack of its own.
+
+  // Takes the first items of `list` as its stack when they are all frame dicts: dicts interned
+  // as frames before (a dict is interned only as a frame), or with a "filename" and no
+  // "action". One pass: frames met before a non-frame item stay interned, unused (Renumber
+  // drops them).
+  bool TakeFirstFrames(Value list, std::span<const Value> items) {
+    std::vector<std::uint32_t>& frames = frames_scratch_;
+    std::vector<std::uint32_t>& ids = ids_scratch_;
+    frames.clear();
+    ids.clear();
+    for (const Value item : items) {
+      if (item.kind() != ValueKind::kDict) return false;
+      const ObjectId id = *doc_->Id(item);
+      std::int32_t frame = id < interned_of_object_.size() ? interned_of_object_[id] : kUnseen;
+      if (frame == kUnseen) {
+        if (!doc_->Find(item, "filename") || doc_->Find(item, "action")) return false;
+        frame = Frame(item);
+      }
+      frames.push_back(static_cast<std::uint32_t>(frame));
+      ids.push_back(id);
+    }
+    took_frames_ = true;
+    SetInterned(list, InternStack(frames, ids));
+    return true;
+  }
+
+  // Takes more `items` into the stack of `list`, taken before, as Stack() would read them
+  // (non-dict items are skipped), into the list's own stack.
+  Status TakeFrames(Value list, std::span<const Value> items, bool* take) {
+    *take = true;
+    const auto known = static_cast<std::size_t>(Interned(list));
+    std::size_t index = known;
+    if (index >= own_stack_.size() || !own_stack_[index]) {
+      index = out_.stacks.size();
+      out_.stacks.push_back(out_.stacks[known]);
+      own_stack_.resize(index + 1, false);
+      own_stack_[index] = true;
+      Charge(out_.stacks.back().size() * 4 + sizeof(std::vector<std::uint32_t>));
+      SetInterned(list, static_cast<std::int32_t>(index));
+    }
+    for (const Value f : items) {
+      if (f.kind() != ValueKind::kDict) continue;
+      const auto frame = static_cast<std::uint32_t>(Frame(f));
+      out_.stacks[index].push_back(frame);
+      Charge(4);
+    }
+    return memory_status_;
+  }
+
+  // The index in out_.stacks of the stack whose frame dicts are the objects `ids` (and whose
+  // frames are `frames`), added when new.
+  std::int32_t InternStack(std::span<const std::uint32_t> frames,
+                           std::span<const std::uint32_t> ids) {
+    // Seeded per process; a crafted file that still made one long cluster only loses sharing
+    // past kMaxStackProbes (issue 24 item 2: every reader linear in its input).
+    const std::uint64_t hash = HashIds(ids);
+    if ((stacks_by_content_used_ + 1) * 2 > stack_by_content_.size()) GrowStackTable();
+    const std::size_t mask = stack_by_content_.size() - 1;
+    std::size_t i = hash & mask;
+    for (std::size_t probes = 0; stack_by_content_[i].stack >= 0; i = (i + 1) & mask) {
+      if (++probes > kMaxStackProbes) {
+        out_.stacks.emplace_back(frames.begin(), frames.end());
+        Charge(frames.size_bytes() + sizeof(std::vector<std::uint32_t>));
+        return static_cast<std::int32_t>(out_.stacks.size() - 1);
+      }
+      const StackSlot& slot = stack_by_content_[i];
+      if (slot.hash != hash) continue;
+      const std::vector<std::uint32_t>& known = out_.stacks[static_cast<std::size_t>(slot.stack)];
+      if (std::equal(known.begin(), known.end(), frames.begin(), frames.end())) return slot.stack;
+    }
+    const auto stack = static_cast<std::int32_t>(out_.stacks.size());
+    out_.stacks.emplace_back(frames.begin(), frames.end());
+    Charge(frames.size_bytes() + sizeof(std::vector<std::uint32_t>) + sizeof(StackSlot) * 2);
+    stack_by_content_[i] = StackSlot{hash, stack};
+    ++stacks_by_content_used_;
+    return stack;
+  }
+  // Two ids a word, two words a step in independent lanes: the multiply's latency, not the
+  // work, bounds a single chain (a third of the time taking stacks).
+  std::uint64_t HashIds(std::span<const std::uint32_t> ids) const {
+    constexpr std::uint64_t kMul0 = 0x9E3779B97F4A7C15ull, kMul1 = 0xC2B2AE3D27D4EB4Full;
+    std::uint64_t a = stack_hash_seed_ ^ ids.size(), b = ~stack_hash_seed_;
+    std::size_t i = 0;
+    const auto pair = [&](std::size_t at) { return ids[at] | std::uint64_t{ids[at + 1]} << 32; };
+    for (; i + 4 <= ids.size(); i += 4) {
+      a = (a ^ pair(i)) * kMul0;
+      b = (b ^ pair(i + 2)) * kMul1;
+      a ^= a >> 31;
+      b ^= b >> 29;
+    }
+    for (; i < ids.size(); ++i) a = (a ^ ids[i]) * kMul1;
+    std::uint64_t h = (a ^ (b >> 17) ^ (b << 47)) * kMul0;
+    return h ^ (h >> 32);
+  }
+  void GrowStackTable() {
+    std::vector<StackSlot> old(std::max<std::size_t>(64, stack_by_content_.size() * 2));
+    old.swap(stack_by_content_);
+    const std::size_t mask = stack_by_content_.size() - 1;
+    for (const StackSlot& slot : old) {
+      if (slot.stack < 0) continue;
+      std::size_t i = slot.hash & mask;
+      while (stack_by_content_[i].stack >= 0) i = (i + 1) & mask;
+      stack_by_content_[i] = slot;
+    }
+  }
+
   // ---- Segments and blocks.
 
   Status Segments(Value list, std::string_view where) {
@@ -594,6 +718,7 @@ class Decoder final : public PickleListSink {
         FRAGSCOPE_RETURN_IF_ERROR(Place(stream, d, list_where));
         continue;
       }
+      if (took_frames_ && Interned(devices[d]) >= 0) return FramesError(list_where);
       const auto entries = doc_->Items(devices[d]);
       if (entries.size() > 0xffffffffu) {
         return Status::Corruption(fmt::format("device_traces[{}]: too many entries", d));
@@ -741,10 +866,21 @@ class Decoder final : public PickleListSink {
 
   // A list of trace entries where segments or blocks belong.
   Status NotStream(Value list, std::string_view where) {
+    if (took_frames_ && Interned(list) >= 0) return FramesError(where);
     if (FindStream(list) == nullptr) return Status::Ok();
     return Status::Corruption(fmt::format(
         "{}: expected a list of {}, found a list of trace entries (dicts with an \"action\")",
         where, where.ends_with(".blocks") ? "blocks" : "segments"));
+  }
+
+  // A stack where segments, blocks or trace entries belong (its items are not in the Document).
+  static Status FramesError(std::string_view where) {
+    return Status::Corruption(fmt::format(
+        "{}: expected a list of {}, found a list of stack frames (dicts with a \"filename\")",
+        where,
+        where.ends_with(".blocks") ? "blocks"
+        : where.ends_with("]")     ? "trace entries"
+                                   : "segments"));
   }
 
   // A list taken while the pickle is read: its entries decoded as they came, and what they
@@ -1140,6 +1276,19 @@ class Decoder final : public PickleListSink {
   std::vector<bool> reached_;  // by ObjectId: a structural object already decoded
   std::vector<std::int32_t> interned_of_object_;  // by ObjectId; kUnseen until interned
   RunTable stack_by_run_;
+  // Streaming: stacks taken while the pickle is read, by content (InternStack); open
+  // addressing, at most half full.
+  struct StackSlot {
+    std::uint64_t hash = 0;   // of the frame dicts' object ids
+    std::int32_t stack = -1;  // -1 = empty
+  };
+  std::vector<StackSlot> stack_by_content_;
+  std::size_t stacks_by_content_used_ = 0;
+  static constexpr std::size_t kMaxStackProbes = 64;
+  const std::uint64_t stack_hash_seed_ = ProcessKeyedHash("stacks");
+  std::vector<bool> own_stack_;  // by stack (false past its end): one list's, grown in place
+  std::vector<std::uint32_t> frames_scratch_, ids_scratch_;
+  bool took_frames_ = false;
   KeyedStringMap<std::int32_t> frame_by_content_;  // by the ids of name and file, and the line
   KeyedStringMap<std::int32_t> text_by_content_;
   std::vector<const std::string*> texts_;  // the keys of text_by_content_ (nodes do not move)
