@@ -60,6 +60,18 @@ def test_sample_under_two_settings_golden():
     check_golden("diff_sample_two_settings.txt", ok(*TWO_SETTINGS))
 
 
+def test_when_both_runs_fail_the_headline_leads_with_which_fails_first():
+    # The 50-step sample on 520 MiB fails under both settings, at step 18 under the defaults and
+    # at step 5 under expandable_segments: B's peaks are lower only because it stopped sooner,
+    # so the headline says first that B fails earlier.
+    sample50 = SAMPLE.replace("gpt_tiny_3steps", "gpt_tiny_50steps")
+    out = ok(sample50, "--capacity", "520MiB", "--alloc-conf", "expandable_segments:True")
+    headline = next(line for line in out.splitlines() if line.startswith("device 0 of A"))
+    assert headline.split(": ", 1)[1].startswith(
+        "B runs out of memory earlier (step 5, against step 18 in A; the peaks are each run's "
+        "up to its first OOM)"), headline
+
+
 def test_sample_under_two_settings_json_golden():
     out = ok(*TWO_SETTINGS, "--format", "json")
     check_golden("diff_sample_two_settings.json", out)

@@ -172,6 +172,15 @@ std::string DiffHeadline(const DeviceDiff& device) {
   if (a_oom != b_oom) {
     parts.push_back(b_oom ? "B runs out of memory, A does not"
                           : "A runs out of memory, B does not");
+  } else if (a.first_oom && b.first_oom && a.first_oom->step >= 0 && b.first_oom->step >= 0 &&
+             a.first_oom->step != b.first_oom->step) {
+    // Both fail, at different steps: the earlier failure is the news, and the peaks below are
+    // each run's up to its own failure (a run that stops sooner peaks lower).
+    parts.push_back(
+        fmt::format("B runs out of memory {} (step {}, against step {} in A; the "
+                    "peaks are each run's up to its first OOM)",
+                    b.first_oom->step < a.first_oom->step ? "earlier" : "later", b.first_oom->step,
+                    a.first_oom->step));
   }
   // Peaks that moved by at least 1%, in the order of the table.
   for (const Figure& f : kFigures) {
