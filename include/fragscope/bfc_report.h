@@ -162,6 +162,14 @@ struct BfcLogContext {
   std::uint64_t driver_failures =
       0;  // "failed to allocate ... from device: CUDA_ERROR_OUT_OF_MEMORY"
   std::uint64_t garbage_collections = 0;  // "Garbage collection: deallocate free memory regions"
+
+  /// A setting's value as the log names it ("XLA_PYTHON_CLIENT_MEM_FRACTION"), if it does.
+  std::optional<std::string> Setting(std::string_view name) const {
+    for (const auto& [k, v] : settings) {
+      if (k == name) return v;
+    }
+    return std::nullopt;
+  }
 };
 
 }  // namespace fragscope

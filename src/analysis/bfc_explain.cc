@@ -16,13 +16,6 @@ bool Is(const std::string& framework, std::string_view name) {
   return framework.empty() || framework == name;
 }
 
-std::optional<std::string> SettingValue(const BfcLogContext& c, std::string_view name) {
-  for (const auto& [k, v] : c.settings) {
-    if (k == name) return v;
-  }
-  return std::nullopt;
-}
-
 // A fraction F of `total` that holds `need`, rounded up to a hundredth (at most .99).
 std::string FractionFor(std::uint64_t need, std::uint64_t total) {
   const double f = std::min(
@@ -122,7 +115,7 @@ void BfcRemedies(const BfcReport& r, const BfcLogContext& ctx, const std::string
                                 std::max<std::uint64_t>(r.regions.size(), r.map_regions)));
         }
       }
-      if (tf && SettingValue(ctx, "TF_ENABLE_GPU_GARBAGE_COLLECTION") == "false") {
+      if (tf && ctx.Setting("TF_ENABLE_GPU_GARBAGE_COLLECTION") == "false") {
         AddRemedy(e, "garbage_collection", "TF_ENABLE_GPU_GARBAGE_COLLECTION=true",
                   tf_label + "re-enable TF_ENABLE_GPU_GARBAGE_COLLECTION (the log sets it false)",
                   "with it, regions left wholly free are returned and a larger one allocated");
@@ -203,7 +196,7 @@ void BfcRemedies(const BfcReport& r, const BfcLogContext& ctx, const std::string
                     "recompute activations in the backward pass (jax.checkpoint) or keep "
                     "them in bfloat16",
                 "activations are most of a training step's peak");
-      if (!SettingValue(ctx, "XLA_PYTHON_CLIENT_MEM_FRACTION") && e->verdict != OomVerdict::kCap) {
+      if (!ctx.Setting("XLA_PYTHON_CLIENT_MEM_FRACTION") && e->verdict != OomVerdict::kCap) {
         AddRemedy(e, "mem_fraction", "XLA_PYTHON_CLIENT_MEM_FRACTION=.95",
                   jax_label +
                       "if the limit is JAX's default share of the GPU (75%), raise it: "
@@ -340,11 +333,10 @@ void ExplainDump(const BfcReport& r, const BfcLogContext& ctx,
     e->shortfall = f.request - std::min(f.request, f.free_in_pool + f.room);
     const std::uint64_t need = f.in_use + f.request;
     const std::optional<std::string> fraction =
-        SettingValue(ctx, "XLA_PYTHON_CLIENT_MEM_FRACTION")
-            ? SettingValue(ctx, "XLA_PYTHON_CLIENT_MEM_FRACTION")
-        : SettingValue(ctx, "XLA_CLIENT_MEM_FRACTION")
-            ? SettingValue(ctx, "XLA_CLIENT_MEM_FRACTION")
-            : SettingValue(ctx, "per_process_gpu_memory_fraction");
+        ctx.Setting("XLA_PYTHON_CLIENT_MEM_FRACTION")
+            ? ctx.Setting("XLA_PYTHON_CLIENT_MEM_FRACTION")
+        : ctx.Setting("XLA_CLIENT_MEM_FRACTION") ? ctx.Setting("XLA_CLIENT_MEM_FRACTION")
+                                                 : ctx.Setting("per_process_gpu_memory_fraction");
     const bool below_card = f.device_total && need <= *f.device_total * 95 / 100;
     if (limit && (fraction || below_card)) {
       e->verdict = OomVerdict::kCap;

@@ -14,13 +14,6 @@ namespace fragscope::analysis {
 
 namespace {
 
-std::optional<std::string> LogSetting(const BfcLogContext& c, std::string_view name) {
-  for (const auto& [k, v] : c.settings) {
-    if (k == name) return v;
-  }
-  return std::nullopt;
-}
-
 std::optional<bool> Boolean(std::string_view v) {
   if (v == "true" || v == "True" || v == "1") return true;
   if (v == "false" || v == "False" || v == "0") return false;
@@ -90,10 +83,10 @@ model::BfcSettings JobBfcSettings(const BfcReport& r, const BfcLogContext& ctx, 
   if (r.growth) {
     s.allow_growth = *r.growth;
     said = *r.growth ? "the dump says \"growth enabled\"" : "the dump says growth is disabled";
-  } else if (const auto v = LogSetting(ctx, "TF_FORCE_GPU_ALLOW_GROWTH"); v && Boolean(*v)) {
+  } else if (const auto v = ctx.Setting("TF_FORCE_GPU_ALLOW_GROWTH"); v && Boolean(*v)) {
     s.allow_growth = *Boolean(*v);
     said = "the log sets TF_FORCE_GPU_ALLOW_GROWTH=" + *v;
-  } else if (const auto p = LogSetting(ctx, "XLA_PYTHON_CLIENT_PREALLOCATE"); p && Boolean(*p)) {
+  } else if (const auto p = ctx.Setting("XLA_PYTHON_CLIENT_PREALLOCATE"); p && Boolean(*p)) {
     s.allow_growth = !*Boolean(*p);
     said = "the log sets XLA_PYTHON_CLIENT_PREALLOCATE=" + *p;
   } else if (regions > 1) {
@@ -118,7 +111,9 @@ model::BfcSettings JobBfcSettings(const BfcReport& r, const BfcLogContext& ctx, 
 
 std::optional<model::BfcSettings> ApplyBfcRemedy(const std::string& setting,
                                                  const model::BfcSettings& current,
-                                                 bool capacity_known, BfcCheckKind* kind) {
+                                                 bool capacity_known, BfcCheckKind* kind,
+                                                 std::string* why_not) {
+  if (why_not != nullptr) *why_not = "not a setting the BFC model replays";
   const std::size_t eq = setting.find('=');
   if (eq == std::string::npos) return std::nullopt;
   const std::string key = setting.substr(0, eq);
@@ -143,7 +138,11 @@ std::optional<model::BfcSettings> ApplyBfcRemedy(const std::string& setting,
   }
   if (key == "per_process_gpu_memory_fraction" || key == "XLA_PYTHON_CLIENT_MEM_FRACTION") {
     const std::optional<double> f = Fraction(value);
-    if (!f || !capacity_known) return std::nullopt;
+    if (!f) return std::nullopt;
+    if (!capacity_known) {
+      if (why_not != nullptr) *why_not = "a fraction of the device needs its size (--capacity)";
+      return std::nullopt;
+    }
     s.memory_limit.reset();
     s.memory_fraction = *f;
     return s;
@@ -192,14 +191,11 @@ Result<BfcVerification> VerifyBfcRemedies(const std::vector<Event>& requests,
   for (std::size_t i = 0; i < explanation->remedies.size(); ++i) {
     const Remedy& r = explanation->remedies[i];
     if (r.setting.empty()) continue;
+    std::string why_not;
     std::optional<model::BfcSettings> s =
-        ApplyBfcRemedy(r.setting, current, capacity_known, &kind_of[i]);
+        ApplyBfcRemedy(r.setting, current, capacity_known, &kind_of[i], &why_not);
     if (!s) {
-      const bool fraction = r.setting.find("FRACTION") != std::string::npos ||
-                            r.setting.find("fraction") != std::string::npos;
-      v.not_replayed.push_back(r.setting +
-                               (fraction ? ": a fraction of the device needs its size (--capacity)"
-                                         : ": not a setting the BFC model replays"));
+      v.not_replayed.push_back(r.setting + ": " + why_not);
       continue;
     }
     if (kind_of[i] == BfcCheckKind::kBound) {

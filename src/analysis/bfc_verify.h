@@ -34,10 +34,12 @@ model::BfcSettings JobBfcSettings(const BfcReport& report, const BfcLogContext& 
 
 /// The BFC settings a remedy's framework setting (Remedy::setting) gives when applied to
 /// `current`; nullopt when the model cannot replay it (a code change, a setting outside the
-/// BFC allocator, a fraction without a device size). `kind` tells model or bound.
+/// BFC allocator, a fraction without a device size), and then `why_not` (optional) says why.
+/// `kind` tells model or bound.
 std::optional<model::BfcSettings> ApplyBfcRemedy(const std::string& setting,
                                                  const model::BfcSettings& current,
-                                                 bool capacity_known, BfcCheckKind* kind);
+                                                 bool capacity_known, BfcCheckKind* kind,
+                                                 std::string* why_not = nullptr);
 
 /// Replays `requests` under the job's settings and each remedy's, fills each replayed remedy's
 /// check and re-ranks: settings that avoid the OOM first (lowest peak pool first), then the
