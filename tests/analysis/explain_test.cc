@@ -443,6 +443,49 @@ TEST(VerifyRemediesTest, ASettingThatFailsEarlierThanTodaysIsWorseAndLast) {
   EXPECT_EQ(fits.remedies.back().id, "garbage_collection_threshold");
 }
 
+// When expandable segments replay worse than the job's own settings, the remedy's why, which
+// promises reuse of freed memory, says what works against it: only whole pages go back.
+TEST(VerifyRemediesTest, ExpandableSegmentsWorseThanTodaysSayWhy) {
+  // 60 MiB device, three 15 MiB tensors, the middle one freed, then 20 MiB. Defaults: three
+  // 16 MiB segments; the retry cudaFrees the freed one and 20 MiB fits. Expandable: the freed
+  // [15,30) MiB straddles the first two 20 MiB pages and holds neither, so nothing can be
+  // unmapped, and the 15 MiB free tail would need a fourth page.
+  std::vector<Event> events;
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    Event e;
+    e.action = Action::kAlloc;
+    e.addr = id;
+    e.size = 15 * MiB;
+    events.push_back(e);
+  }
+  Event f;
+  f.action = Action::kFreeRequested;
+  f.addr = 2;
+  events.push_back(f);
+  Event last;
+  last.action = Action::kAlloc;
+  last.addr = 4;
+  last.size = 20 * MiB;
+  events.push_back(last);
+  OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  VerifyOptions options;
+  options.capacity_bytes = 60 * MiB;
+  options.threads = 1;
+  Result<Verification> v = VerifyRemedies(events, options, &e);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_FALSE(v->current.oom);
+  const Remedy* expandable = Find(e, "expandable_segments");
+  ASSERT_TRUE(expandable && expandable->check);
+  EXPECT_TRUE(expandable->check->worse);
+  EXPECT_NE(expandable->why.find("only in whole pages (20 MiB"), std::string::npos)
+      << expandable->why;
+  // A remedy that is not worse keeps its why as it was.
+  OomExplanation frag = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  options.capacity_bytes = 160 * MiB;
+  ASSERT_TRUE(VerifyRemedies(FragmentedTrace(), options, &frag).ok());
+  EXPECT_EQ(Find(frag, "expandable_segments")->why.find("whole pages"), std::string::npos);
+}
+
 // `explain --trace` and `tune` share one search: a setting of tune's grid that fits is offered
 // when no proposed setting does.
 TEST(VerifyRemediesTest, TheSearchsBestSettingJoinsWhenNoRemedyFits) {
