@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -354,6 +355,14 @@ TEST(ExplainTest, TriedNoteForSmallAndMidSizes) {
 }
 
 // The trace of tests/data/explain/fragmented_oom.jsonl (README there), built in memory.
+// Replay options for a device of `capacity` bytes, on one thread.
+VerifyOptions OnDevice(std::uint64_t capacity) {
+  VerifyOptions options;
+  options.capacity_bytes = capacity;
+  options.threads = 1;
+  return options;
+}
+
 std::vector<Event> FragmentedTrace() {
   std::vector<Event> events;
   auto alloc = [&](std::uint64_t id, std::uint64_t size) {
@@ -383,9 +392,7 @@ std::vector<Event> FragmentedTrace() {
 TEST(VerifyRemediesTest, ReranksByTheReplay) {
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
   ASSERT_EQ(e.verdict, OomVerdict::kFragmentation);
-  VerifyOptions options;
-  options.capacity_bytes = 160 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(160 * MiB);
   Result<Verification> v = VerifyRemedies(FragmentedTrace(), options, &e);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->reproduced);
@@ -420,9 +427,7 @@ TEST(VerifyRemediesTest, ASettingThatFailsEarlierThanTodaysIsWorseAndLast) {
   }
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
   ASSERT_NE(Find(e, "garbage_collection_threshold"), nullptr);
-  VerifyOptions options;
-  options.capacity_bytes = 200 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(200 * MiB);
   Result<Verification> v = VerifyRemedies(events, options, &e);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   ASSERT_TRUE(v->current.oom);
@@ -450,27 +455,19 @@ TEST(VerifyRemediesTest, ExpandableSegmentsWorseThanTodaysSayWhy) {
   // 16 MiB segments; the retry cudaFrees the freed one and 20 MiB fits. Expandable: the freed
   // [15,30) MiB straddles the first two 20 MiB pages and holds neither, so nothing can be
   // unmapped, and the 15 MiB free tail would need a fourth page.
+  const std::tuple<Action, std::uint64_t, std::uint64_t> steps[] = {
+      {Action::kAlloc, 1, 15 * MiB},  {Action::kAlloc, 2, 15 * MiB}, {Action::kAlloc, 3, 15 * MiB},
+      {Action::kFreeRequested, 2, 0}, {Action::kAlloc, 4, 20 * MiB},
+  };
   std::vector<Event> events;
-  for (std::uint64_t id = 1; id <= 3; ++id) {
-    Event e;
-    e.action = Action::kAlloc;
-    e.addr = id;
-    e.size = 15 * MiB;
-    events.push_back(e);
+  for (const auto& [action, id, size] : steps) {
+    events.emplace_back();
+    events.back().action = action;
+    events.back().addr = id;
+    events.back().size = size;
   }
-  Event f;
-  f.action = Action::kFreeRequested;
-  f.addr = 2;
-  events.push_back(f);
-  Event last;
-  last.action = Action::kAlloc;
-  last.addr = 4;
-  last.size = 20 * MiB;
-  events.push_back(last);
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
-  VerifyOptions options;
-  options.capacity_bytes = 60 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(60 * MiB);
   Result<Verification> v = VerifyRemedies(events, options, &e);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_FALSE(v->current.oom);
@@ -494,9 +491,7 @@ TEST(VerifyRemediesTest, TheSearchsBestSettingJoinsWhenNoRemedyFits) {
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 117 * MiB, 3 * MiB));
   ASSERT_EQ(e.verdict, OomVerdict::kShortage);
   for (const Remedy& r : e.remedies) ASSERT_TRUE(r.alloc_conf.empty()) << r.id;
-  VerifyOptions options;
-  options.capacity_bytes = 160 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(160 * MiB);
   OomExplanation without = e;
   ASSERT_TRUE(VerifyRemedies(FragmentedTrace(), options, &without).ok());
   EXPECT_EQ(Find(without, "searched_setting"), nullptr);
