@@ -455,8 +455,10 @@ def test_refuses_to_clobber_and_to_share_a_socket(workdir, daemon):
     assert out.returncode == 1 and "cannot listen on 127.0.0.1:" in out.stderr, out.stderr
     assert not os.path.exists(other)
     # Bad usage.
-    for bad in (["--listen", "9464"], ["--listen", "none"], ["--socket-mode", "999"],
-                ["--max-message-bytes", "1"]):
+    # --listen none alone has the API socket (auto) as its sink: not bad usage (tests/cli/
+    # test_serve_sinks.py); with --api-socket none and no --textfile-dir it is.
+    for bad in (["--listen", "9464"], ["--listen", "none", "--api-socket", "none"],
+                ["--socket-mode", "999"], ["--max-message-bytes", "1"]):
         out = subprocess.run([BIN, "serve", "--socket", os.path.join(workdir, "x.sock"), *bad],
                              capture_output=True, text=True, timeout=10)
         assert out.returncode == 2, (bad, out.stderr)
