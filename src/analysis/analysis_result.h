@@ -112,6 +112,15 @@ struct OomRisk {
   /// The cache's measured overhead at the largest step (peak reserved / step demand), when the
   /// limit comes from it (nullopt: the constant allowance, no reserved bytes known).
   std::optional<double> overhead_ratio;
+  /// What overhead_ratio was measured from: the sample that set the largest step demand.
+  struct Overhead {
+    double ratio = 0;           // used: the measured one, at least the allowance
+    double measured_ratio = 0;  // reserved_bytes / demand_bytes
+    double reserved_bytes = 0;  // the cache's peak reserved bytes in that sample
+    double demand_bytes = 0;    // its step demand (peak allocated + stranded)
+    std::int64_t step = -1;     // its last step
+  };
+  std::optional<Overhead> overhead;
   double mean_demand_bytes = 0;               // weighted over the kept samples, trend-adjusted
   double largest_demand_bytes = 0;            // largest kept (trend-adjusted)
   double spread_bytes = 0;                    // standard deviation of the step demand

@@ -152,21 +152,25 @@ def test_predicted_oom_fails_the_check(tmp_path):
 
 
 def test_a_check_asked_for_without_its_input_fails_unless_allowed(tmp_path):
-    # Three steps give a forecast level but no OOM risk (it needs 20 steps in 6 samples after the warm-up): the default gate
-    # passes, but an explicit --max-oom-risk cannot be judged, and a gate that cannot judge must
-    # not pass.
-    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--json")
+    # Without a capacity there is a forecast level but no OOM risk (it needs the device's
+    # capacity): the default gate passes, but an explicit --max-oom-risk cannot be judged, and a
+    # gate that cannot judge must not pass. (With a capacity, since issue 31's third round, the
+    # first step already has a risk: three steps are judged.)
+    r = check(tmp_path, SAMPLE, "--json")
     assert r.returncode == 0, r.stdout.decode()
     _, c = checks_by_name(r.stdout)
     assert c["forecast"]["outcome"] == "pass"
     r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--max-oom-risk", "0.1", "--json")
+    assert r.returncode == 0, r.stdout.decode()
+    _, c = checks_by_name(r.stdout)
+    assert "P(OOM within 100 steps)" in c["forecast"]["measured"], c["forecast"]
+    r = check(tmp_path, SAMPLE, "--max-oom-risk", "0.1", "--json")
     assert r.returncode == 1, r.stdout.decode()
     _, c = checks_by_name(r.stdout)
     assert c["forecast"]["outcome"] == "fail"
     assert "gave no OOM risk" in c["forecast"]["detail"]
     assert "--allow-missing" in c["forecast"]["detail"]
-    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--max-oom-risk", "0.1", "--allow-missing",
-              "--json")
+    r = check(tmp_path, SAMPLE, "--max-oom-risk", "0.1", "--allow-missing", "--json")
     assert r.returncode == 0, r.stdout.decode()
     _, c = checks_by_name(r.stdout)
     assert c["forecast"]["outcome"] == "pass"  # the level's verdict stands
