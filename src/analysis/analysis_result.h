@@ -134,6 +134,9 @@ struct OomRisk {
   std::string advice;
   std::optional<std::uint64_t> shape_cap_bytes;  // N of the shape cap (peak allocated)
   bool tail_only = false;  // every kept step fits: the risk comes from the fitted tail alone
+  /// A young tail (OomRiskOptions::tail_warning_steps): the level from this risk is watch at
+  /// most, and the sample is not a candidate for the run's riskiest (what check gates on).
+  bool young_tail = false;
   /// Where the number comes from, one line for users (issue 31 item 5): how often step demand
   /// came near the limit, how far the largest step is below it, the chance of a new largest.
   std::string explanation;

@@ -357,6 +357,7 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
   // the demand trend of signal 1 when significant (observed above, before the signals).
   std::optional<OomRisk> risk;
   if (risk_ && risk_warm) risk = risk_->Estimate();
+  if (risk) risk->young_tail = risk_->YoungTail();
   if (risk) {
     const RiskLevel level = risk_->Level(*risk);
     if (level > RiskLevel::kOk) {
@@ -522,7 +523,9 @@ void ForecastTrack::ObserveGroup() {
     result_.first_critical_step = p.step;
   }
   result_.worst = std::max(result_.worst, p.level);
-  if (p.risk) {
+  // The riskiest sample is one whose risk may set a level: a young tail's number is given (and
+  // scored) but, as its level, does not gate (check --max-oom-risk).
+  if (p.risk && !p.risk->young_tail) {
     const std::uint64_t h = options_.risk_options.warning_horizon;
     const double now = p.risk->At(h).value_or(0);
     if (now >= 0.001 && (!result_.riskiest || now > result_.riskiest->risk->At(h).value_or(0))) {

@@ -562,6 +562,7 @@ TEST(OomRiskTest, Issue31TheFirstStepHasARisk) {
   ASSERT_TRUE(first.risk);
   EXPECT_GT(P(*first.risk, 100), 0.10);
   EXPECT_EQ(first.level, RiskLevel::kWatch) << first.reason;
+  EXPECT_TRUE(first.risk->young_tail);  // not the run's riskiest: it sets no level, no gate
   // Where the limit comes from: the overhead measured at step 0, in the risk.
   ASSERT_TRUE(first.risk->overhead);
   EXPECT_EQ(first.risk->overhead->step, 0);

@@ -177,6 +177,19 @@ def test_a_check_asked_for_without_its_input_fails_unless_allowed(tmp_path):
     assert "skipped (--allow-missing)" in c["forecast"]["detail"]
 
 
+def test_a_young_tails_risk_does_not_gate(tmp_path):
+    # Issue 31, third round: at every step the risk exists from step 0, where one step says
+    # nothing of how the demand varies (the bundled 50-step sample on 1 GiB: 53% within 100
+    # steps at step 0, a young tail, `watch` at most). Like its level, that number does not
+    # gate: the healthy sample passes --max-oom-risk 0.1 at every period.
+    for every in ("1", "50"):
+        r = check(tmp_path, "tests/data/sample/gpt_tiny_50steps.jsonl.gz", "--capacity", "1GiB",
+                  "--max-oom-risk", "0.1", "--forecast-every", every, "--json")
+        assert r.returncode == 0, r.stdout.decode()
+        _, c = checks_by_name(r.stdout)
+        assert c["forecast"]["outcome"] == "pass", c["forecast"]
+
+
 def test_baseline_regression(tmp_path):
     db = tmp_path / "h.sqlite"
     home = tmp_path / "home"

@@ -232,6 +232,7 @@ Json OomRiskJson(const analysis::OomRisk& r) {
   j["cost_bytes"] = bytes(r.cost_bytes);
   j["slope_bytes_per_step"] = r.slope_bytes_per_step;
   j["tail_only"] = r.tail_only;
+  j["young_tail"] = r.young_tail;
   j["advice"] = r.advice;
   j["explanation"] = r.explanation;
   j["shape_cap_bytes"] = r.shape_cap_bytes ? Json(*r.shape_cap_bytes) : Json(nullptr);
