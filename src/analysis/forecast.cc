@@ -247,7 +247,8 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     // at the largest step (at least the allowance), or the allowance before it is measured.
     const std::optional<OomRisk::Overhead> overhead =
         risk_ && o.measured_signals ? risk_->Overhead() : std::nullopt;
-    const double allowance = overhead ? overhead->ratio : o.fragmentation_allowance;
+    // The allowance stays the least overhead assumed (--forecast-allowance), as in the risk.
+    const double allowance = std::max(overhead ? overhead->ratio : 0.0, o.fragmentation_allowance);
     const std::string allowance_text =
         !overhead ? fmt::format("{:.2f} allowance", allowance)
         : overhead->measured_ratio < allowance
