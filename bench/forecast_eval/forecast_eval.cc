@@ -619,7 +619,8 @@ std::vector<std::uint64_t> ParseList(const std::string& text) {
 // --risk-opt KEY=VALUE: one knob of the risk model (analysis::OomRiskOptions) for every
 // forecaster of the evaluation, to measure a setting without rebuilding. False on an unknown key or
 // a malformed value.
-bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
+bool SetRiskOption(const std::string& kv, analysis::ForecastOptions* forecast) {
+  analysis::OomRiskOptions* o = &forecast->risk_options;
   const std::size_t eq = kv.find('=');
   if (eq == std::string::npos) return false;
   const std::string key = kv.substr(0, eq);
@@ -633,6 +634,9 @@ bool SetRiskOption(const std::string& kv, analysis::OomRiskOptions* o) {
     return true;
   };
   if (key == "min_steps") return count(&o->min_steps);
+  if (key == "warmup_steps") return count(&o->warmup_steps);
+  if (key == "few_scale_uncertain") return (o->few_scale_uncertain = v != 0), true;
+  if (key == "measured_signals") return (forecast->measured_signals = v != 0), true;
   if (key == "min_samples") return count(&o->min_samples);
   if (key == "tail_warning_steps") return count(&o->tail_warning_steps);
   if (key == "window") return count(&o->window);
@@ -675,7 +679,9 @@ int Usage() {
       "--risk adds the OOM risk evaluation (calibration, Brier skill, lead, false warnings);\n"
       "--risk-only runs only it; trace files shorter than --long-steps (default 1000) are\n"
       "resampled to that many steps for it. --risk-opt sets one knob of the risk model\n"
-      "(min_steps, min_samples, tail_warning_steps, window, allowance, tail_fraction,\n"
+      "(min_steps, warmup_steps, min_samples, tail_warning_steps, window, allowance,\n"
+      "tail_fraction, few_scale_uncertain (0 or 1), measured_signals (0 or 1: signals 1\n"
+      "and 2 with the measured overhead; a forecaster option),\n"
       "tail_weight, use_records (0 or 1), min_shape, max_shape, half_life_steps,\n"
       "trend_sigmas, use_record (0 or 1), shape_se_floor, prior_shape_sd, prior_scale,\n"
       "few_scale, record_all_steps (0 or 1), measured_limit (0 or 1), segment_margin,\n"
@@ -839,7 +845,7 @@ int main(int argc, char** argv) {
   analysis::ForecastOptions tuned;
   if (risk_allowance) tuned.risk_options.allowance = *risk_allowance;
   for (const std::string& kv : risk_opts) {
-    if (!SetRiskOption(kv, &tuned.risk_options)) {
+    if (!SetRiskOption(kv, &tuned)) {
       std::fprintf(stderr, "forecast_eval: bad --risk-opt %s\n", kv.c_str());
       return Usage();
     }

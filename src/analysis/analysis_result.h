@@ -112,6 +112,15 @@ struct OomRisk {
   /// The cache's measured overhead at the largest step (peak reserved / step demand), when the
   /// limit comes from it (nullopt: the constant allowance, no reserved bytes known).
   std::optional<double> overhead_ratio;
+  /// What overhead_ratio was measured from: the sample that set the largest step demand.
+  struct Overhead {
+    double ratio = 0;           // used: the measured one, at least the allowance
+    double measured_ratio = 0;  // reserved_bytes / demand_bytes
+    double reserved_bytes = 0;  // the cache's peak reserved bytes in that sample
+    double demand_bytes = 0;    // its step demand (peak allocated + stranded)
+    std::int64_t step = -1;     // its last step
+  };
+  std::optional<Overhead> overhead;
   double mean_demand_bytes = 0;               // weighted over the kept samples, trend-adjusted
   double largest_demand_bytes = 0;            // largest kept (trend-adjusted)
   double spread_bytes = 0;                    // standard deviation of the step demand
@@ -125,6 +134,9 @@ struct OomRisk {
   std::string advice;
   std::optional<std::uint64_t> shape_cap_bytes;  // N of the shape cap (peak allocated)
   bool tail_only = false;  // every kept step fits: the risk comes from the fitted tail alone
+  /// A young tail (OomRiskOptions::tail_warning_steps): the level from this risk is watch at
+  /// most, and the sample is not a candidate for the run's riskiest (what check gates on).
+  bool young_tail = false;
   /// Where the number comes from, one line for users (issue 31 item 5): how often step demand
   /// came near the limit, how far the largest step is below it, the chance of a new largest.
   std::string explanation;

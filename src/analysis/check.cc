@@ -200,8 +200,11 @@ CheckItem ForecastItem(const CheckDeviceInput& in, const CheckLimits& limits) {
       item.measured += fmt::format("; P(OOM within {} {}s) up to {:.1f}% at {} {}", f.risk_horizon,
                                    unit, 100 * p, unit, f.riskiest->step);
     } else if (f.last.risk) {
+      // A young tail's risk (before tail_warning_steps, docs/forecast.md "The first risk") is
+      // given but does not gate, as it sets no level above watch.
       item.measured +=
-          fmt::format("; P(OOM within {} {}s) below 0.1% throughout", f.risk_horizon, unit);
+          fmt::format("; P(OOM within {} {}s) below 0.1% throughout{}", f.risk_horizon, unit,
+                      f.last.risk->young_tail ? " (a young tail's risk does not gate)" : "");
     } else {
       item.measured += "; no OOM risk (no capacity, or too few steps)";
       const std::string why =

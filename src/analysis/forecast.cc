@@ -207,6 +207,27 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     last_release_retries_ = 0;
   }
 
+  // The risk model sees every step's demand from its own warm-up (none by default: a step's
+  // peak is a real demand from the first step on), and measures the cache's overhead that
+  // signals 1 and 2 use below.
+  const bool risk_warm = steps_seen_ > o.risk_options.warmup_steps;
+  if (risk_ && risk_warm && demand > 0) {
+    DemandTrend trend;  // none unless signal 1's trend is significant
+    if (steps_after_warmup_ >= o.trend_min_steps && demand_.count() >= 3 && demand_.slope() > 0 &&
+        demand_.slope() > o.trend_sigmas * demand_.slope_stderr()) {
+      trend.slope = demand_.slope();
+      trend.slope_stderr = demand_.slope_stderr();
+      // The fitted level at the last closed block, carried forward to this step (as signal 1).
+      trend.level =
+          std::max(demand, demand_.level() + trend.slope * std::max(x - demand_.last_x(), 0.0));
+    }
+    const double resting =
+        static_cast<double>(allocator ? s.allocated_bytes : s.live_requested_bytes);
+    risk_->Add(step, steps, base_demand, cost, trend, resting,
+               allocator ? static_cast<double>(s.peak_reserved_bytes) : 0.0,
+               static_cast<double>(s.largest_request));
+  }
+
   std::vector<Finding> findings;
   std::optional<double> steps_to_oom;
   std::string steps_reason;
@@ -222,8 +243,20 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     // What the device holds: capacity / allowance. A job that already survived a larger peak
     // demand on it shows the allowance was too cautious for it; the limit then lies somewhere
     // between that peak and the capacity: take the midpoint.
-    const double usable = std::max(cap / o.fragmentation_allowance,
-                                   demand_survived_ + std::max(cap - demand_survived_, 0.0) / 2);
+    // The device bytes per byte of demand: the cache's overhead as the risk model measured it
+    // at the largest step (at least the allowance), or the allowance before it is measured.
+    const std::optional<OomRisk::Overhead> overhead =
+        risk_ && o.measured_signals ? risk_->Overhead() : std::nullopt;
+    // The allowance stays the least overhead assumed (--forecast-allowance), as in the risk.
+    const double allowance = std::max(overhead ? overhead->ratio : 0.0, o.fragmentation_allowance);
+    const std::string allowance_text =
+        !overhead ? fmt::format("{:.2f} allowance", allowance)
+        : overhead->measured_ratio < allowance
+            ? fmt::format("x{:.2f}: measured x{:.2f} at step {}, at least the allowance", allowance,
+                          overhead->measured_ratio, overhead->step)
+            : fmt::format("x{:.2f} measured at step {}", allowance, overhead->step);
+    const double usable =
+        std::max(cap / allowance, demand_survived_ + std::max(cap - demand_survived_, 0.0) / 2);
     const bool trend_ready = steps_after_warmup_ >= o.trend_min_steps;
     // 1. Trend: the per-block peak demand grows toward what the device can hold.
     if (trend_ready && demand_.count() >= 3) {
@@ -235,9 +268,9 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
             std::max(demand, demand_.level() + slope * std::max(x - demand_.last_x(), 0.0));
         const double t = std::max(usable - now, 0.0) / slope;
         consider_steps(t, fmt::format("peak {} grows {}/step, now {}; the device holds about {} "
-                                      "({} / {:.2f} allowance)",
+                                      "({} / {})",
                                       allocator ? "allocated" : "live", Bytes(slope), Bytes(now),
-                                      Bytes(usable), Bytes(cap), o.fragmentation_allowance));
+                                      Bytes(usable), Bytes(cap), allowance_text));
       }
     }
     // 2. Spread: a step whose peak demand exceeds what the device can hold. The block maxima
@@ -322,25 +355,10 @@ ForecastPoint Forecaster::Observe(const TimelineSample& s, std::int64_t step, st
     }
   }
   // The calibrated risk: P(OOM within H steps) from the demand distribution's tail, moved by
-  // the demand trend of signal 1 when significant.
+  // the demand trend of signal 1 when significant (observed above, before the signals).
   std::optional<OomRisk> risk;
-  if (risk_ && warm && demand > 0) {
-    DemandTrend trend;  // none unless signal 1's trend is significant
-    if (steps_after_warmup_ >= o.trend_min_steps && demand_.count() >= 3 && demand_.slope() > 0 &&
-        demand_.slope() > o.trend_sigmas * demand_.slope_stderr()) {
-      trend.slope = demand_.slope();
-      trend.slope_stderr = demand_.slope_stderr();
-      // The fitted level at the last closed block, carried forward to this step (as signal 1).
-      trend.level =
-          std::max(demand, demand_.level() + trend.slope * std::max(x - demand_.last_x(), 0.0));
-    }
-    const double resting =
-        static_cast<double>(allocator ? s.allocated_bytes : s.live_requested_bytes);
-    risk_->Add(step, steps, base_demand, cost, trend, resting,
-               allocator ? static_cast<double>(s.peak_reserved_bytes) : 0.0,
-               static_cast<double>(s.largest_request));
-  }
-  if (risk_ && warm) risk = risk_->Estimate();
+  if (risk_ && risk_warm) risk = risk_->Estimate();
+  if (risk) risk->young_tail = risk_->YoungTail();
   if (risk) {
     const RiskLevel level = risk_->Level(*risk);
     if (level > RiskLevel::kOk) {
@@ -506,7 +524,9 @@ void ForecastTrack::ObserveGroup() {
     result_.first_critical_step = p.step;
   }
   result_.worst = std::max(result_.worst, p.level);
-  if (p.risk) {
+  // The riskiest sample is one whose risk may set a level: a young tail's number is given (and
+  // scored) but, as its level, does not gate (check --max-oom-risk).
+  if (p.risk && !p.risk->young_tail) {
     const std::uint64_t h = options_.risk_options.warning_horizon;
     const double now = p.risk->At(h).value_or(0);
     if (now >= 0.001 && (!result_.riskiest || now > result_.riskiest->risk->At(h).value_or(0))) {
@@ -528,10 +548,10 @@ DeviceForecast ForecastTrack::Finish() {
         "header's capacity_bytes, or replay with --capacity)");
   }
   if (capacity_ && options_.risk && !out.last.risk && windows_total_ >= 2) {
-    out.notes.push_back(
-        fmt::format("no OOM risk yet: it needs {} steps after the {}-step warm-up ({} {}{} seen)",
-                    options_.risk_options.min_steps, options_.warmup_steps, out.steps_covered,
-                    step_unit_ ? "step" : "window", out.steps_covered == 1 ? "" : "s"));
+    out.notes.push_back(fmt::format(
+        "no OOM risk yet: it needs {} steps after the {}-step warm-up ({} {}{} seen)",
+        options_.risk_options.min_steps, options_.risk_options.warmup_steps, out.steps_covered,
+        step_unit_ ? "step" : "window", out.steps_covered == 1 ? "" : "s"));
   }
   if (windows_total_ < 2) {
     out.enough_data = false;

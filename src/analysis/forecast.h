@@ -60,6 +60,10 @@ struct ForecastOptions {
   /// block rounding, split remainders and gaps the release-and-retry path cannot close. The
   /// demand signals compare peak demand with capacity / allowance.
   double fragmentation_allowance = 1.10;
+  /// Signals 1 and 2 divide the capacity by the cache's overhead as the risk model measures it
+  /// (peak reserved / step demand at the largest step, at least fragmentation_allowance) once
+  /// it is measured (issue 31, third round); off: by fragmentation_allowance always.
+  bool measured_signals = true;
   /// A level is held this many steps after its cause was last seen (no flapping).
   double hold_steps = 100;
   /// The demand signals (trend and spread) see the peak demand per block of this many steps

@@ -10,6 +10,7 @@
 #ifndef FRAGSCOPE_ANALYSIS_LIVE_FORECAST_H_
 #define FRAGSCOPE_ANALYSIS_LIVE_FORECAST_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -54,7 +55,15 @@ class LiveForecasts {
 
  private:
   LiveForecasts(const ForecastOptions& options, std::size_t max_series)
-      : options_(options), max_series_(max_series) {}
+      : options_(LiveOptions(options)), max_series_(max_series) {}
+  // The daemon's series start when the agent does, with peaks since the process started: its
+  // first sample is not one step of demand. The risk keeps the forecaster's warm-up there and
+  // needs 20 steps after it (the gate before issue 31's third round; docs/forecast.md).
+  static ForecastOptions LiveOptions(ForecastOptions o) {
+    o.risk_options.warmup_steps = std::max(o.risk_options.warmup_steps, o.warmup_steps);
+    o.risk_options.min_steps = std::max<std::uint64_t>(o.risk_options.min_steps, 20);
+    return o;
+  }
 
   struct Series {
     std::string key;

@@ -193,6 +193,7 @@ void OomRiskModel::Add(std::int64_t step, std::uint64_t steps, double base, doub
   if (base + cost > survived_) {
     survived_ = base + cost;
     record_steps_ = steps_;
+    record_step_ = step;
     // With overhead_if_grew, only a record step that made the cache grow measures what the
     // cache needs; one served from blocks already cached shows no binding overhead (-1).
     record_reserved_ = !o.overhead_if_grew || grew ? peak_reserved : -1.0;
@@ -310,7 +311,14 @@ double OomRiskModel::BeyondLargest(double need, double largest) const {
   constexpr std::array<double, 5> kWeights = {0.011257411327720691, 0.22207592200561266,
                                               0.53333333333333333, 0.22207592200561266,
                                               0.011257411327720691};
-  double centre = 0, se = o.prior_shape_sd;
+  // Before a fit the shape prior is centred at 0 (an exponential tail), or, with the scale's
+  // own uncertainty, at 1 / (n - 1): an exponential whose scale comes from n - 1 degrees of
+  // freedom is, averaged over that estimate, a Lomax law of that shape (one sample: none).
+  const std::size_t kept = values_.size();
+  double centre = !o.few_scale_uncertain ? 0.0
+                  : kept >= 2            ? 1.0 / static_cast<double>(kept - 1)
+                                         : o.max_shape;
+  double se = o.prior_shape_sd;
   // The mean excess over the largest step, given the shape xi: with a fit, the Pareto tail
   // above its threshold u carried to the largest (sigma + xi (largest - u)); without one, the
   // prior scale below.
@@ -331,8 +339,11 @@ double OomRiskModel::BeyondLargest(double need, double largest) const {
       // One sample: the exponential scale under which the largest of its N steps rises as far
       // above the resting memory as the one seen, times prior_scale (a fixed-shape job's steps
       // all rise alike, a variable one's spread out: one sample cannot tell).
-      const double n_steps = std::max(WindowSteps(), 2.0);
-      prior_mean_excess = o.prior_scale * (largest - resting_) / (std::log(n_steps) + kEulerGamma);
+      // The largest of N exponential steps lies H_N scales above their floor on average, H_N
+      // the harmonic number, ln(N + 1/2) + Euler's gamma within 1% from N = 1 on.
+      const double n_steps = std::max(WindowSteps(), 1.0);
+      prior_mean_excess =
+          o.prior_scale * (largest - resting_) / (std::log(n_steps + 0.5) + kEulerGamma);
     }
     prior_mean_excess = std::max(prior_mean_excess, floor);
   }
@@ -373,13 +384,28 @@ OomRiskModel::Limit OomRiskModel::LimitNow() const {
     segment = o.segment_margin * (o.segment_whole ? whole : std::max(whole - request_max_, 0.0));
   }
   const double room = std::clamp(cap - segment, 0.0, cap);
-  if (!o.measured_limit || !(reserved_max_ > 0) || !(survived_ > 0)) {
+  const std::optional<Measured> m = MeasuredNow();
+  if (!m) {
     // The constant allowance, raised by the largest demand the job survived (which also shows
     // the segment margin too cautious for it: a cached block served that step).
     const double survived = o.learn_survived ? std::min(survived_, cap) : 0.0;
     const double low = std::max(room / o.allowance, survived);
     return {low, std::max(room, low), false, o.allowance, 0};
   }
+  const double ratio = m->ratio;
+  const double overhead = std::max(m->reserved - survived_, 0.0);
+  // The overhead grows with the demand; a larger demand already survived raises the low end.
+  const double survived = o.learn_survived ? std::min(survived_, room) : 0.0;
+  const double low = std::clamp(std::max(room / ratio, survived), 0.0, cap);
+  // The overhead stays as it was (additive_high), or nothing is known beyond the capacity: the
+  // cache may release what it holds for other shapes when the device is full.
+  const double high = std::clamp(o.additive_high ? room - overhead : room, low, cap);
+  return {low, high, true, ratio, m->reserved};
+}
+
+std::optional<OomRiskModel::Measured> OomRiskModel::MeasuredNow() const {
+  const OomRiskOptions& o = options_;
+  if (!o.measured_limit || !(reserved_max_ > 0) || !(survived_ > 0)) return std::nullopt;
   // The cache's overhead at the largest step: the peak reserved bytes of the sample that set the
   // largest step demand, against that demand (what the cache held to serve it: rounding to
   // segments, split remainders, blocks cached for other shapes). Not the run's largest peak
@@ -392,15 +418,13 @@ OomRiskModel::Limit OomRiskModel::LimitNow() const {
   const double floor = o.ratio_floor ? o.allowance : 1.0;
   const double measured = std::max(reserved / survived_, floor);
   // overhead_weight w: the ratio used is floor x (measured / floor)^w.
-  const double ratio = floor * std::pow(measured / floor, o.overhead_weight);
-  const double overhead = std::max(reserved - survived_, 0.0);
-  // The overhead grows with the demand; a larger demand already survived raises the low end.
-  const double survived = o.learn_survived ? std::min(survived_, room) : 0.0;
-  const double low = std::clamp(std::max(room / ratio, survived), 0.0, cap);
-  // The overhead stays as it was (additive_high), or nothing is known beyond the capacity: the
-  // cache may release what it holds for other shapes when the device is full.
-  const double high = std::clamp(o.additive_high ? room - overhead : room, low, cap);
-  return {low, high, true, ratio, reserved};
+  return Measured{floor * std::pow(measured / floor, o.overhead_weight), reserved};
+}
+
+std::optional<OomRisk::Overhead> OomRiskModel::Overhead() const {
+  const std::optional<Measured> m = MeasuredNow();
+  if (!m) return std::nullopt;
+  return OomRisk::Overhead{m->ratio, m->reserved / survived_, m->reserved, survived_, record_step_};
 }
 
 std::optional<OomRisk> OomRiskModel::Estimate() const {
@@ -473,7 +497,10 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
   mean /= static_cast<double>(values_.size());
   r.limit_low_bytes = low;
   r.limit_high_bytes = high;
-  if (bounds.measured) r.overhead_ratio = bounds.ratio;
+  if (bounds.measured) {
+    r.overhead_ratio = bounds.ratio;
+    r.overhead = Overhead();
+  }
   r.mean_demand_bytes = mean;
   r.largest_demand_bytes = values_.back();
   r.spread_bytes = spread_;

@@ -42,19 +42,30 @@ struct OomRiskOptions {
   double watch_probability = 0.10;
   /// Samples kept for the demand distribution (the most recent).
   std::size_t window = 256;
-  /// Steps the kept samples must cover before a risk is given; one sample is enough (an agent
-  /// sampling every 50 steps has one at step 50, issue 31 item 3). `min_samples` samples are
-  /// needed to fit the tail; before that the tail beyond the largest step is the prior below.
+  /// Steps the kept samples must cover before a risk is given: one, so the first sample that
+  /// carries a step's demand has a risk (issue 31, third round: saying nothing for 40 steps
+  /// is saying 0, and the small jobs that fail do so in their first 32 steps). With n steps
+  /// seen the record term below gives a new largest step within H steps the probability
+  /// H / (n + H), nearly 1 at the first step, so the risk there is how far that step may go.
+  /// `min_samples` samples are needed to fit the tail; before that the tail beyond the largest
+  /// step is the prior below.
   std::size_t min_samples = 6;
-  std::uint64_t min_steps = 20;
+  std::uint64_t min_steps = 1;
+  /// Steps at the start of the job whose samples the Forecaster keeps from the risk (its own
+  /// `warmup_steps` hold back the trends only). 0: a step's demand counts from the first step
+  /// (its peak is a real demand: an OOM there is an OOM); before issue 31's third round, 20.
+  std::uint64_t warmup_steps = 0;
   /// Before this many steps, the risk of a job whose steps all stayed below the limit's low
   /// end (capacity / allowance) gives at most `watch`: a tail fitted to 10 exceedances or fewer
   /// cannot tell a bounded demand (a batch or length cap) from an unbounded one, and would
   /// extrapolate past the cap. A job that already came within the allowance of the capacity gets
   /// its level from the risk at once.
-  /// 0 (the default since issue 31): off; the record term below carries the uncertainty of a
-  /// short history instead of a cap on the level.
-  std::uint64_t tail_warning_steps = 0;
+  /// 40 (issue 31, third round; 0 in its first two rounds): the probability is given from the
+  /// first step, but one step says nothing of how the demand varies, and a job whose first step
+  /// used half the device would start with a warning. On the tuning set, with the risk from the
+  /// first step, 0 / 40 gave false warnings at every 1 of 1.09-1.17 / 0.36-0.48 per 1000 steps
+  /// (seeds 1-3), the same leads and Brier skill 0.369 / 0.367 (seed 1).
+  std::uint64_t tail_warning_steps = 40;
   /// Fraction of the kept samples above the tail threshold (at least 4 exceedances): the top
   /// tenth, so that the threshold lies in the tail and not in the body of a multi-modal demand.
   double tail_fraction = 0.10;
@@ -69,21 +80,29 @@ struct OomRiskOptions {
   /// averaged over the tail shape's uncertainty: xi ~ Normal(fit, se), se =
   /// max(1 + xi, shape_se_floor) / sqrt(exceedances) (the asymptotic standard error of the
   /// fitted shape, floored so a fitted cap is never certain). Without a fit (fewer than
-  /// min_samples samples) the shape is `prior_shape_sd` around 0 (exponential) and the scale
+  /// min_samples samples) the shape is `prior_shape_sd` around 0 (exponential; see
+  /// few_scale_uncertain) and the scale
   /// is the kept samples' Gumbel scale (widened by sqrt(1 + 2 / (n - 1)) for n samples), or
-  /// with a single sample `prior_scale` x (largest - resting) / (ln N + 0.58), the exponential
-  /// scale that makes the largest of N steps rise as far above the resting memory as the one
-  /// seen. 0.25: on the tuning set (synthetic + sample, every 50) 1 / 0.5 / 0.25 / 0 gave Brier
-  /// skill 0.267 / 0.300 / 0.319 / 0.239, false warnings 1.00 / 0.69 / 0.54 / 0.38 per 1000
-  /// steps, leads 17 / 17 / 17 / 13 of 22 (docs/benchmarks.md, issue 31).
+  /// with a single sample `prior_scale` x (largest - resting) / (ln(N + 1/2) + 0.58), the
+  /// exponential scale that makes the largest of N steps rise as far above the resting memory as
+  /// the one seen. 1 (issue 31, third round; 0.25 before): the scale as estimated. 0.25 left
+  /// 7 of the 14 late OOMs of the CLI test's variable-length decoder (seeds 1-20) unwarned 20
+  /// steps ahead at every 50 (1: 1 of 14); on the tuning set at every 50 it costs skill (seed 1
+  /// 0.335 -> 0.294) and false warnings (0.45 -> 0.68 per 1000 steps), at every 1 nothing
+  /// (docs/benchmarks.md, "Held-out test set, third round").
   bool use_record = true;
   double shape_se_floor = 0.5;
   double prior_shape_sd = 0.5;
-  double prior_scale = 0.25;
+  double prior_scale = 1.0;
   /// Factor on the Gumbel scale of 2 to min_samples - 1 samples (before a fit). 0.25: on the
   /// tuning set (every 50) 1 / 0.5 / 0.25 gave Brier skill 0.319 / 0.329 / 0.333, false
   /// warnings 0.54 / 0.46 / 0.46 per 1000 steps, the same leads.
   double few_scale = 0.25;
+  /// The scale's own uncertainty before a fit (n < min_samples samples): an exponential tail
+  /// whose scale is estimated from n - 1 degrees of freedom has, averaged over that estimate,
+  /// a Pareto (Lomax) law with shape 1 / (n - 1): the shape prior is centred there instead of
+  /// at 0 (1 sample: shape max_shape). Off: centred at 0.
+  bool few_scale_uncertain = true;
   /// The record rate's N: every step since the start (on) or, when the demand has a trend, the
   /// window's steps (off: the detrended window is all that is comparable).
   bool record_all_steps = false;
@@ -179,6 +198,11 @@ class OomRiskModel {
   /// min_steps steps, or without a capacity.
   std::optional<OomRisk> Estimate() const;
 
+  /// The cache's measured overhead at the largest step demand (measured_limit, a sample with
+  /// peak reserved bytes seen); nullopt while the limit comes from the constant allowance.
+  /// Signals 1 and 2 of the Forecaster use the same ratio.
+  std::optional<OomRisk::Overhead> Overhead() const;
+
   /// The level the risk alone gives.
   RiskLevel Level(const OomRisk& risk) const;
   /// True while the young-tail rule above holds the level at watch at most.
@@ -203,6 +227,12 @@ class OomRiskModel {
     bool measured;
     double ratio, reserved;  // the overhead ratio and the peak reserved bytes it comes from
   };
+  // The overhead ratio used (measured, at least the floor) and the peak reserved bytes it comes
+  // from; nullopt without a measurement.
+  struct Measured {
+    double ratio, reserved;
+  };
+  std::optional<Measured> MeasuredNow() const;
   Limit LimitNow() const;
 
   OomRiskOptions options_;
@@ -215,6 +245,7 @@ class OomRiskModel {
   double record_reserved_ = 0;      // peak reserved of the sample with the largest demand
   double request_max_ = 0;          // largest request of any sample (0: unknown)
   std::uint64_t record_steps_ = 0;  // steps_ when the largest demand was set
+  std::int64_t record_step_ = -1;   // the last step of the sample that set it
   double tail_weight_now_ = 0.5;    // the tail's weight given the records (refreshed by Add)
   // Trends (exponentially weighted least squares over steps).
   struct Trend {

@@ -348,8 +348,13 @@ TEST(ForecastTest, RisingReservedToAllocatedRatioRaisesWatchOnlyWhenAsked) {
     s.cached_free_bytes = 2 * kGiB;
     s.fragmentation_ratio = 2.0 / 7.0;
   }
-  EXPECT_EQ(ForecastTimeline(timeline, Every(1), 16 * kGiB).worst, RiskLevel::kOk);
-  ForecastOptions asked = Every(1);
+  // The ratio's own level, without the OOM risk: since issue 31's third round the risk exists
+  // from step 0, where one step says nothing of how the demand varies, and it says `watch`
+  // (P(OOM within 500) >= 10%, a young tail) for the first steps of this job.
+  ForecastOptions plain = Every(1);
+  plain.risk = false;
+  EXPECT_EQ(ForecastTimeline(timeline, plain, 16 * kGiB).worst, RiskLevel::kOk);
+  ForecastOptions asked = plain;
   asked.ratio_rise = 0.05;
   const DeviceForecast f = ForecastTimeline(timeline, asked, 16 * kGiB);
   EXPECT_EQ(f.worst, RiskLevel::kWatch);

@@ -542,5 +542,71 @@ TEST(OomRiskTest, TheForecasterReportsTheRiskAndItsLevel) {
   EXPECT_LT(without.level, RiskLevel::kWarning);  // no trend or spread signal before step 149
 }
 
+// Issue 31, third round: the risk comes from the first sample that carries a step's demand
+// (step 0 at every 1), not 20 steps after a 20-step warm-up: saying nothing is saying 0. With
+// one step seen a new largest step within 100 steps is nearly certain (100 / 101), so a job
+// whose first step already came close to the device limit is at risk from step 0. Its level
+// is `watch` at most until step 40 (tail_warning_steps: a young tail), unless a step already
+// exceeded capacity / allowance.
+TEST(OomRiskTest, Issue31TheFirstStepHasARisk) {
+  ForecastOptions fo;
+  fo.every = 1;
+  Forecaster f(fo, static_cast<std::uint64_t>(2 * kG));
+  TimelineSample s;
+  s.step_first = s.step_last = 0;
+  s.peak_allocated_bytes = static_cast<std::uint64_t>(1.5 * kG);
+  s.peak_reserved_bytes = static_cast<std::uint64_t>(1.6 * kG);
+  s.reserved_bytes = s.peak_reserved_bytes;
+  s.allocated_bytes = static_cast<std::uint64_t>(0.5 * kG);
+  const ForecastPoint first = f.Observe(s, 0, 1);
+  ASSERT_TRUE(first.risk);
+  EXPECT_GT(P(*first.risk, 100), 0.10);
+  EXPECT_EQ(first.level, RiskLevel::kWatch) << first.reason;
+  EXPECT_TRUE(first.risk->young_tail);  // not the run's riskiest: it sets no level, no gate
+  // Where the limit comes from: the overhead measured at step 0, in the risk.
+  ASSERT_TRUE(first.risk->overhead);
+  EXPECT_EQ(first.risk->overhead->step, 0);
+  EXPECT_NEAR(first.risk->overhead->measured_ratio, 1.6 / 1.5, 1e-9);
+  EXPECT_NEAR(first.risk->overhead->ratio, 1.10, 1e-9);  // at least the allowance
+  EXPECT_NEAR(first.risk->overhead->reserved_bytes, 1.6 * kG, 1);
+  EXPECT_NEAR(first.risk->overhead->demand_bytes, 1.5 * kG, 1);
+  // The same first step far below the limit: a risk, and a small one.
+  Forecaster roomy(fo, static_cast<std::uint64_t>(20 * kG));
+  const ForecastPoint low = roomy.Observe(s, 0, 1);
+  ASSERT_TRUE(low.risk);
+  EXPECT_LT(P(*low.risk, 100), 0.01);
+}
+
+// Issue 31, third round: signals 1 and 2 divide the capacity by the overhead the risk
+// measured, not by the constant allowance. A leak of 8 MiB/step from 1 GiB with a cache that
+// reserves 1.5 bytes per byte of demand on a 4 GiB device. At step 199 (demand 2.55 GiB) the
+// constant allowance puts what the device holds at 4 / 1.1 = 3.64 GiB, ~139 steps away; with
+// the measured 1.5, 4 / 1.5 = 2.67 GiB is below the midpoint between the demand survived and
+// the capacity, 3.27 GiB, which then holds: ~92 steps.
+TEST(OomRiskTest, Issue31TheTrendSignalUsesTheMeasuredOverhead) {
+  const auto run = [](bool measured) {
+    ForecastOptions fo;
+    fo.every = 1;
+    fo.measured_signals = measured;
+    Forecaster f(fo, static_cast<std::uint64_t>(4 * kG));
+    ForecastPoint last;
+    for (int i = 0; i < 200; ++i) {
+      TimelineSample s;
+      s.step_first = s.step_last = i;
+      const double demand = 1 * kG + 8 * kM * i;
+      s.peak_allocated_bytes = static_cast<std::uint64_t>(demand);
+      s.peak_reserved_bytes = static_cast<std::uint64_t>(1.5 * demand);
+      s.reserved_bytes = s.peak_reserved_bytes;
+      s.allocated_bytes = static_cast<std::uint64_t>(0.5 * kG);
+      last = f.Observe(s, i, 1);
+    }
+    return last;
+  };
+  const ForecastPoint measured = run(true), constant = run(false);
+  ASSERT_TRUE(measured.steps_to_oom && constant.steps_to_oom);
+  EXPECT_NEAR(static_cast<double>(*measured.steps_to_oom), 92, 10);
+  EXPECT_NEAR(static_cast<double>(*constant.steps_to_oom), 139, 10);
+}
+
 }  // namespace
 }  // namespace fragscope::analysis

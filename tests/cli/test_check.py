@@ -152,25 +152,42 @@ def test_predicted_oom_fails_the_check(tmp_path):
 
 
 def test_a_check_asked_for_without_its_input_fails_unless_allowed(tmp_path):
-    # Three steps give a forecast level but no OOM risk (it needs 20 steps in 6 samples after the warm-up): the default gate
-    # passes, but an explicit --max-oom-risk cannot be judged, and a gate that cannot judge must
-    # not pass.
-    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--json")
+    # Without a capacity there is a forecast level but no OOM risk (it needs the device's
+    # capacity): the default gate passes, but an explicit --max-oom-risk cannot be judged, and a
+    # gate that cannot judge must not pass. (With a capacity, since issue 31's third round, the
+    # first step already has a risk: three steps are judged.)
+    r = check(tmp_path, SAMPLE, "--json")
     assert r.returncode == 0, r.stdout.decode()
     _, c = checks_by_name(r.stdout)
     assert c["forecast"]["outcome"] == "pass"
     r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--max-oom-risk", "0.1", "--json")
+    assert r.returncode == 0, r.stdout.decode()
+    _, c = checks_by_name(r.stdout)
+    assert "P(OOM within 100 steps)" in c["forecast"]["measured"], c["forecast"]
+    r = check(tmp_path, SAMPLE, "--max-oom-risk", "0.1", "--json")
     assert r.returncode == 1, r.stdout.decode()
     _, c = checks_by_name(r.stdout)
     assert c["forecast"]["outcome"] == "fail"
     assert "gave no OOM risk" in c["forecast"]["detail"]
     assert "--allow-missing" in c["forecast"]["detail"]
-    r = check(tmp_path, SAMPLE, "--capacity", "4GiB", "--max-oom-risk", "0.1", "--allow-missing",
-              "--json")
+    r = check(tmp_path, SAMPLE, "--max-oom-risk", "0.1", "--allow-missing", "--json")
     assert r.returncode == 0, r.stdout.decode()
     _, c = checks_by_name(r.stdout)
     assert c["forecast"]["outcome"] == "pass"  # the level's verdict stands
     assert "skipped (--allow-missing)" in c["forecast"]["detail"]
+
+
+def test_a_young_tails_risk_does_not_gate(tmp_path):
+    # Issue 31, third round: at every step the risk exists from step 0, where one step says
+    # nothing of how the demand varies (the bundled 50-step sample on 1 GiB: 53% within 100
+    # steps at step 0, a young tail, `watch` at most). Like its level, that number does not
+    # gate: the healthy sample passes --max-oom-risk 0.1 at every period.
+    for every in ("1", "50"):
+        r = check(tmp_path, "tests/data/sample/gpt_tiny_50steps.jsonl.gz", "--capacity", "1GiB",
+                  "--max-oom-risk", "0.1", "--forecast-every", every, "--json")
+        assert r.returncode == 0, r.stdout.decode()
+        _, c = checks_by_name(r.stdout)
+        assert c["forecast"]["outcome"] == "pass", c["forecast"]
 
 
 def test_baseline_regression(tmp_path):

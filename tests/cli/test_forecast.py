@@ -255,15 +255,22 @@ def test_the_sample_at_its_healthy_capacity_is_ok(tmp_path, every):
     dev = json.loads(r.stdout)["analysis"]["devices"][0]
     assert max(row["fragmentation_ratio"] for row in dev["timeline"]) > 0.8  # the premise
     f = dev["forecast"]
-    assert f["worst_level"] == "ok", f["changes"]
-    assert all(c["level"] == "ok" for c in f["changes"]), f["changes"]
+    # Since issue 31's third round the risk exists from step 0, where one step says nothing of
+    # how the demand varies: its first steps may be `watch` (a young tail, never more), not later.
+    young = [c for c in f["changes"] if c["level"] != "ok"]
+    assert all(c["level"] == "watch" and c["step"] < 40 and "a young tail" in c["reason"]
+               for c in young), f["changes"]
+    assert f["last"]["level"] == "ok" or f["last"]["reason"].startswith("held at watch"), f["last"]
+    if every != "1":
+        assert f["worst_level"] == "ok", f["changes"]
     out = tmp_path / "report.html"
     r = run("report", SAMPLE, "--capacity", "1GiB", "--forecast", "--forecast-every", every,
             "-o", str(out))
     assert r.returncode == 0, r.stderr.decode()
-    page = out.read_text()
-    assert '"worst":"ok"' in page.replace(" ", "")
-    assert '"level":"watch"' not in page.replace(" ", "")
+    page = out.read_text().replace(" ", "")
+    assert f'"worst":"{f["worst_level"]}"' in page
+    if not young:
+        assert '"level":"watch"' not in page
     # (Sampled every 50 steps the one sample ends with nothing allocated: no ratio to judge.)
     if every != "1":
         return
@@ -311,30 +318,53 @@ def replay_json(path, capacity, *extra):
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("seed", [3, 7])
-def test_issue31_a_variable_shape_trace_at_99_percent_is_warned_well_before(tmp_path, seed):
-    # Issue 31's done-when: `replay --forecast` at 99% of the capacity a variable-shape trace
-    # needs warns well before the OOM at the default period (every 50). Here: the sample at
-    # step 49 warns; the OOM comes at step 73 or 83 (the trace's longest sequence so far). The
-    # risk's limit comes from the cache's measured overhead (x1.19 and x1.10-1.17 of the step
-    # demand at its peak); with the constant 1.10 allowance neither trace was warned before its
-    # OOM (P(OOM within 100) 9.98% and 2.2% at step 49). Seeds 4-6 of the same generator are not
-    # warned 20 steps ahead by either model (docs/benchmarks.md, "Held-out test set, second round").
-    trace = tmp_path / "varlen.jsonl"
-    write_varlen_trace(trace, seed)
-    low, high = MIB, 16 * GIB  # bisect the smallest capacity that fits, to 1 MiB
+def smallest_fit(trace):
+    """The smallest capacity (to 1 MiB) at which the replay of `trace` does not run out."""
+    low, high = MIB, 16 * GIB
     while high - low > MIB:
         mid = (low + high) // 2
         if replay_json(trace, mid)["oom"]:
             low = mid
         else:
             high = mid
-    d = replay_json(trace, int(0.99 * high), "--forecast")
-    oom_step = d["oom"]["step"]
-    forecast = d["analysis"]["devices"][0]["forecast"]
-    assert forecast["every"] == 50
-    assert oom_step >= 60, oom_step  # the premise: a lead of 20 steps is possible
-    first = forecast["first_warning_step"]
-    assert first is not None and first <= oom_step - 20, (first, oom_step, forecast["changes"])
-    warned = next(c for c in forecast["changes"] if c["step"] == first)
-    assert "the limit: the cache reserved" in warned["reason"], warned["reason"]
+    return high
+
+
+VARLEN_SEEDS = range(1, 21)  # every seed of the range: no picking
+
+
+def test_issue31_a_variable_shape_trace_at_99_percent_is_warned_well_before(tmp_path):
+    # Issue 31's done-when: `replay --forecast` at 99% of the capacity a variable-shape trace
+    # needs warns well before the OOM at the default period (every 50). Over every seed of
+    # VARLEN_SEEDS: of the seeds whose OOM comes after step 60 (a 20-step lead from the sample
+    # at step 49 is possible from step 69), at least 80% are warned >= 20 steps before it. The
+    # per-seed figures are printed (pytest -s) and recorded in docs/benchmarks.md ("Held-out
+    # test set, third round"); this generator is not the test set.
+    rows, late, in_time = [], 0, 0
+    for seed in VARLEN_SEEDS:
+        trace = tmp_path / f"varlen{seed}.jsonl"
+        write_varlen_trace(trace, seed)
+        d = replay_json(trace, int(0.99 * smallest_fit(trace)), "--forecast")
+        forecast = d["analysis"]["devices"][0]["forecast"]
+        assert forecast["every"] == 50
+        oom_step = d["oom"]["step"] if d["oom"] else None
+        first = forecast["first_warning_step"]
+        warned = oom_step is not None and first is not None and first <= oom_step - 20
+        if oom_step is not None and oom_step > 60:
+            late += 1
+            in_time += warned
+        if warned:
+            reason = next(c for c in forecast["changes"] if c["step"] == first)["reason"]
+            assert "P(OOM within" in reason or "steps to OOM" in reason, reason
+        # The cache's measured overhead and where it comes from (issue 31, third round).
+        overhead = forecast["last"]["risk"]["overhead"]
+        assert overhead["ratio"] >= 1.10 and overhead["ratio"] >= overhead["measured_ratio"] - 1e-9
+        assert overhead["measured_ratio"] == pytest.approx(
+            overhead["reserved_bytes"] / overhead["demand_bytes"], rel=1e-6)
+        assert 0 <= overhead["step"] <= forecast["last"]["step"]
+        rows.append(f"seed {seed}: OOM at {oom_step}, first warning {first}, "
+                    f"lead {None if oom_step is None or first is None else oom_step - first}"
+                    f"{'' if warned else ' (not >= 20)'}")
+    print("\n".join(rows))
+    assert late >= 10, rows  # the premise: most seeds fail late enough for a lead
+    assert in_time >= 0.8 * late, (in_time, late, rows)

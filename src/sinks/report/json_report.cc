@@ -232,9 +232,21 @@ Json OomRiskJson(const analysis::OomRisk& r) {
   j["cost_bytes"] = bytes(r.cost_bytes);
   j["slope_bytes_per_step"] = r.slope_bytes_per_step;
   j["tail_only"] = r.tail_only;
+  j["young_tail"] = r.young_tail;
   j["advice"] = r.advice;
   j["explanation"] = r.explanation;
   j["shape_cap_bytes"] = r.shape_cap_bytes ? Json(*r.shape_cap_bytes) : Json(nullptr);
+  // The cache's measured overhead the limit (and signals 1 and 2) use, and where it comes from.
+  Json overhead(nullptr);
+  if (r.overhead) {
+    overhead = Json::object();
+    overhead["ratio"] = r.overhead->ratio;
+    overhead["measured_ratio"] = r.overhead->measured_ratio;
+    overhead["reserved_bytes"] = bytes(r.overhead->reserved_bytes);
+    overhead["demand_bytes"] = bytes(r.overhead->demand_bytes);
+    overhead["step"] = r.overhead->step;
+  }
+  j["overhead"] = std::move(overhead);
   return j;
 }
 
