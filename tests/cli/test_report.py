@@ -233,7 +233,8 @@ def test_page_interns_frames_and_stacks(tmp_path):
 
 def test_the_page_says_where_the_risk_comes_from(tmp_path):
     # Issue 31 item 5: wherever a risk is shown, one line says where it comes from. The sample
-    # on 600 MiB, forecast at every step, first warns at step 39 (as `replay --forecast` says).
+    # on 600 MiB, forecast at every step: the page carries, for each level change and for the
+    # last sample, P(OOM within 100 steps) and the risk's own line, as `replay --forecast` has them.
     out = tmp_path / "r.html"
     args = (SAMPLE, "--capacity", "600MiB", "--forecast", "--forecast-every", "1")
     r = run("report", *args, "-o", out)
@@ -242,9 +243,15 @@ def test_the_page_says_where_the_risk_comes_from(tmp_path):
     f = data["devices"][0]["forecast"]
     replay = json.loads(run("replay", *args, "--json", "--no-map").stdout)
     want = replay["analysis"]["devices"][0]["forecast"]
-    assert f["first_warning_step"] == want["first_warning_step"] is not None
-    warned = next(c for c in f["changes"] if c["step"] == f["first_warning_step"])
-    assert warned["risk"]["steps"] == 100
-    assert 0 < warned["risk"]["p"] <= 1
-    assert warned["risk"]["from"].startswith("step demand came within one spread"), warned
+    assert [c["step"] for c in f["changes"]] == [c["step"] for c in want["changes"]]
+    for got, w in zip(f["changes"], want["changes"]):
+        if w["risk"] is None:
+            assert got["risk"] is None
+            continue
+        assert got["risk"]["steps"] == 100
+        assert got["risk"]["p"] == next(h["probability"] for h in w["risk"]["horizons"]
+                                        if h["steps"] == 100)
+        assert got["risk"]["from"] == w["risk"]["explanation"]
+    assert f["last"]["step"] == want["last"]["step"]
     assert f["last"]["risk"]["from"] == want["last"]["risk"]["explanation"]
+    assert f["last"]["risk"]["from"].startswith("step demand came within one spread")
