@@ -179,6 +179,31 @@ TEST(TraceHistoryTest, MapStacksRenumbersAndComposes) {
   ExpectSame(h, want);
 }
 
+// Renumbering follows the order in which entries first name each stack.
+TEST(TraceHistoryTest, FirstStacksInOrderOfFirstAppearance) {
+  TraceHistory h;
+  std::uint32_t i = 0;
+  for (const std::int32_t s : {5, -1, 3, 5, 0, 3, 7, -1, 0, 7, 2}) {
+    SnapshotTraceEntry e = Entry(Action::kAlloc, 0, 0, i++);
+    e.stack = s;
+    h.push_back(e);
+  }
+  EXPECT_EQ(h.first_stacks(), (std::vector<std::int32_t>{5, 3, 0, 7, 2}));
+  // An id far beyond the entries is listed each time, after the ones before it.
+  for (int k = 0; k < 2; ++k) {
+    SnapshotTraceEntry e = Entry(Action::kAlloc, 0, 0, i++);
+    e.stack = std::numeric_limits<std::int32_t>::max();
+    h.push_back(e);
+  }
+  SnapshotTraceEntry e = Entry(Action::kAlloc, 0, 0, i++);
+  e.stack = 9;
+  h.push_back(e);
+  const std::vector<std::int32_t>& first = h.first_stacks();
+  ASSERT_GE(first.size(), 7u);
+  EXPECT_EQ(first[5], std::numeric_limits<std::int32_t>::max());
+  EXPECT_EQ(first.back(), 9);
+}
+
 // The point of the encoding: a history like the generator's (addresses among a few hundred
 // segments, sizes of a few kinds, a time a few microseconds on, shared stacks) takes a fraction
 // of the 64-byte record.

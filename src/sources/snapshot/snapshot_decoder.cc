@@ -1009,10 +1009,7 @@ class Decoder final : public PickleListSink {
         visit(&out_.blocks[seg.first_block + b].stack);
     }
     for (const TraceHistory& device : out_.device_traces) {
-      for (const SnapshotTraceEntry& e : device) {
-        std::int32_t stack = e.stack;
-        visit(&stack);
-      }
+      for (std::int32_t stack : device.first_stacks()) visit(&stack);  // the entries' order
     }
     const auto map = std::make_shared<const std::vector<std::int32_t>>(std::move(new_stack));
     for (TraceHistory& device : out_.device_traces) {

@@ -3,13 +3,15 @@
 // what the read keeps). Entries are appended once, in order, then read forwards (iterators) or
 // chunk by chunk in either direction (the walk that rebuilds the start state goes backwards).
 //
-// Encoding: chunks of kChunkEntries entries, each decodable alone (its deltas start from zero).
-// An entry is a flags byte (action in the low 4 bits; stack same as the previous entry's,
-// stream same, index = previous + 1, device_free present) and then varints: addr, size and
-// time_us as zigzag deltas from the previous entry's (wrapping, so any 64-bit value round-trips),
-// then stack (zigzag delta), stream, entry index (zigzag delta) and device_free when the flags
-// do not spare them. SnapshotTraceEntry::block_size is not kept (the reader learns it in its
-// walk and keeps it apart).
+// Encoding: chunks of kChunkEntries entries, each decodable alone (its deltas start from zero)
+// and ending in 8 zero bytes. An entry is a 16-bit header (the action; the byte widths of the
+// fields that follow; whether extra fields follow), then addr, size and time_us as zigzag
+// deltas from the previous entry's (wrapping, so any 64-bit value round-trips) in 1-8 bytes,
+// the stack as a zigzag delta in 0 (same as before), 1, 2 or 4 bytes, and, only when they are
+// not the usual (stream as before, entry index = previous + 1, no device_free), a flags byte
+// and varints for them. Fixed widths decode with one unaligned load and a mask each.
+// SnapshotTraceEntry::block_size is not kept (the reader learns it in its walk and keeps it
+// apart).
 //
 // Thread safety: plain values; const methods may run concurrently.
 #ifndef FRAGSCOPE_SOURCES_SNAPSHOT_TRACE_HISTORY_H_
@@ -47,7 +49,7 @@ struct SnapshotTraceEntry {
 
 class TraceHistory {
  public:
-  static constexpr std::size_t kChunkEntries = 4096;
+  static constexpr std::size_t kChunkEntries = 1024;
 
   /// Appends `e` (its block_size is not kept). REQUIRES: e.action < 16.
   void push_back(const SnapshotTraceEntry& e);
@@ -62,6 +64,11 @@ class TraceHistory {
   void DecodeChunk(std::size_t c, std::vector<SnapshotTraceEntry>* out) const;
   /// Entry i: decodes its chunk up to it (O(kChunkEntries)); iterate for more than a few.
   SnapshotTraceEntry operator[](std::size_t i) const;
+
+  /// The stacks the entries name (>= 0), in the order each first appears, as appended (before
+  /// any MapStacks); one may recur later in the list (ids far beyond the number of entries are
+  /// not looked up). What renumbering in the order entries meet stacks needs, without a pass.
+  const std::vector<std::int32_t>& first_stacks() const { return first_stacks_; }
 
   /// Renumbers stacks: an entry's stack s >= 0 reads as map[s] from now on (-1 stays -1).
   /// REQUIRES: map covers every stack the entries name; nothing is appended afterwards.
@@ -98,6 +105,7 @@ class TraceHistory {
     std::int32_t stack = 0;
     std::uint32_t entry = 0;
   };
+  void NoteStack(std::int32_t stack);
   // Decodes up to `count` entries of chunk c into `out` (nullptr: skip), returns the last.
   SnapshotTraceEntry Decode(std::size_t c, std::size_t count, SnapshotTraceEntry* out) const;
 
@@ -106,6 +114,8 @@ class TraceHistory {
   std::uint64_t sealed_bytes_ = 0;  // capacity of all chunks but the last
   State state_;                     // the encoder's, after the last entry
   std::shared_ptr<const std::vector<std::int32_t>> stack_map_;
+  std::vector<std::int32_t> first_stacks_;
+  std::vector<bool> stack_seen_;  // of ids below a bound that grows with size_
 };
 
 }  // namespace fragscope::sources
