@@ -148,6 +148,14 @@ TEST(TraceHistoryTest, RandomHistoriesAcrossChunkBoundaries) {
   }
 }
 
+// A short history holds little: a file of many short device lists does not cost a chunk's
+// worth of bytes per list.
+TEST(TraceHistoryTest, ShortHistoryIsSmall) {
+  TraceHistory h;
+  h.push_back(Entry(Action::kAlloc, 0x7f0000000000, 512, 0));
+  EXPECT_LT(h.bytes(), 256u);
+}
+
 TEST(TraceHistoryTest, IgnoresBlockSize) {
   SnapshotTraceEntry e = Entry(Action::kAlloc, 4096, 100, 0);
   e.block_size = 512;

@@ -87,7 +87,6 @@ void TraceHistory::push_back(const SnapshotTraceEntry& e) {
       sealed_bytes_ += chunks_.back().capacity();
     }
     chunks_.emplace_back();
-    chunks_.back().reserve(kChunkEntries * 12);
     chunks_.back().resize(kHistoryPadding);
     state_ = State();
   }
