@@ -96,7 +96,7 @@ TEST(TraceHistoryTest, ExtremeValuesRoundTrip) {
   for (const std::int32_t s : {-1, std::numeric_limits<std::int32_t>::max(), 0, -1, 5}) {
     SnapshotTraceEntry e = Entry(Action::kOom, 0, 1 << 20, want.back().entry + 1);
     e.stack = s;
-    e.device_free = s == 0 ? 0 : kMax - static_cast<std::uint64_t>(s + 1);
+    e.device_free = s == 0 ? 0 : kMax - static_cast<std::uint64_t>(s) - 1;
     want.push_back(e);
   }
   // Entry indexes that jump (annotate entries skipped), stay, and reach 2^32 - 1.

@@ -102,7 +102,7 @@ struct Snapshot {
   std::vector<SnapshotSegment> segments;  // in file order
   std::vector<SnapshotBlock> blocks;      // of all segments, each segment's in address order
   /// Index = device ordinal. Devices listed in the file with no entries have empty histories.
-  /// Each is kept compact (about 10-16 bytes an entry, sources/snapshot/trace_history.h).
+  /// Each is kept compact (about 10 bytes an entry, sources/snapshot/trace_history.h).
   std::vector<TraceHistory> device_traces;
   std::vector<SnapshotFrame> frames;
   std::vector<std::vector<std::uint32_t>> stacks;  // frame indexes, innermost first
