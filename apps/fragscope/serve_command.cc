@@ -131,7 +131,9 @@ its default and its flag: docs/exporter.md, "Limits and safety".
 The same HTTP API is also served on a Unix socket, --api-socket (default: next to --socket,
 agent.sock -> agent.api.sock; none: no socket), for `fragscope top --socket`: only the users
 its file mode admits (--api-socket-mode, default 0660) can connect, whereas any local user can
-reach the TCP port. Same limits as the port, with connection slots of its own.
+reach the TCP port. Same limits as the port, with connection slots of its own. So --listen
+none is enough with an API socket (Prometheus scrapes it, or a local exporter relays it);
+with neither that nor --textfile-dir the metrics would go nowhere, which is refused.
 
 Stop with SIGINT or SIGTERM: the socket files are removed. Logs go to stderr, timestamped.
 
@@ -139,6 +141,7 @@ Examples:
   fragscope serve                                   # /run/fragscope/agent.sock, 127.0.0.1:9464
   fragscope serve --socket /tmp/fs.sock --listen 127.0.0.1:9500
   fragscope serve --listen none --textfile-dir /var/lib/node_exporter/textfile_collector
+  fragscope serve --listen none --api-socket /run/fragscope/api.sock   # no TCP port at all
   fragscope serve --listen 0.0.0.0:9464             # all interfaces: only when asked
   curl -s http://127.0.0.1:9464/metrics | grep fragscope_process_largest_free_block_bytes
 
@@ -376,9 +379,6 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     return BadInput(fmt::format(
         "--listen {}: expected HOST:PORT (127.0.0.1:9464, [::1]:9464) or none", flags.listen));
   }
-  if (!http && flags.textfile_dir.empty()) {
-    return BadInput("--listen none needs --textfile-dir: the metrics would go nowhere");
-  }
   if (!flags.textfile_dir.empty()) {
     struct stat st = {};
     if (stat(flags.textfile_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -407,6 +407,17 @@ int RunServe(const ServeFlags& flags, const ServeHooks& given_hooks) {
     *out = static_cast<mode_t>(m);
   }
   const std::string api_socket = ApiSocketPath(flags);
+  // Three sinks serve the metrics: the port, the API socket (its /metrics too) and the
+  // textfile. Any one is enough.
+  if (!http && api_socket.empty() && flags.textfile_dir.empty()) {
+    return BadInput(fmt::format(
+        "--listen none with no API socket ({}) and no --textfile-dir: the metrics would go "
+        "nowhere; give --listen HOST:PORT, --api-socket PATH or --textfile-dir DIR",
+        flags.api_socket == "none"
+            ? "--api-socket none"
+            : fmt::format("--api-socket auto: the path next to --socket would be over {} bytes",
+                          MaxUnixSocketPath())));
+  }
   if (!api_socket.empty() && api_socket == flags.socket) {
     return BadInput(
         fmt::format("--api-socket {}: the agent socket (--socket) is there; give the "

@@ -91,8 +91,11 @@ void ProcessForecasts::Prepare(agent::AgentSample& sample) {
   sample.forecast_level = v.point.level;
   if (v.point.steps_to_oom) sample.steps_to_oom = static_cast<std::int64_t>(*v.point.steps_to_oom);
   if (v.point.risk) {
-    for (const auto& h : v.point.risk->horizons)
-      sample.oom_risk.emplace_back(h.steps, h.probability);
+    const analysis::OomRisk& r = *v.point.risk;
+    for (const auto& h : r.horizons) sample.oom_risk.emplace_back(h.steps, h.probability);
+    sample.oom_risk_explanation = r.explanation;
+    sample.oom_risk_limit_bytes = (r.limit_low_bytes + r.limit_high_bytes) / 2;
+    sample.oom_risk_largest_step_bytes = r.largest_demand_bytes;
   }
   const bool alarm = v.point.level >= RiskLevel::kWarning;
   if (log_ && alarm != (v.previous >= RiskLevel::kWarning)) {

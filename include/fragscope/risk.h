@@ -5,10 +5,15 @@
 #ifndef FRAGSCOPE_RISK_H_
 #define FRAGSCOPE_RISK_H_
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
 namespace fragscope {
+
+/// The horizon of the OOM risk that the live views, /api/v1/processes and the daemon's alert
+/// rules quote: P(an OOM within this many steps).
+inline constexpr std::uint64_t kHeadlineRiskHorizonSteps = 100;
 
 /// Ordered: a larger value is a worse level. kUnknown: no forecast available (yet).
 enum class RiskLevel { kUnknown = 0, kOk = 1, kWatch = 2, kWarning = 3, kCritical = 4 };

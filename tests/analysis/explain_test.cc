@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -354,6 +355,14 @@ TEST(ExplainTest, TriedNoteForSmallAndMidSizes) {
 }
 
 // The trace of tests/data/explain/fragmented_oom.jsonl (README there), built in memory.
+// Replay options for a device of `capacity` bytes, on one thread.
+VerifyOptions OnDevice(std::uint64_t capacity) {
+  VerifyOptions options;
+  options.capacity_bytes = capacity;
+  options.threads = 1;
+  return options;
+}
+
 std::vector<Event> FragmentedTrace() {
   std::vector<Event> events;
   auto alloc = [&](std::uint64_t id, std::uint64_t size) {
@@ -383,9 +392,7 @@ std::vector<Event> FragmentedTrace() {
 TEST(VerifyRemediesTest, ReranksByTheReplay) {
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
   ASSERT_EQ(e.verdict, OomVerdict::kFragmentation);
-  VerifyOptions options;
-  options.capacity_bytes = 160 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(160 * MiB);
   Result<Verification> v = VerifyRemedies(FragmentedTrace(), options, &e);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->reproduced);
@@ -420,9 +427,7 @@ TEST(VerifyRemediesTest, ASettingThatFailsEarlierThanTodaysIsWorseAndLast) {
   }
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
   ASSERT_NE(Find(e, "garbage_collection_threshold"), nullptr);
-  VerifyOptions options;
-  options.capacity_bytes = 200 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(200 * MiB);
   Result<Verification> v = VerifyRemedies(events, options, &e);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   ASSERT_TRUE(v->current.oom);
@@ -443,6 +448,41 @@ TEST(VerifyRemediesTest, ASettingThatFailsEarlierThanTodaysIsWorseAndLast) {
   EXPECT_EQ(fits.remedies.back().id, "garbage_collection_threshold");
 }
 
+// When expandable segments replay worse than the job's own settings, the remedy's why, which
+// promises reuse of freed memory, says what works against it: only whole pages go back.
+TEST(VerifyRemediesTest, ExpandableSegmentsWorseThanTodaysSayWhy) {
+  // 60 MiB device, three 15 MiB tensors, the middle one freed, then 20 MiB. Defaults: three
+  // 16 MiB segments; the retry cudaFrees the freed one and 20 MiB fits. Expandable: the freed
+  // [15,30) MiB straddles the first two 20 MiB pages and holds neither, so nothing can be
+  // unmapped, and the 15 MiB free tail would need a fourth page.
+  const std::tuple<Action, std::uint64_t, std::uint64_t> steps[] = {
+      {Action::kAlloc, 1, 15 * MiB},  {Action::kAlloc, 2, 15 * MiB}, {Action::kAlloc, 3, 15 * MiB},
+      {Action::kFreeRequested, 2, 0}, {Action::kAlloc, 4, 20 * MiB},
+  };
+  std::vector<Event> events;
+  for (const auto& [action, id, size] : steps) {
+    events.emplace_back();
+    events.back().action = action;
+    events.back().addr = id;
+    events.back().size = size;
+  }
+  OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  VerifyOptions options = OnDevice(60 * MiB);
+  Result<Verification> v = VerifyRemedies(events, options, &e);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_FALSE(v->current.oom);
+  const Remedy* expandable = Find(e, "expandable_segments");
+  ASSERT_TRUE(expandable && expandable->check);
+  EXPECT_TRUE(expandable->check->worse);
+  EXPECT_NE(expandable->why.find("only in whole pages (20 MiB"), std::string::npos)
+      << expandable->why;
+  // A remedy that is not worse keeps its why as it was.
+  OomExplanation frag = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 60 * MiB, 60 * MiB));
+  options.capacity_bytes = 160 * MiB;
+  ASSERT_TRUE(VerifyRemedies(FragmentedTrace(), options, &frag).ok());
+  EXPECT_EQ(Find(frag, "expandable_segments")->why.find("whole pages"), std::string::npos);
+}
+
 // `explain --trace` and `tune` share one search: a setting of tune's grid that fits is offered
 // when no proposed setting does.
 TEST(VerifyRemediesTest, TheSearchsBestSettingJoinsWhenNoRemedyFits) {
@@ -451,9 +491,7 @@ TEST(VerifyRemediesTest, TheSearchsBestSettingJoinsWhenNoRemedyFits) {
   OomExplanation e = ExplainOom(Newer(80 * MiB, 160 * MiB, 40 * MiB, 117 * MiB, 3 * MiB));
   ASSERT_EQ(e.verdict, OomVerdict::kShortage);
   for (const Remedy& r : e.remedies) ASSERT_TRUE(r.alloc_conf.empty()) << r.id;
-  VerifyOptions options;
-  options.capacity_bytes = 160 * MiB;
-  options.threads = 1;
+  VerifyOptions options = OnDevice(160 * MiB);
   OomExplanation without = e;
   ASSERT_TRUE(VerifyRemedies(FragmentedTrace(), options, &without).ok());
   EXPECT_EQ(Find(without, "searched_setting"), nullptr);

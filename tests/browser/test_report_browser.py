@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -204,6 +205,18 @@ def test_forecast_band_is_drawn(browser, tmp_path):
     for level in set(levels):
         assert count_near(frag, half[level], 12) > 50, f"no {level} band"
     (SHOTS / "forecast.png").write_bytes(b.screenshot())
+
+
+def test_the_risk_says_where_it_comes_from(browser, tmp_path):
+    # Issue 31 item 5: one line under the charts; on 600 MiB at every step the sample is warned
+    # at step 39 (tests/cli/test_report.py checks the figures against `replay --forecast`).
+    html = tmp_path / "risk.html"
+    assert run("report", SAMPLE, "--capacity", "600MiB", "--no-verify", "--forecast",
+               "--forecast-every", "1", "-o", html).returncode == 0
+    load(browser, html)
+    said = browser.evaluate("document.getElementById('risk-from')?.textContent || ''")
+    assert re.match(r"OOM risk at step \d+: P\(OOM within 100 steps\) = [\d.]+%; from: step demand",
+                    said), said
 
 
 def test_a_snapshot_without_events_still_loads(browser, tmp_path):

@@ -229,3 +229,22 @@ def test_page_interns_frames_and_stacks(tmp_path):
                         assert blocks[k + 4] < n
     assert used - {-1} == set(range(len(stacks))), "a stack no allocation uses"
     assert len({tuple(s) for s in stacks}) == len(stacks), "a stack is written twice"
+
+
+def test_the_page_says_where_the_risk_comes_from(tmp_path):
+    # Issue 31 item 5: wherever a risk is shown, one line says where it comes from. The sample
+    # on 600 MiB, forecast at every step, first warns at step 39 (as `replay --forecast` says).
+    out = tmp_path / "r.html"
+    args = (SAMPLE, "--capacity", "600MiB", "--forecast", "--forecast-every", "1")
+    r = run("report", *args, "-o", out)
+    assert r.returncode == 0, r.stderr
+    _, data = page_data(out)
+    f = data["devices"][0]["forecast"]
+    replay = json.loads(run("replay", *args, "--json", "--no-map").stdout)
+    want = replay["analysis"]["devices"][0]["forecast"]
+    assert f["first_warning_step"] == want["first_warning_step"] is not None
+    warned = next(c for c in f["changes"] if c["step"] == f["first_warning_step"])
+    assert warned["risk"]["steps"] == 100
+    assert 0 < warned["risk"]["p"] <= 1
+    assert warned["risk"]["from"].startswith("step demand came within one spread"), warned
+    assert f["last"]["risk"]["from"] == want["last"]["risk"]["explanation"]

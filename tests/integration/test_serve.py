@@ -214,6 +214,15 @@ def test_daemon_forecasts_for_agents_that_send_none(workdir):
             assert all(r is not None and 0.0 <= r <= 1.0 for r in risk), risk
             assert risk[0] <= risk[1] <= risk[2], risk
             assert risk[2] > 0.1, risk
+            # Where it comes from (issue 31 item 5): the limit it takes and the largest step,
+            # the peak allocated (6 GiB + 8 MiB a step) plus the cache's cost, below the device.
+            limit = value(m, "fragscope_process_oom_risk_limit_bytes", pid=str(ME))
+            largest = value(m, "fragscope_process_oom_risk_largest_step_bytes", pid=str(ME))
+            assert limit is not None and largest is not None, m
+            assert (6 << 30) <= largest <= limit <= (10 << 30), (largest, limit)
+            # ... and the API's rows say it in words.
+            rows = json.loads(d.get("/api/v1/processes")[2])["processes"]
+            assert "P(a new largest step within 100 steps)" in rows[0]["oom_risk_explanation"], rows
     finally:
         assert d.stop() == 0
     log = d.read_log()
@@ -446,8 +455,10 @@ def test_refuses_to_clobber_and_to_share_a_socket(workdir, daemon):
     assert out.returncode == 1 and "cannot listen on 127.0.0.1:" in out.stderr, out.stderr
     assert not os.path.exists(other)
     # Bad usage.
-    for bad in (["--listen", "9464"], ["--listen", "none"], ["--socket-mode", "999"],
-                ["--max-message-bytes", "1"]):
+    # --listen none alone has the API socket (auto) as its sink: not bad usage (tests/cli/
+    # test_serve_sinks.py); with --api-socket none and no --textfile-dir it is.
+    for bad in (["--listen", "9464"], ["--listen", "none", "--api-socket", "none"],
+                ["--socket-mode", "999"], ["--max-message-bytes", "1"]):
         out = subprocess.run([BIN, "serve", "--socket", os.path.join(workdir, "x.sock"), *bad],
                              capture_output=True, text=True, timeout=10)
         assert out.returncode == 2, (bad, out.stderr)
@@ -724,6 +735,8 @@ EXPORTER_DOC = os.path.join(SOURCE_DIR, "docs", "exporter.md")
 CONDITIONAL = {
     # The daemon's risk needs 120 steps of samples: test_daemon_forecasts_for_agents_that_send_none.
     "fragscope_process_oom_risk": "after 120 steps",
+    "fragscope_process_oom_risk_limit_bytes": "with the risk",
+    "fragscope_process_oom_risk_largest_step_bytes": "with the risk",
 }
 
 

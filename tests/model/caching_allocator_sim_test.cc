@@ -1060,6 +1060,47 @@ TEST_F(CachingAllocatorSimTest, Spec6_4_PartialPagesStayMappedAsFreeBlocks) {
   EXPECT_EQ(Stat("reserved_bytes.all.current"), static_cast<std::int64_t>(40 * MiB));
 }
 
+// Why expandable segments can run out of memory sooner than the defaults (the bundled
+// gpt_tiny sample on 520 MiB: step 5 instead of step 18, docs/simulator.md "Expandable
+// segments"). The large pool maps 20 MiB pages, and the OOM retry gives back only pages lying
+// wholly inside a free block. A freed tensor that straddles a page boundary, between live
+// tensors, stays mapped in pieces. The defaults' cudaMalloc'd segment of the same tensor is
+// rounded to 2 MiB and goes back whole once it is free.
+TEST_F(CachingAllocatorSimTest, Spec6_4_FreedPiecesWithoutAWholePageStayMappedSoTheRetryFails) {
+  const std::uint64_t cap = 60 * MiB;
+  Make("expandable_segments:True", kNewest, cap);
+  const std::uint64_t L = kResBase;
+  EXPECT_EQ(Alloc(15 * MiB), L);  // maps page 0: [0,15) + free [15,20)
+  const std::uint64_t b = Alloc(15 * MiB);
+  EXPECT_EQ(b, L + 15 * MiB);                // the free [15,20) grows in place by page 1: [15,30)
+  EXPECT_EQ(Alloc(15 * MiB), L + 30 * MiB);  // grows by page 2: [30,45) + free [45,60)
+  EXPECT_EQ(Stat("reserved_bytes.all.current"), static_cast<std::int64_t>(cap));
+  Free(b);  // [15,30) free: it crosses the page 0/1 boundary and holds no whole page
+  Take();
+  // 20 MiB: no free block is large enough; growing the free tail [45,60) needs page 3 and the
+  // driver has nothing left; the retry's release finds no whole free page. 30 MiB is free, in
+  // two 15 MiB pieces.
+  const Status st = TryAlloc(20 * MiB);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ(Actions(Take()), (std::vector<Action>{A::kOom}));
+  EXPECT_NE(st.message().find("of which 0 bytes is free. Of the allocated memory 30.00 MiB is "
+                              "allocated by PyTorch, and 30.00 MiB is reserved by PyTorch but "
+                              "unallocated."),
+            std::string::npos)
+      << st.message();
+
+  // The same requests under the defaults: three 16 MiB segments; the retry cudaFrees the
+  // freed one whole, and 12 + 16 MiB free holds the new 20 MiB segment.
+  Make("", kNewest, cap);
+  Alloc(15 * MiB);
+  const std::uint64_t d = Alloc(15 * MiB);
+  Alloc(15 * MiB);
+  Free(d);
+  Alloc(20 * MiB);
+  EXPECT_EQ(Stat("num_alloc_retries"), 1);
+  EXPECT_EQ(Stat("reserved_bytes.all.current"), static_cast<std::int64_t>(52 * MiB));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §7 Memory fraction
 

@@ -1,5 +1,7 @@
 #include "sinks/alerts/alert_engine.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -94,6 +96,45 @@ command = ["/bin/true"]
   ASSERT_EQ(n.size(), 1u);
   EXPECT_EQ(n[0].state, AlertState::kResolved);
   EXPECT_EQ(*n[0].value, 2);
+}
+
+// A rule on the daemon's risk, and the notification says where the risk comes from
+// (issue 31 item 5); a series without a risk has no oom_risk value and no "why".
+TEST(AlertEngineTest, OomRiskRuleCarriesWhereTheRiskComesFrom) {
+  AlertConfig config = Config(R"(
+[[rules]]
+name = "OomRisk"
+metric = "oom_risk"
+op = ">="
+value = 0.1
+severity = "warning"
+[[rules]]
+name = "Level"
+metric = "forecast_level"
+op = ">="
+value = "warning"
+severity = "warning"
+)");
+  AlertEngine engine(config.rules, "node-7");
+  agent::AgentSample risky = Sample(1, RiskLevel::kWarning);
+  risky.oom_risk = {{50, 0.05}, {100, 0.23}, {500, 0.7}};
+  risky.oom_risk_explanation = "step demand came within one spread of the limit 3 times";
+  const agent::AgentSample own = Sample(2, RiskLevel::kWarning);  // the agent's own forecast
+  const auto n = engine.Evaluate(T(0), {risky, own}, Gpus(10ull << 30));
+  ASSERT_EQ(n.size(), 3u);  // OomRisk for pid 1; Level for pids 1 and 2
+  EXPECT_EQ(n[0].rule, "OomRisk");
+  EXPECT_EQ(n[0].series.at("pid"), "1");
+  EXPECT_DOUBLE_EQ(*n[0].value, 0.23);  // the 100-step horizon
+  const std::string why =
+      "P(OOM within 100 steps) = 23%: step demand came within one spread of the limit 3 times";
+  EXPECT_EQ(n[0].why, why);
+  EXPECT_EQ(n[1].why, why);  // any rule on the series carries it
+  EXPECT_EQ(n[2].series.at("pid"), "2");
+  EXPECT_EQ(n[2].why, "");
+  EXPECT_EQ(nlohmann::json::parse(NotificationJson(n[0]))["why"], why);
+  EXPECT_FALSE(nlohmann::json::parse(NotificationJson(n[2])).contains("why"));
+  const std::vector<std::string> env = NotificationEnvironment(n[0]);
+  EXPECT_NE(std::find(env.begin(), env.end(), "FRAGSCOPE_ALERT_WHY=" + why), env.end());
 }
 
 TEST(AlertEngineTest, GpuMemoryRuleUsesNvmlSeries) {

@@ -33,6 +33,7 @@ agent::AgentView View(std::uint32_t pid, const std::string& uuid) {
   s.forecast_level = RiskLevel::kWarning;
   s.steps_to_oom = 37;
   s.oom_risk = {{50, 0.2}, {100, 0.45}, {500, 0.9}};
+  s.oom_risk_explanation = "step demand came within one spread of the limit 3 times";
   v.entry.received_unix_ms = 1700000000123;
   v.recent = {{418, 80ull << 30, 58ull << 30}, {420, 80ull << 30, 60ull << 30}};
   return v;
@@ -46,6 +47,7 @@ TEST(ProcessApiTest, RowsCarryWhatTheSampleAndTheForecastSay) {
   EXPECT_EQ(r.host, "node-7");
   EXPECT_EQ(r.rank, 3);
   EXPECT_EQ(r.oom_risk, 0.45);  // the 100-step horizon
+  EXPECT_EQ(r.oom_risk_explanation, "step demand came within one spread of the limit 3 times");
   EXPECT_EQ(r.largest_request_bytes, 3ull << 20);
   ASSERT_EQ(r.history.size(), 2u);
   EXPECT_EQ(r.history[1].allocated_bytes, 60ull << 30);
@@ -84,6 +86,7 @@ TEST(ProcessApiTest, TheListAndTheMapReadBackAsWritten) {
   EXPECT_EQ(j["processes"][0]["oom_risk_horizon_steps"], 100);
   EXPECT_TRUE(j["processes"][1]["rank"].is_null());
   EXPECT_TRUE(j["processes"][1]["oom_risk"].is_null());
+  EXPECT_EQ(j["processes"][1]["oom_risk_explanation"], "");  // no risk, nothing to explain
   EXPECT_FALSE(j["processes"][0].contains("free_blocks"));
 
   Result<ProcessList> back = ParseProcessesJson(text);
@@ -101,6 +104,7 @@ TEST(ProcessApiTest, TheListAndTheMapReadBackAsWritten) {
   EXPECT_EQ(a.fragmentation_ratio, 0.25);
   EXPECT_EQ(a.largest_free_block_bytes, want.largest_free_block_bytes);
   EXPECT_EQ(a.oom_risk, 0.45);
+  EXPECT_EQ(a.oom_risk_explanation, want.oom_risk_explanation);
   EXPECT_EQ(a.level, RiskLevel::kWarning);
   EXPECT_EQ(a.steps_to_oom, 37);
   EXPECT_TRUE(a.connected);

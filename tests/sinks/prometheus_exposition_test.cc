@@ -302,5 +302,24 @@ TEST(ExpositionTest, OomRiskIsAGaugePerHorizon) {
   EXPECT_EQ(text.find(R"(pid="5",horizon_steps)"), std::string::npos);  // no risk: no series
 }
 
+// Where the risk comes from (issue 31 item 5): the limit it takes and the largest step seen,
+// per process, so a dashboard or an alert can show how close the job came.
+TEST(ExpositionTest, TheRisksLimitAndLargestStepAreGauges) {
+  NodeState state = TestState();
+  state.agents[0].sample.oom_risk = {{100, 0.125}};
+  state.agents[0].sample.oom_risk_limit_bytes = 3.5e9;
+  state.agents[0].sample.oom_risk_largest_step_bytes = 2.75e9;
+  const std::string text = RenderExposition(state);
+  EXPECT_TRUE(Has(text, "# TYPE fragscope_process_oom_risk_limit_bytes gauge")) << text;
+  const std::size_t at = text.find("fragscope_process_oom_risk_limit_bytes{");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string line = text.substr(at, text.find('\n', at) - at);
+  EXPECT_NE(line.find("} 3500000000"), std::string::npos) << line;
+  EXPECT_NE(text.find("} 2750000000"), std::string::npos) << text;
+  // One series each: the process without a risk has none.
+  EXPECT_EQ(text.find("fragscope_process_oom_risk_largest_step_bytes{"),
+            text.rfind("fragscope_process_oom_risk_largest_step_bytes{"));
+}
+
 }  // namespace
 }  // namespace fragscope::sinks::prometheus

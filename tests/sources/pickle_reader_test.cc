@@ -664,6 +664,35 @@ TEST(PickleReaderTest, Issue24MemoryBudgetStopsManySmallObjects) {
   EXPECT_TRUE(ReadPickleBytes(bytes, limits).ok());
 }
 
+// Issue 34: the run of BINGET / LONG_BINGET the machine pushes in a tight loop crosses the
+// stack's growth and stops at max_stack with the offset of the opcode that overflowed it.
+// (Guards the loop's rewrite; main's reader passes it too.)
+TEST(PickleReaderTest, Issue34MemoRunsGrowTheStackAndStopAtItsLimit) {
+  P p;
+  p.proto(4).sbu("x").memoize().op(']').op('(');
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 3 == 2) {
+      p.op('j').le(0, 4);  // LONG_BINGET 0
+    } else {
+      p.binget(0);
+    }
+  }
+  const std::string bytes = p.op('e').stop().done();
+  Document doc = LoadOrDie(bytes);
+  ASSERT_EQ(doc.Items(doc.root()).size(), 1000u);
+  for (const Value v : doc.Items(doc.root())) ASSERT_EQ(doc.AsString(v), "x");
+
+  // x and the list stand below the MARK: the 299th reference is the 301st value.
+  PickleLimits limits;
+  limits.max_stack = 300;
+  const Status s = LoadError(bytes, limits);
+  EXPECT_EQ(s.code(), StatusCode::kLimitExceeded);
+  std::size_t at = 2 + 3 + 1 + 1 + 1;  // PROTO, SHORT_BINUNICODE x, MEMOIZE, EMPTY_LIST, MARK
+  for (int i = 0; i < 298; ++i) at += i % 3 == 2 ? 5 : 2;
+  EXPECT_EQ(s.message().rfind("byte " + std::to_string(at) + ": ", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("max_stack"), std::string::npos) << s.message();
+}
+
 // Issue 24 item 1: the defaults docs/user-guide.md ("Input budgets") lists.
 TEST(PickleReaderTest, Issue24DerivedBudgets) {
   ASSERT_EQ(ProcessBudget().max_memory_bytes, 0u);  // no flag in this process

@@ -48,6 +48,9 @@ const std::vector<AlertMetricInfo>& AlertMetrics() {
       {"forecast_level", K::kLevel, false,
        "the forecast (the agent's, else the daemon's): ok, watch, warning, critical"},
       {"steps_to_oom", K::kCount, false, "forecast steps until an OOM (absent when unknown)"},
+      {"oom_risk", K::kRatio, false,
+       "the daemon's P(an OOM within 100 steps), 0..1 (absent when the agent sends its own "
+       "forecast, or until known)"},
       {"fragmentation_ratio", K::kRatio, false, "(reserved - allocated) / reserved"},
       {"largest_free_block", K::kBytes, false, "largest free block in the cache"},
       {"max_allocatable", K::kBytes, false, "largest single request that would succeed"},

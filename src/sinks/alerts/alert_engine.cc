@@ -40,6 +40,20 @@ const gpu::GpuInfo* FindGpu(const gpu::NodeGpuInfo& gpus, const std::string& uui
   return nullptr;
 }
 
+std::optional<double> RiskWithin(const agent::AgentSample& s, std::uint64_t horizon) {
+  for (const auto& [steps, p] : s.oom_risk) {
+    if (steps == horizon) return p;
+  }
+  return std::nullopt;
+}
+
+std::string RiskWhy(const agent::AgentSample& s) {
+  const std::optional<double> p = RiskWithin(s, kHeadlineRiskHorizonSteps);
+  if (!p || s.oom_risk_explanation.empty()) return {};
+  return fmt::format("P(OOM within {} steps) = {:.0f}%: {}", kHeadlineRiskHorizonSteps, 100 * *p,
+                     s.oom_risk_explanation);
+}
+
 }  // namespace
 
 AlertObservation ObserveSample(const agent::AgentSample& s, const gpu::NodeGpuInfo& gpus) {
@@ -77,6 +91,7 @@ AlertObservation ObserveSample(const agent::AgentSample& s, const gpu::NodeGpuIn
   set("forecast_level", static_cast<double>(s.forecast_level));
   if (s.step >= 0) set("step", static_cast<double>(s.step));
   if (s.steps_to_oom) set("steps_to_oom", static_cast<double>(*s.steps_to_oom));
+  if (const std::optional<double> p = RiskWithin(s, kHeadlineRiskHorizonSteps)) set("oom_risk", *p);
   return o;
 }
 
@@ -106,8 +121,13 @@ std::vector<AlertNotification> AlertEngine::Evaluate(analysis::AlertTime now,
                                                      const gpu::NodeGpuInfo& gpus) {
   std::vector<AlertObservation> observations;
   observations.reserve(latest.size() + gpus.gpus.size());
-  for (const agent::AgentSample& sample : latest)
+  std::map<std::map<std::string, std::string>, std::string> why;  // by the series' labels
+  for (const agent::AgentSample& sample : latest) {
     observations.push_back(ObserveSample(sample, gpus));
+    if (std::string w = RiskWhy(sample); !w.empty()) {
+      why.emplace(observations.back().labels, std::move(w));
+    }
+  }
   for (const gpu::GpuInfo& g : gpus.gpus) {
     if (std::optional<AlertObservation> o = ObserveGpu(g)) observations.push_back(std::move(*o));
   }
@@ -125,6 +145,7 @@ std::vector<AlertNotification> AlertEngine::Evaluate(analysis::AlertTime now,
     if (rule.increase_window) n.increase_over = FormatAlertDuration(*rule.increase_window);
     n.value = t.value;
     n.for_duration = FormatAlertDuration(rule.for_duration);
+    if (const auto w = why.find(t.series); w != why.end()) n.why = w->second;
     n.labels = std::move(t.labels);
     n.series = std::move(t.series);
     if (!hostname_.empty()) n.labels["Hostname"] = hostname_;
@@ -156,6 +177,7 @@ std::string NotificationJson(const AlertNotification& n) {
   j["labels"] = n.labels;
   j["series"] = n.series;
   j["hostname"] = n.hostname;
+  if (!n.why.empty()) j["why"] = n.why;
   j["active_since"] = Rfc3339(n.active_since);
   j["at"] = Rfc3339(n.at);
   // Replace, don't throw, on invalid UTF-8 in a label an agent sent.
@@ -186,6 +208,7 @@ std::vector<std::string> NotificationEnvironment(const AlertNotification& n) {
       "FRAGSCOPE_ALERT_HOSTNAME=" + n.hostname,
       "FRAGSCOPE_ALERT_ACTIVE_SINCE=" + Rfc3339(n.active_since),
       "FRAGSCOPE_ALERT_AT=" + Rfc3339(n.at),
+      "FRAGSCOPE_ALERT_WHY=" + n.why,
   };
   // Rule labels as FRAGSCOPE_ALERT_LABEL_<NAME>: upper case, anything but [A-Z0-9_] -> '_'.
   for (const auto& [key, value] : n.labels) {

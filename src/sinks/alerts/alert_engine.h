@@ -41,6 +41,9 @@ struct AlertNotification {
   std::vector<std::string> hooks;  // where to deliver
   bool send_resolved = true;
   std::string hostname;  // the node's name, when the engine was given one
+  /// Where the process series' OOM risk comes from, when the daemon computed one for its
+  /// latest sample (issue 31 item 5): "P(OOM within 100 steps) = 23%: <the risk's one line>".
+  std::string why;
 };
 
 /// The notification as JSON (docs/alerts.md, "What a hook receives").

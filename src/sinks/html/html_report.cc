@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/units.h"
+#include "fragscope/risk.h"
 #include "model/caching_allocator_sim.h"
 #include "sinks/html/packed_ints.h"
 #include "sinks/html/report_assets.h"
@@ -217,16 +218,28 @@ json ExplanationJson(const analysis::OomExplanation& e) {
           {"remedies", std::move(remedies)}};
 }
 
+// The risk of a verdict as the page shows it: P(OOM within the headline horizon) and where it
+// comes from (issue 31 item 5); null without a risk.
+json HtmlRiskJson(const analysis::ForecastPoint& p) {
+  if (!p.risk) return nullptr;
+  const std::optional<double> at = p.risk->At(kHeadlineRiskHorizonSteps);
+  if (!at) return nullptr;
+  return {{"steps", kHeadlineRiskHorizonSteps}, {"p", *at}, {"from", p.risk->explanation}};
+}
+
 json HtmlForecastJson(const analysis::DeviceForecast& f) {
   json changes = json::array();
   for (const analysis::ForecastPoint& p : f.changes) {
     changes.push_back({{"step", p.step},
                        {"level", RiskLevelName(p.level)},
                        {"steps_to_oom", p.steps_to_oom ? json(*p.steps_to_oom) : json(nullptr)},
-                       {"reason", p.reason}});
+                       {"reason", p.reason},
+                       {"risk", HtmlRiskJson(p)}});
   }
   return {{"unit", f.unit},
           {"changes", std::move(changes)},
+          {"last", f.enough_data ? json{{"step", f.last.step}, {"risk", HtmlRiskJson(f.last)}}
+                                 : json(nullptr)},
           {"worst", RiskLevelName(f.worst)},
           {"first_warning_step", f.first_warning_step ? json(*f.first_warning_step) : json()},
           {"first_critical_step", f.first_critical_step ? json(*f.first_critical_step) : json()},

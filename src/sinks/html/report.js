@@ -967,6 +967,12 @@
       const f = dev.forecast;
       app.append(el('div', { class: 'hint' }, `Forecast: worst level ${f.worst}` + (f.first_warning_step != null ? `, first warning at ${f.unit} ${f.first_warning_step}` : '') +
         (f.first_critical_step != null ? `, first critical at ${f.unit} ${f.first_critical_step}` : '') + '.'));
+      // Where the risk comes from (issue 31 item 5): at the first warning, else at the last sample.
+      const warned = f.changes.find((c) => c.step === f.first_warning_step && c.risk);
+      const at = warned || (f.last && f.last.risk ? f.last : null);
+      if (at) {
+        app.append(el('div', { class: 'hint', id: 'risk-from' }, `OOM risk at ${f.unit} ${at.step}: P(OOM within ${at.risk.steps} steps) = ${(100 * at.risk.p).toFixed(1)}%; from: ${at.risk.from}`));
+      }
     }
     if (dev.site_timeline && !dev.site_timeline.sites.length) {
       app.append(el('h2', {}, 'Active memory by call site'),

@@ -60,6 +60,7 @@ Json RowJson(const ProcessRow& r, bool with_map) {
       {"stranded_bytes", OrNull(r.stranded_bytes)},
       {"oom_risk_horizon_steps", kRiskHorizonSteps},
       {"oom_risk", OrNull(r.oom_risk)},
+      {"oom_risk_explanation", r.oom_risk_explanation},
       {"level", std::string(RiskLevelName(r.level))},
       {"steps_to_oom", OrNull(r.steps_to_oom)},
       {"last_sample_unix_ms", r.last_sample_unix_ms},
@@ -242,6 +243,10 @@ Status ReadRow(const Json& j, const std::string& where, bool with_map, ProcessRo
   if (s.ok()) s = ReadOptional(j, where, "stranded_bytes", &r->stranded_bytes);
   if (s.ok()) s = ReadOptional(j, where, "oom_risk", &r->oom_risk);
   if (s.ok()) s = ReadOptional(j, where, "steps_to_oom", &r->steps_to_oom);
+  // Added with schema version 1 kept: a daemon from before it sends none.
+  if (s.ok() && j.contains("oom_risk_explanation")) {
+    s = ReadString(j, where, "oom_risk_explanation", &r->oom_risk_explanation);
+  }
   if (!s.ok()) return s;
   if (!pid || *pid > std::numeric_limits<std::uint32_t>::max()) {
     return FieldError(Sub(where, "pid"), "expected a process id");
@@ -394,6 +399,7 @@ ProcessRow MakeProcessRow(const agent::AgentView& view, const std::string& host)
   for (const auto& [horizon, p] : s.oom_risk) {
     if (horizon == kRiskHorizonSteps) r.oom_risk = p;
   }
+  if (r.oom_risk) r.oom_risk_explanation = s.oom_risk_explanation;
   r.level = s.forecast_level;
   r.steps_to_oom = s.steps_to_oom;
   r.last_sample_unix_ms = view.entry.received_unix_ms;

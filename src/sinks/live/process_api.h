@@ -27,7 +27,7 @@ namespace fragscope::sinks::live {
 inline constexpr std::string_view kProcessesSchema = "fragscope.processes";
 inline constexpr int kProcessesSchemaVersion = 1;
 /// The horizon of the OOM probability a row carries (P(OOM within this many steps)).
-inline constexpr std::uint64_t kRiskHorizonSteps = 100;
+inline constexpr std::uint64_t kRiskHorizonSteps = kHeadlineRiskHorizonSteps;
 /// The most rows a parsed answer may hold: twice the daemon's largest --max-series default
 /// would be 1024; a list beyond this is not a daemon's.
 inline constexpr std::size_t kMaxProcesses = 65536;
@@ -64,7 +64,8 @@ struct ProcessRow {
   std::optional<std::uint64_t> largest_request_bytes;  // since the previous sample
   std::optional<std::uint64_t> max_allocatable_bytes;
   std::optional<std::uint64_t> stranded_bytes;
-  std::optional<double> oom_risk;  // P(OOM within kRiskHorizonSteps steps)
+  std::optional<double> oom_risk;    // P(OOM within kRiskHorizonSteps steps)
+  std::string oom_risk_explanation;  // where oom_risk comes from, one line ("" without a risk)
   RiskLevel level = RiskLevel::kUnknown;
   std::optional<std::int64_t> steps_to_oom;
   std::int64_t last_sample_unix_ms = 0;

@@ -2,6 +2,7 @@
 #include "sinks/prometheus/exposition.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -187,7 +188,16 @@ std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
               "The daemon's calibrated OOM risk: P(an out-of-memory error within the next "
               "horizon_steps steps), 0..1, from how close the job's step demand came to the "
               "limit and the chance of a new largest step (docs/forecast.md, \"OOM risk\"; "
-              "absent until known).");
+              "absent until known). Where it comes from: fragscope_process_oom_risk_limit_bytes "
+              "and fragscope_process_oom_risk_largest_step_bytes, and the daemon's log line and "
+              "/api/v1/processes' oom_risk_explanation.");
+  Family risk_limit("fragscope_process_oom_risk_limit_bytes", "gauge",
+                    "The step demand (peak allocated plus the cache's cost) the device serves, as "
+                    "the OOM risk takes it: the capacity less the cache's measured overhead, the "
+                    "middle of its range (docs/forecast.md, \"OOM risk\"; absent until known).");
+  Family risk_largest("fragscope_process_oom_risk_largest_step_bytes", "gauge",
+                      "The largest step demand the OOM risk has seen; set against "
+                      "fragscope_process_oom_risk_limit_bytes it says how close the job came.");
   Family samples("fragscope_process_samples_total", "counter",
                  "Samples accepted for this process and device since its series appeared.");
   Family step("fragscope_process_step", "gauge", "The training step of the latest sample.");
@@ -204,10 +214,11 @@ std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
   std::vector<Family*> all;
   for (Gauge& gauge : gauges) all.push_back(&gauge.family);
   for (KnownGauge& gauge : known_gauges) all.push_back(&gauge.family);
-  for (Family* f : {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &risk, &samples,
-                    &step, &last}) {
-    all.push_back(f);
-  }
+  // The families after the gauges, in the order of the page.
+  const std::array<Family*, 13> rest = {&retries, &ooms,  &frag, &blocks,     &block_bytes,
+                                        &level,   &steps, &risk, &risk_limit, &risk_largest,
+                                        &samples, &step,  &last};
+  all.insert(all.end(), rest.begin(), rest.end());
   std::vector<std::size_t> before(all.size());
   std::size_t omitted = 0;
   for (const agent::AgentEntry& e : state.agents) {
@@ -258,6 +269,10 @@ std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
           fmt::format("{}{}horizon_steps=\"{}\"", rendered, rendered.empty() ? "" : ",", horizon),
           p);
     }
+    if (s.oom_risk_limit_bytes) risk_limit.AddRendered(rendered, *s.oom_risk_limit_bytes);
+    if (s.oom_risk_largest_step_bytes) {
+      risk_largest.AddRendered(rendered, *s.oom_risk_largest_step_bytes);
+    }
     samples.AddRendered(rendered, e.samples);
     if (s.step >= 0) step.AddRendered(rendered, s.step);
     last.AddRendered(rendered, static_cast<double>(e.received_unix_ms) / 1000.0);
@@ -275,10 +290,7 @@ std::size_t RenderProcesses(const NodeState& state, std::string* out_ptr) {
   }
   for (const Gauge& gauge : gauges) gauge.family.Emit(&out);
   for (const KnownGauge& gauge : known_gauges) gauge.family.Emit(&out);
-  for (const Family* f : {&retries, &ooms, &frag, &blocks, &block_bytes, &level, &steps, &risk,
-                          &samples, &step, &last}) {
-    f->Emit(&out);
-  }
+  for (const Family* f : rest) f->Emit(&out);
   return omitted;
 }
 

@@ -69,6 +69,13 @@ struct AgentSample {
   std::optional<std::int64_t> steps_to_oom;
   /// The daemon's OOM risk (not sent by agents): P(an OOM within `first` steps) per horizon.
   std::vector<std::pair<std::uint64_t, double>> oom_risk;
+  /// Where that risk comes from (issue 31 item 5; set with oom_risk): the daemon's one line
+  /// (how often step demand came near the limit, the chance of a new largest step, how the
+  /// limit was measured), the step demand the device serves (the middle of the risk's limit)
+  /// and the largest step demand seen.
+  std::string oom_risk_explanation;
+  std::optional<double> oom_risk_limit_bytes;
+  std::optional<double> oom_risk_largest_step_bytes;
 };
 
 }  // namespace fragscope::agent

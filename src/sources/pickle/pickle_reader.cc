@@ -415,14 +415,15 @@ class ValueStack {
     return true;
   }
   void pop_back() { --size_; }
-  // Pushes without growing; false when full.
-  [[gnu::always_inline]] bool TryPush(Value v) {
-    if (size_ == capacity_) return false;
-    data_[size_++] = v;
-    return true;
-  }
   // REQUIRES: n <= size() (the machine only ever cuts the stack back).
   void resize(std::size_t n) { size_ = n; }
+  // For a loop that pushes many values without growing: the next free slot and the end of
+  // the room, then Commit(next) with the slot after its last push (issue 34: the BINGET run
+  // keeps them in registers instead of storing the size back for every value).
+  Value* next_free() { return data_.get() + size_; }
+  Value* room_end() { return data_.get() + capacity_; }
+  // REQUIRES: next_free() <= next <= room_end(), the slots before `next` written.
+  void Commit(Value* next) { size_ = static_cast<std::size_t>(next - data_.get()); }
 
  private:
   [[gnu::noinline]] bool Grow(std::uint64_t limit) {
@@ -1002,7 +1003,9 @@ Result<Document> Unpickler::Run() {
       const char* const end = end_;
       const MemoSlot* const memo = memo_.data();
       const std::size_t memo_size = memo_.size();
-      while (end - p >= 5) {
+      Value* out = stack_.next_free();
+      Value* const room = stack_.room_end();
+      while (end - p >= 5 && out != room) {
         std::uint64_t index;
         std::ptrdiff_t length;
         if (static_cast<std::uint8_t>(*p) == kBinGet) {
@@ -1014,9 +1017,11 @@ Result<Document> Unpickler::Run() {
         } else {
           break;
         }
-        if (index >= memo_size || !memo[index].set() || !stack_.TryPush(memo[index].value)) break;
+        if (index >= memo_size || !memo[index].set()) break;
+        *out++ = memo[index].value;
         p += length;
       }
+      stack_.Commit(out);
       p_ = p;
     }
     if (p_ == end_ && !Fill(1)) {
