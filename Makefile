@@ -41,21 +41,23 @@ test:
 
 # The Google Benchmark programs, then the snapshot speed table (bench/python/snapshot_table.py:
 # fragscope analyze vs a Python summary vs pickle.load alone, per size; SNAPSHOT_SIZES=28,447,2048
-# adds the opt-in 2 GB file). bench-snapshot prints the table alone.
+# adds the opt-in 2 GB file; SNAPSHOT_SHAPE=factor makes the issue's file shape, many segments
+# and short stacks). bench-snapshot prints the table alone.
 SNAPSHOT_SIZES ?= 28,447
+SNAPSHOT_SHAPE ?= entries
 SNAPSHOT_RUNS ?= 3
 bench: deps
 	cmake --preset bench
 	cmake --build --preset bench
 	tools/run_benchmarks.sh
 	/usr/bin/python3 bench/python/snapshot_table.py --bin build/bench/apps/fragscope/fragscope \
-	  --sizes $(SNAPSHOT_SIZES) --runs $(SNAPSHOT_RUNS) --report
+	  --sizes $(SNAPSHOT_SIZES) --runs $(SNAPSHOT_RUNS) --shape $(SNAPSHOT_SHAPE) --report
 
 bench-snapshot: deps
 	cmake --preset bench
 	cmake --build --preset bench --target fragscope
 	/usr/bin/python3 bench/python/snapshot_table.py --bin build/bench/apps/fragscope/fragscope \
-	  --sizes $(SNAPSHOT_SIZES) --runs $(SNAPSHOT_RUNS) --report
+	  --sizes $(SNAPSHOT_SIZES) --runs $(SNAPSHOT_RUNS) --shape $(SNAPSHOT_SHAPE) --report
 
 # The libFuzzer targets, FUZZ_SECONDS each, then the long adversarial run (random hostile
 # inputs through analyze and convert, each bounded in exit code, memory, time and bytes

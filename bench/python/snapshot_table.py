@@ -4,10 +4,13 @@ against `pickle.load` alone, wall time and peak resident memory, per snapshot si
 
     /usr/bin/python3 bench/python/snapshot_table.py --bin build/bench/apps/fragscope/fragscope
         [--sizes 28,447] [--runs 3] [--dir /tmp/fragscope-bench] [--report]
+        [--shape entries|factor]
 
 Snapshots come from bench/python/make_big_snapshot.py (about 206 bytes a trace entry; a size
 in MB asks for size * 1e6 / 206 entries), made once in --dir and kept there (never in the
-repository). A 2 GB file ("--sizes 28,447,2048") takes about 15 minutes to make and its Python
+repository). `--shape factor` makes the issue-34 shape instead (make_big_snapshot.py --factor:
+many segments, short shared stacks, about 1.3 MB a unit, so a size in MB asks for factor
+size / 1.315: 28 -> factor 21, 447 -> factor 340). A 2 GB file ("--sizes 28,447,2048") takes about 15 minutes to make and its Python
 runs need about 9 GB of memory and a minute each, so it is opt-in.
 
 Runs are paired: each round runs every command once on the same file, in a rotating order, so
@@ -24,6 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BYTES_PER_ENTRY = 206
+MB_PER_FACTOR = 1.315
 
 
 def run(argv):
@@ -41,13 +45,19 @@ def run(argv):
     return wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
-def ensure_snapshot(directory, size_mb):
-    path = os.path.join(directory, "big%d.pickle" % size_mb)
-    if not os.path.exists(path):
+def ensure_snapshot(directory, size_mb, shape):
+    if shape == "factor":
+        factor = max(1, round(size_mb / MB_PER_FACTOR))
+        path = os.path.join(directory, "factor%d.pickle" % factor)
+        what, flag = "factor %d" % factor, ["--factor", str(factor)]
+    else:
         entries = int(size_mb * 1e6 / BYTES_PER_ENTRY)
-        print("making %s (%d entries) ..." % (path, entries), file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, os.path.join(HERE, "make_big_snapshot.py"), path,
-                        "--entries", str(entries)], check=True, stdout=subprocess.DEVNULL)
+        path = os.path.join(directory, "big%d.pickle" % size_mb)
+        what, flag = "%d entries" % entries, ["--entries", str(entries)]
+    if not os.path.exists(path):
+        print("making %s (%s) ..." % (path, what), file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "make_big_snapshot.py"), path] + flag,
+                       check=True, stdout=subprocess.DEVNULL)
     return path
 
 
@@ -64,18 +74,22 @@ def main(argv):
     parser.add_argument("--python", default="/usr/bin/python3")
     parser.add_argument("--report", action="store_true", help="also time `fragscope report`")
     parser.add_argument("--before", help="another fragscope binary to time alongside (e.g. main's)")
+    parser.add_argument("--shape", choices=("entries", "factor"), default="entries",
+                        help="the generator's shape: long stacks, 400 segments (entries) or "
+                        "the issue's many segments and short stacks (factor)")
+    parser.add_argument("--no-python", action="store_true",
+                        help="time fragscope only (the Python runs take minutes at 447 MB)")
     args = parser.parse_args(argv)
     os.makedirs(args.dir, exist_ok=True)
     summary = os.path.join(HERE, "snapshot_summary.py")
     html = os.path.join(args.dir, "report.html")
     rows = []
     for size_mb in [int(s) for s in args.sizes.split(",") if s]:
-        path = ensure_snapshot(args.dir, size_mb)
-        commands = {
-            "fragscope analyze": [args.bin, "analyze", path, "--no-map"],
-            "Python summary": [args.python, summary, path],
-            "pickle.load alone": [args.python, summary, "--load-only", path],
-        }
+        path = ensure_snapshot(args.dir, size_mb, args.shape)
+        commands = {"fragscope analyze": [args.bin, "analyze", path, "--no-map"]}
+        if not args.no_python:
+            commands["Python summary"] = [args.python, summary, path]
+            commands["pickle.load alone"] = [args.python, summary, "--load-only", path]
         if args.report:
             commands["fragscope report"] = [args.bin, "report", path, "-o", html]
         if args.before:

@@ -14,6 +14,7 @@ fragscope_add_test(sources/snapshot_decoder_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/document_json_test.cc LIBS fragscope_sources)
 fragscope_add_test(sources/snapshot_reader_test.cc LIBS fragscope_sources fragscope_analysis)
 fragscope_add_test(sources/snapshot_steps_test.cc LIBS fragscope_sources)
+fragscope_add_test(sources/trace_history_test.cc LIBS fragscope_sources)
 add_executable(snapshot_fuzz_replay
   ${PROJECT_SOURCE_DIR}/fuzz/snapshot_fuzzer.cc
   ${PROJECT_SOURCE_DIR}/fuzz/replay_main.cc)

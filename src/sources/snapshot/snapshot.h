@@ -39,6 +39,7 @@
 #include "sources/document/document.h"
 #include "sources/document/json_document.h"
 #include "sources/pickle/pickle_reader.h"
+#include "sources/snapshot/trace_history.h"
 
 namespace fragscope::sources {
 
@@ -74,23 +75,6 @@ struct SnapshotSegment {
   std::optional<std::uint64_t> requested_size;
 };
 
-/// One entry of device_traces[d]. Actions: alloc, free_requested, free_completed (an old merged
-/// "free" becomes both), segment_alloc/free/map/unmap, oom, snapshot. (`annotate` entries are
-/// kept apart: Snapshot::trace_annotations.)
-struct SnapshotTraceEntry {
-  Action action = Action::kAlloc;
-  std::int32_t stack = -1;
-  std::uint64_t addr = 0;
-  std::uint64_t size = 0;
-  std::uint64_t stream = 0;
-  std::int64_t time_us = -1;      // -1 = not recorded (files before ~2.2)
-  std::uint64_t device_free = 0;  // oom only
-  /// alloc: the block's real size when the history tells it (the block is still live in the
-  /// final segments); 0 = unknown (derived from size by the allocator's rules).
-  std::uint64_t block_size = 0;
-  std::uint32_t entry = 0;  // index in the file's device_traces[d] (for messages)
-};
-
 struct SnapshotAnnotation {
   std::string stage;  // "START" or "END"
   std::string name;
@@ -117,8 +101,9 @@ struct Snapshot {
   std::string generation = "?";
   std::vector<SnapshotSegment> segments;  // in file order
   std::vector<SnapshotBlock> blocks;      // of all segments, each segment's in address order
-  /// Index = device ordinal. Devices listed in the file with no entries have empty vectors.
-  std::vector<std::vector<SnapshotTraceEntry>> device_traces;
+  /// Index = device ordinal. Devices listed in the file with no entries have empty histories.
+  /// Each is kept compact (about 10 bytes an entry, sources/snapshot/trace_history.h).
+  std::vector<TraceHistory> device_traces;
   std::vector<SnapshotFrame> frames;
   std::vector<std::vector<std::uint32_t>> stacks;  // frame indexes, innermost first
   /// allocator_settings as found: key and value rendered as text ("roundup_power2_divisions"

@@ -1,7 +1,7 @@
 // DecodeSnapshot: Document -> Snapshot, and ReadSnapshotFile / ReadSnapshotBytes, the streaming
 // decode (issue 34): the Decoder is also the pickle reader's PickleListSink, so a device trace
 // list is taken at its first APPENDS (its items are all dicts with an "action") and its entries
-// become SnapshotTraceEntry records while the file is read; the Document keeps only the rest
+// become compact records (TraceHistory) while the file is read; the Document keeps only the rest
 // (segments, blocks, settings, annotations), decoded at the end, when Traces() finds which
 // device each taken list is and places it (Place). Until then a taken list's errors and
 // warnings wait with "device_traces[?]" for their prefix. See snapshot.h for the rules.
@@ -18,7 +18,6 @@
 #include <fmt/format.h>
 
 #include "common/keyed_hash.h"
-#include "common/prefaulter.h"
 #include "sources/budget.h"
 #include "sources/document/json_document.h"
 #include "sources/snapshot/snapshot.h"
@@ -60,8 +59,7 @@ class Decoder final : public PickleListSink {
         out_(*out),
         events_user_set_(options.max_events != 0 || ProcessBudget().max_events != 0),
         max_events_(options.max_events != 0 ? options.max_events : EventBudgetFor(input_bytes)),
-        meter_(options.max_memory_bytes, input_bytes, 0),
-        input_bytes_(input_bytes) {}
+        meter_(options.max_memory_bytes, input_bytes, 0) {}
 
   Status Run(const Document& doc) {
     doc_ = &doc;
@@ -101,8 +99,6 @@ class Decoder final : public PickleListSink {
       max_events_ = std::max(max_events_, EventBudgetFor(offset));
     }
     Status status = CountEvents(items.size(), kStreamWhere);
-    if (status.ok()) ReserveAhead(stream, items.size(), offset);
-    taken_items_ += items.size();
     warn_into_ = &stream;
     for (std::size_t i = 0; i < items.size() && status.ok(); ++i) {
       status = StreamEntry(stream, items[i], first + i);
@@ -112,8 +108,8 @@ class Decoder final : public PickleListSink {
       // Kept for when the list is placed (or dropped with it if never placed); its entries are
       // not needed any more.
       stream.error = std::move(status);
-      records_ -= stream.entries.size();
-      std::vector<SnapshotTraceEntry>().swap(stream.entries);
+      history_bytes_ -= stream.entries.bytes();
+      stream.entries = TraceHistory();
     }
     return memory_status_;  // the memory budget stops the reading at once
   }
@@ -131,7 +127,7 @@ class Decoder final : public PickleListSink {
   }
 
   std::uint64_t used_bytes() const override {
-    return records_ * sizeof(SnapshotTraceEntry) + pending_.capacity() * sizeof(Pending) +
+    return history_bytes_ + pending_.capacity() * sizeof(Pending) +
            streams_.size() * sizeof(Stream) + interned_of_object_.capacity() * 4 +
            reached_.capacity() / 8 + meter_.used();
   }
@@ -725,11 +721,6 @@ class Decoder final : public PickleListSink {
       }
       FRAGSCOPE_RETURN_IF_ERROR(CountEvents(entries.size(), list_where));
       auto& out = out_.device_traces[d];
-      out.reserve(entries.size());
-      // Faulted in on the other core while the entries are decoded (common/prefaulter.h).
-      if (entries.size() >= kWarmEntries) {
-        prefaulter_.Populate(out.data(), entries.size() * sizeof(SnapshotTraceEntry));
-      }
       for (std::size_t i = 0; i < entries.size(); ++i) {
         if (!FirstVisit(entries[i])) [[unlikely]] {  // the hot loop: no message unless needed
           return SharedError(entries[i], fmt::format("{}[{}]", list_where, i));
@@ -786,8 +777,7 @@ class Decoder final : public PickleListSink {
   // Annotations go to *annotations (their device is set by the caller), the keys of the
   // list's first entries to *first_keys (for Generation()).
   Status Entry(Value e, const EntryFields& f, std::string_view list_where, std::uint64_t index,
-               std::vector<SnapshotTraceEntry>* out,
-               std::vector<SnapshotTraceAnnotation>* annotations,
+               TraceHistory* out, std::vector<SnapshotTraceAnnotation>* annotations,
                std::vector<std::uint8_t>* first_keys) {
     const auto where = [&] { return fmt::format("{}[{}]", list_where, index); };
     if (e.kind() != ValueKind::kDict) {
@@ -887,7 +877,7 @@ class Decoder final : public PickleListSink {
   // said, until Traces() finds which device it is (Place).
   struct Stream {
     std::uint64_t count = 0;  // items taken: the index of the next
-    std::vector<SnapshotTraceEntry> entries;
+    TraceHistory entries;
     std::vector<SnapshotTraceAnnotation> annotations;
     std::vector<std::uint8_t> first_keys;
     std::vector<std::string> warnings;  // each begins with kStreamWhere
@@ -965,24 +955,6 @@ class Decoder final : public PickleListSink {
     }
   }
 
-  // Makes room in a big list's entries for what the rest of the input likely holds, at the
-  // rate seen so far, so that the vector is not copied at every doubling: a copy holds the old
-  // and the new entries at once, the peak of the whole read. Capacity not written yet is address
-  // space only; the room is capped by what the memory budget has left.
-  void ReserveAhead(Stream& stream, std::size_t add, std::uint64_t offset) {
-    std::vector<SnapshotTraceEntry>& v = stream.entries;
-    const std::size_t need = v.size() + 2 * add;  // a merged "free" makes two
-    if (need <= v.capacity()) return;
-    std::uint64_t want = std::max<std::uint64_t>(need, v.capacity() * 2);
-    if (v.size() >= kReserveAfterEntries && input_bytes_ > offset && taken_items_ > 0) {
-      const std::uint64_t per_item = std::max<std::uint64_t>(1, offset / taken_items_);
-      const std::uint64_t ahead = (input_bytes_ - offset) / per_item + (input_bytes_ >> 10);
-      const std::uint64_t room = meter_.limit() / 2 / sizeof(SnapshotTraceEntry);
-      want = std::max(want, std::min(v.size() + ahead, room));
-    }
-    v.reserve(static_cast<std::size_t>(want));
-  }
-
   // Item `index` of a taken list.
   Status StreamEntry(Stream& stream, Value e, std::uint64_t index) {
     if (!FirstVisit(e)) [[unlikely]] {
@@ -996,10 +968,10 @@ class Decoder final : public PickleListSink {
       for (const auto& [k, v] : doc_->Entries(e)) AddField(k, v, &f);
       TakePending(*doc_->Id(e), &f);
     }
-    const std::size_t before = stream.entries.size();
+    const std::uint64_t before = stream.entries.bytes();
     FRAGSCOPE_RETURN_IF_ERROR(
         Entry(e, f, kStreamWhere, index, &stream.entries, &stream.annotations, &stream.first_keys));
-    records_ += stream.entries.size() - before;
+    history_bytes_ += stream.entries.bytes() - before;
     return Status::Ok();
   }
 
@@ -1036,8 +1008,12 @@ class Decoder final : public PickleListSink {
       for (std::uint32_t b = 0; b < seg.num_blocks; ++b)
         visit(&out_.blocks[seg.first_block + b].stack);
     }
-    for (std::vector<SnapshotTraceEntry>& device : out_.device_traces) {
-      for (SnapshotTraceEntry& e : device) visit(&e.stack);
+    for (const TraceHistory& device : out_.device_traces) {
+      for (std::int32_t stack : device.first_stacks()) visit(&stack);  // the entries' order
+    }
+    const auto map = std::make_shared<const std::vector<std::int32_t>>(std::move(new_stack));
+    for (TraceHistory& device : out_.device_traces) {
+      if (!device.empty()) device.MapStacks(map);
     }
     out_.stacks = std::move(stacks);
     out_.frames = std::move(frames);
@@ -1057,7 +1033,7 @@ class Decoder final : public PickleListSink {
     annotations_placed_ = out_.trace_annotations.size();
     first_keys_[d] = std::move(stream->first_keys);
     out_.trace_entries += stream->count;
-    records_ -= stream->entries.size();
+    history_bytes_ -= stream->entries.bytes();
     out_.device_traces[d] = std::move(stream->entries);
     *stream = Stream();
     return Status::Ok();
@@ -1213,9 +1189,7 @@ class Decoder final : public PickleListSink {
   static constexpr std::size_t kMaxSettings = 1024;  // PyTorch records about ten
   // What a kept std::string costs besides its characters (its object, the heap block's header).
   static constexpr std::uint64_t kStringOverhead = 48;
-  static constexpr std::size_t kWarmEntries = 65536;
   static constexpr std::size_t kGenerationEntries = 64;  // entries Generation() looks at
-  Prefaulter prefaulter_;
   std::size_t suppressed_warnings_ = 0;
   bool saw_block_address_ = false;
   struct RunKey {
@@ -1302,11 +1276,8 @@ class Decoder final : public PickleListSink {
   std::unordered_map<ObjectId, std::size_t> stream_of_list_;
   std::vector<Pending> pending_;  // sorted by id; [0, pending_head_) all done
   std::size_t pending_head_ = 0;
-  std::uint64_t records_ = 0;      // trace entries the streams hold
-  std::uint64_t taken_items_ = 0;  // items of all taken lists so far
-  std::uint64_t input_bytes_ = 0;  // streaming: the input's size (0 = not known)
-  static constexpr std::size_t kReserveAfterEntries = 65536;
-  Stream* warn_into_ = nullptr;  // while a taken list's items are decoded
+  std::uint64_t history_bytes_ = 0;  // what the streams' histories hold
+  Stream* warn_into_ = nullptr;      // while a taken list's items are decoded
 };
 
 }  // namespace

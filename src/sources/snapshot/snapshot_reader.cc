@@ -285,8 +285,7 @@ void SnapshotReader::BuildDevice(std::int32_t device,
   DevicePlan plan;
   plan.device = device;
   const auto d = static_cast<std::size_t>(device);
-  std::vector<SnapshotTraceEntry>* entries =
-      d < s.device_traces.size() ? &s.device_traces[d] : nullptr;
+  const TraceHistory* entries = d < s.device_traces.size() ? &s.device_traces[d] : nullptr;
   plan.entries = entries;
   auto warn = [&](const SnapshotTraceEntry& e, std::string_view what) {
     if (++history_warnings_ > kMaxHistoryWarnings) return;  // counted; Prepare() says how many
@@ -307,9 +306,12 @@ void SnapshotReader::BuildDevice(std::int32_t device,
     }
   }
 
-  if (entries != nullptr) {
-    for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
-      SnapshotTraceEntry& e = *it;
+  // Backwards a chunk at a time (the history is kept compact: TraceHistory).
+  std::vector<SnapshotTraceEntry> chunk;
+  for (std::size_t c = entries != nullptr ? entries->num_chunks() : 0; c-- > 0;) {
+    entries->DecodeChunk(c, &chunk);
+    for (std::size_t i = chunk.size(); i-- > 0;) {
+      const SnapshotTraceEntry& e = chunk[i];
       switch (e.action) {
         case Action::kAlloc: {
           auto found = live.find(e.addr);
@@ -317,7 +319,11 @@ void SnapshotReader::BuildDevice(std::int32_t device,
             warn(e, "no block is live there afterwards (the history and the segments disagree)");
             break;
           }
-          if (found->second.requested == e.size) e.block_size = found->second.block_size;
+          if (found->second.requested == e.size && found->second.block_size != 0) {
+            plan.block_sizes.emplace_back(
+                static_cast<std::uint32_t>(c * TraceHistory::kChunkEntries + i),
+                found->second.block_size);
+          }
           live.erase(found);
           break;
         }
@@ -433,6 +439,7 @@ void SnapshotReader::BuildDevice(std::int32_t device,
       }
     }
   }
+  std::reverse(plan.block_sizes.begin(), plan.block_sizes.end());
 
   // The start state as events: segments, then the blocks live in them.
   for (const auto& [addr, seg] : segs) {
@@ -479,6 +486,7 @@ void SnapshotReader::BuildDevice(std::int32_t device,
 void SnapshotReader::Rewind() {
   plan_ = 0;
   index_ = 0;
+  block_size_ = 0;
   position_ = 0;
   in_start_ = true;
   first_mark_pending_ = first_mark_.has_value();
@@ -534,7 +542,7 @@ Result<bool> SnapshotReader::Next(Event* event) {
         ++position_;
         return true;
       }
-      const SnapshotTraceEntry& e = (*plan.entries)[index_];
+      const SnapshotTraceEntry& e = EntryAt(plan_, index_);
       last_in_start_ = false;
       last_index_ = index_++;
       Event& ev = *event;
@@ -546,7 +554,17 @@ Result<bool> SnapshotReader::Next(Event* event) {
       ev.stream = e.stream;
       ev.time_us = e.time_us;
       if (e.action == Action::kOom) ev.device_free = e.device_free;
-      if (e.action == Action::kAlloc) ev.block_size = e.block_size;
+      if (e.action == Action::kAlloc) {
+        // The walk's block sizes, ascending by index: consumed in step with the entries.
+        while (block_size_ < plan.block_sizes.size() &&
+               plan.block_sizes[block_size_].first < last_index_) {
+          ++block_size_;
+        }
+        if (block_size_ < plan.block_sizes.size() &&
+            plan.block_sizes[block_size_].first == last_index_) {
+          ev.block_size = plan.block_sizes[block_size_].second;
+        }
+      }
       if (e.action == Action::kSegmentAlloc || e.action == Action::kSegmentFree) {
         ev.pool = e.size == kSmallSegment ? Pool::kSmall : Pool::kLarge;
       }
@@ -559,8 +577,19 @@ Result<bool> SnapshotReader::Next(Event* event) {
     in_start_ = true;
     index_ = 0;
     mark_ = 0;
+    block_size_ = 0;
   }
   return false;
+}
+
+const SnapshotTraceEntry& SnapshotReader::EntryAt(std::size_t plan, std::size_t index) const {
+  const std::size_t c = index / TraceHistory::kChunkEntries;
+  if (chunk_plan_ != plan || chunk_index_ != c) {
+    plans_[plan].entries->DecodeChunk(c, &chunk_);
+    chunk_plan_ = plan;
+    chunk_index_ = c;
+  }
+  return chunk_[index % TraceHistory::kChunkEntries];
 }
 
 std::span<const Event> SnapshotReader::start_events(std::int32_t device) const {
@@ -657,7 +686,7 @@ std::string SnapshotReader::Where() const {
                        plan.device);
   }
   const std::uint32_t entry = plan.entries != nullptr && last_index_ < plan.entries->size()
-                                  ? (*plan.entries)[last_index_].entry
+                                  ? EntryAt(last_plan_, last_index_).entry
                                   : static_cast<std::uint32_t>(last_index_);
   if (last_step_) {
     return fmt::format("{}: step {} (marked before device_traces[{}][{}])", name_, *last_step_,

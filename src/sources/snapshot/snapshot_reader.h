@@ -30,6 +30,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fragscope/status.h"
@@ -119,10 +120,15 @@ class SnapshotReader final : public TraceReader {
     std::int32_t device = 0;
     std::vector<Event> start;  // the rebuilt start state
     std::size_t start_segments = 0;
-    const std::vector<SnapshotTraceEntry>* entries = nullptr;
+    const TraceHistory* entries = nullptr;
+    /// (entry index, block size) of the allocs whose block is live in the final segments,
+    /// ascending: what the walk learnt (SnapshotTraceEntry::block_size).
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> block_sizes;
     std::vector<SnapshotStepMark> marks;  // within entries (the one at entry 0 goes first)
   };
   Event StepEvent(const SnapshotStepMark& mark) const;
+  /// Entry `index` of plans_[plan]'s history, its chunk decoded into chunk_ when not there yet.
+  const SnapshotTraceEntry& EntryAt(std::size_t plan, std::size_t index) const;
 
   std::string name_;
   std::string container_;
@@ -146,7 +152,12 @@ class SnapshotReader final : public TraceReader {
   std::uint64_t position_ = 0;
   bool in_start_ = true;
   bool first_mark_pending_ = false;
-  std::size_t mark_ = 0;  // into the plan's marks
+  std::size_t mark_ = 0;        // into the plan's marks
+  std::size_t block_size_ = 0;  // into the plan's block_sizes
+  // The chunk of a history last decoded (EntryAt): Next() reads a chunk at a time.
+  mutable std::vector<SnapshotTraceEntry> chunk_;
+  mutable std::size_t chunk_plan_ = ~std::size_t{0};
+  mutable std::size_t chunk_index_ = ~std::size_t{0};
   std::size_t last_plan_ = 0;
   std::size_t last_index_ = 0;
   bool last_in_start_ = true;

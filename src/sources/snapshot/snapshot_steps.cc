@@ -47,12 +47,12 @@ void AddMark(std::vector<SnapshotStepMark>* marks, std::uint32_t before, std::in
 // Places `bounds` (ascending time) among the entries: a boundary falls before the first entry
 // recorded at or after its time (`inclusive`), or strictly after it. Entries without a time
 // stay in the step in progress. Returns how many boundaries fell inside the history.
-std::size_t PlaceByTime(const std::vector<SnapshotTraceEntry>& entries,
-                        const std::vector<Boundary>& bounds, bool inclusive,
-                        std::vector<SnapshotStepMark>* marks) {
+std::size_t PlaceByTime(const TraceHistory& entries, const std::vector<Boundary>& bounds,
+                        bool inclusive, std::vector<SnapshotStepMark>* marks) {
   std::size_t b = 0;
-  for (std::size_t i = 0; i < entries.size() && b < bounds.size(); ++i) {
-    const std::int64_t t = entries[i].time_us;
+  std::size_t i = 0;
+  for (auto it = entries.begin(); it != entries.end() && b < bounds.size(); ++it, ++i) {
+    const std::int64_t t = it->time_us;
     if (t < 0) continue;
     while (b < bounds.size() && (inclusive ? t >= bounds[b].time_us : t > bounds[b].time_us)) {
       AddMark(marks, static_cast<std::uint32_t>(i), bounds[b].step);
@@ -118,8 +118,7 @@ SnapshotSteps DeriveSteps(const Snapshot& snapshot) {
     return out;
   }
   const std::int32_t device = with_history.front();
-  const std::vector<SnapshotTraceEntry>& entries =
-      snapshot.device_traces[static_cast<std::size_t>(device)];
+  const TraceHistory& entries = snapshot.device_traces[static_cast<std::size_t>(device)];
   auto use = [&](std::vector<SnapshotStepMark> marks, std::string from) {
     out.device = device;
     out.marks = std::move(marks);
