@@ -1,13 +1,15 @@
 #include "analysis/layout_frames.h"
 
 #include <algorithm>
-#include <unordered_map>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "analysis/metrics.h"
 #include "analysis/size_profile.h"
+#include "model/address_index.h"
 #include "model/memory_model.h"
 
 namespace fragscope::analysis {
@@ -26,6 +28,13 @@ std::string_view FrameReasonName(FrameReason reason) {
   return "end";
 }
 
+// Optional maps (periodic, peaks) may copy this many blocks for each event consumed.
+constexpr std::uint64_t kCaptureCreditPerEvent = 2;
+// A peak this much above the last peak map is taken whatever the credit: the peak map is then
+// never more than 25% below the high-water mark, and a rise over a range R costs
+// log(R) / log(1.25) maps at most.
+constexpr double kForcedPeakRise = 1.25;
+
 struct LayoutRecorder::Impl {
   struct Device {
     explicit Device(std::size_t window) : small_window(window), large_window(window) {}
@@ -35,6 +44,10 @@ struct LayoutRecorder::Impl {
     std::size_t ooms = 0;
     std::optional<LayoutFrame> peak;  // at the high-water mark of allocated bytes (within 1%)
     std::uint64_t peak_bytes = 0;     // allocated bytes when `peak` was taken
+    /// Allocated bytes rose 1% above peak_bytes and have not fallen since: the map is taken
+    /// at the top of the rise (before the first free), once, not at every 1% of the way up —
+    /// a rise over a map of millions of blocks took hundreds of maps (issue 34).
+    bool rising = false;
     // The live allocations by address: what a map's block refers to, and whose site loses
     // the bytes when it is freed.
     struct Live {
@@ -42,7 +55,45 @@ struct LayoutRecorder::Impl {
       std::uint64_t bytes = 0;     // the block's bytes counted for its site
       std::int32_t recorded = -1;  // index in frames.allocations once a map shows it
     };
-    std::unordered_map<std::uint64_t, Live> live;
+    // By address: one open-addressing probe per event and per shown block (a node-based map
+    // cost the report 10x analyze's time on snapshots of millions of blocks; issue 34).
+    class LiveTable {
+     public:
+      Live* Find(std::uint64_t addr) {
+        const std::uint32_t slot = index_.Find(addr);
+        return slot == model::AddressIndex::kNotFound ? nullptr : &slots_[slot];
+      }
+      void InsertOrAssign(std::uint64_t addr, const Live& l) {
+        // The index's empty key is no block start: the model refuses a block there.
+        if (addr == UINT64_MAX) return;
+        if (Live* known = Find(addr)) {
+          *known = l;
+          return;
+        }
+        std::uint32_t slot;
+        if (!free_.empty()) {
+          slot = free_.back();
+          free_.pop_back();
+          slots_[slot] = l;
+        } else {
+          slot = static_cast<std::uint32_t>(slots_.size());
+          slots_.push_back(l);
+        }
+        index_.Insert(addr, slot);
+      }
+      void Erase(std::uint64_t addr) {
+        const std::uint32_t slot = index_.Find(addr);
+        if (slot == model::AddressIndex::kNotFound) return;
+        index_.Erase(addr);
+        free_.push_back(slot);
+      }
+
+     private:
+      model::AddressIndex index_;
+      std::vector<Live> slots_;
+      std::vector<std::uint32_t> free_;
+    };
+    LiveTable live;
   };
 
   Impl(model::AllocatorRules r, const LayoutFramesOptions& o)
@@ -84,13 +135,13 @@ struct LayoutRecorder::Impl {
       if (l.bytes > 0) {
         d.frames.site_changes.push_back({events, e.frame, static_cast<std::int64_t>(l.bytes)});
       }
-      d.live.insert_or_assign(e.addr, l);
+      d.live.InsertOrAssign(e.addr, l);
       return;
     }
     if (e.action != Action::kFreeRequested && e.action != Action::kFreeCompleted) return;
-    const auto it = d.live.find(e.addr);
-    if (it == d.live.end()) return;
-    Device::Live& l = it->second;
+    Device::Live* found = d.live.Find(e.addr);
+    if (found == nullptr) return;
+    Device::Live& l = *found;
     if (l.what.free_event < 0 && !start_state) {
       l.what.free_event = index;
       l.what.free_step = step;
@@ -108,7 +159,7 @@ struct LayoutRecorder::Impl {
       d.frames.site_changes.push_back({events, l.what.site, -static_cast<std::int64_t>(l.bytes)});
       l.bytes = 0;
     }
-    if (e.action == Action::kFreeCompleted) d.live.erase(it);
+    if (e.action == Action::kFreeCompleted) d.live.Erase(e.addr);
   }
 
   LayoutFrame Capture(Device& d, FrameReason reason) {
@@ -144,13 +195,13 @@ struct LayoutRecorder::Impl {
   // -1 for a free block.
   static std::int32_t Recorded(Device& d, const model::Block& b) {
     if (b.state == model::BlockState::kFree) return -1;
-    const auto it = d.live.find(b.addr);
-    if (it == d.live.end()) return -1;
-    if (it->second.recorded < 0) {
-      it->second.recorded = static_cast<std::int32_t>(d.frames.allocations.size());
-      d.frames.allocations.push_back(it->second.what);
+    Device::Live* l = d.live.Find(b.addr);
+    if (l == nullptr) return -1;
+    if (l->recorded < 0) {
+      l->recorded = static_cast<std::int32_t>(d.frames.allocations.size());
+      d.frames.allocations.push_back(l->what);
     }
-    return it->second.recorded;
+    return l->recorded;
   }
 
   // Drops every other periodic frame of every device (oldest kept) and doubles the period.
@@ -232,9 +283,45 @@ struct LayoutRecorder::Impl {
     return status;
   }
 
+  // The blocks a map of `device` would hold now.
+  std::uint64_t MapBlocks(std::int32_t device) const {
+    const model::DeviceMemory* memory = model.FindDevice(device);
+    if (memory == nullptr) return 0;
+    std::uint64_t n = 0;
+    for (const Pool pool : {Pool::kSmall, Pool::kLarge}) {
+      const model::PoolCounters& c = memory->pool(pool);
+      n += c.allocated_count + c.pending_count + c.free.count();
+    }
+    return n;
+  }
+
+  // Whether an optional map (periodic, or a peak less than kForcedPeakRise above the last) of
+  // `blocks` blocks is within the capture credit, which it then spends.
+  bool Afford(std::uint64_t blocks) {
+    if (blocks > credit) return false;
+    credit -= blocks;
+    return true;
+  }
+
+  // The map at the top of a rise (the state before the current event), as the peak. `forced`:
+  // at the end of the input, or the rise is large; else only within the capture credit, and
+  // the rise stays open for the next free otherwise.
+  Status TakePeak(Device& d, std::int32_t device, bool forced) {
+    const std::uint64_t allocated = model.FindDevice(device)->allocated();
+    forced = forced ||
+             static_cast<double>(allocated) >= kForcedPeakRise * static_cast<double>(d.peak_bytes);
+    if (!forced && !Afford(MapBlocks(device))) return Status::Ok();
+    d.rising = false;
+    d.peak_bytes = allocated;
+    if (d.peak) held_blocks -= d.peak->blocks;
+    d.peak = Capture(d, FrameReason::kPeak);
+    held_blocks += d.peak->blocks;
+    return Fit(device, FrameReason::kPeak);
+  }
+
   void RecordPeriodic() {
     for (auto& [index, d] : devices) {
-      if (d.frames.stopped) continue;
+      if (d.frames.stopped || !Afford(MapBlocks(index))) continue;
       LayoutFrame f = Capture(d, FrameReason::kPeriodic);
       held_blocks += f.blocks;
       ++periodic;
@@ -266,6 +353,10 @@ struct LayoutRecorder::Impl {
           Track(d, e, before, true);
         }
       } else if (!d.frames.stopped) {
+        if (d.rising &&
+            (e.action == Action::kFreeRequested || e.action == Action::kFreeCompleted)) {
+          if (Status s = TakePeak(d, e.device, false); !s.ok()) return s;
+        }
         if (e.action == Action::kOom && d.ooms < kMaxOomDiagnoses) {
           ++d.ooms;
           LayoutFrame f = Capture(d, FrameReason::kBeforeOom);
@@ -286,18 +377,12 @@ struct LayoutRecorder::Impl {
           d.frames.stopped = true;
         } else if (e.action == Action::kAlloc) {
           const std::uint64_t allocated = model.FindDevice(e.device)->allocated();
-          if (allocated > d.peak_bytes + d.peak_bytes / 100) {
-            d.peak_bytes = allocated;
-            if (d.peak) held_blocks -= d.peak->blocks;
-            d.peak = Capture(d, FrameReason::kPeak);
-            d.peak->event_index = events + 1;  // after this event
-            held_blocks += d.peak->blocks;
-            if (Status s = Fit(e.device, FrameReason::kPeak); !s.ok()) return s;
-          }
+          d.rising = d.rising || allocated > d.peak_bytes + d.peak_bytes / 100;
         }
       }
     }
     ++events;
+    credit += kCaptureCreditPerEvent;
     if (start_state) return Status::Ok();  // no moment inside the rebuild is a frame
     if (events % period == 0) RecordPeriodic();
     return Status::Ok();
@@ -312,6 +397,10 @@ struct LayoutRecorder::Impl {
   std::int64_t time_us = -1;
   std::uint64_t period;
   std::uint64_t held_blocks = 0;
+  /// Blocks that optional maps may still copy: kCaptureCreditPerEvent a consumed event, so that
+  /// periodic and peak maps cost at most that many block copies an event however large the
+  /// maps are (a snapshot's maps of millions of blocks made `report` 10x `analyze`; issue 34).
+  std::uint64_t credit = 0;
   std::size_t periodic = 0;  // periodic frames of all devices
   Status status;             // the budget's refusal (Fit): nothing more is recorded
 };
@@ -362,6 +451,9 @@ Result<std::vector<DeviceFrames>> LayoutRecorder::Finish() {
   std::map<std::int32_t, LayoutFrame> ends;
   for (auto& [index, d] : impl_->devices) {
     if (d.frames.stopped) continue;
+    if (d.rising) {  // the input ended on the way up: its end is the top
+      if (Status s = impl_->TakePeak(d, index, true); !s.ok()) return s;
+    }
     LayoutFrame end = impl_->Capture(d, FrameReason::kEnd);
     impl_->held_blocks += end.blocks;
     ends.emplace(index, std::move(end));

@@ -88,14 +88,38 @@ TEST(LayoutRecorderTest, KeepsPeriodicOomAndEndFramesInOrder) {
   ASSERT_EQ(f[1].segments[0].blocks.size(), 3u);     // 4 + 14 allocated, 2 MiB free
   EXPECT_TRUE(f[1].segments[0].blocks[2].stranded);  // 2 MiB free < 3 MiB threshold
   EXPECT_EQ(f[1].blocks, 3u);
-  // The high-water mark of allocated bytes: 18 MiB after event 2.
-  EXPECT_EQ(f[2].reason, FrameReason::kPeak);
-  EXPECT_EQ(f[2].event_index, 3u);
-  ASSERT_EQ(f[2].segments[0].blocks.size(), 3u);
+  EXPECT_EQ(f[2].event_index, 4u);
+  EXPECT_EQ(f[2].reason, FrameReason::kPeriodic);
+  // The high-water mark of allocated bytes, 18 MiB from event 2 on, taken at the top of the
+  // rise: the state before the first free (event 4).
+  EXPECT_EQ(f[3].reason, FrameReason::kPeak);
   EXPECT_EQ(f[3].event_index, 4u);
+  ASSERT_EQ(f[3].segments[0].blocks.size(), 3u);
   EXPECT_EQ(f[4].reason, FrameReason::kEnd);
   EXPECT_EQ(f[4].event_index, 5u);
   EXPECT_EQ(f[4].segments[0].blocks[0].state, model::BlockState::kFree);
+}
+
+// Issue 34: the peak map is the top of a rise, taken once, not at every 1% of the way up (a
+// snapshot whose allocated bytes rise 300-fold over millions of blocks took hundreds of maps).
+TEST(LayoutRecorderTest, ThePeakMapIsTheTopOfTheRise) {
+  LayoutFramesOptions options;
+  options.first_period = 1'000'000;  // no periodic maps
+  std::vector<Event> events = {Ev(Action::kSegmentAlloc, S, 2048 * kMiB)};
+  for (std::uint64_t i = 0; i < 1000; ++i)
+    events.push_back(Ev(Action::kAlloc, S + i * 2 * kMiB, 2 * kMiB));
+  const std::size_t first_free = events.size();
+  for (std::uint64_t i = 0; i < 1000; ++i)
+    events.push_back(Ev(Action::kFreeCompleted, S + i * 2 * kMiB));
+  const std::vector<DeviceFrames> frames = Record(events, options);
+  ASSERT_EQ(frames.size(), 1u);
+  const LayoutFrame* peak = nullptr;
+  for (const LayoutFrame& f : frames[0].frames) {
+    if (f.reason == FrameReason::kPeak) peak = &f;
+  }
+  ASSERT_NE(peak, nullptr);
+  EXPECT_EQ(peak->event_index, first_free);
+  EXPECT_EQ(peak->blocks, 1001u);  // every allocation, and the segment's free tail
 }
 
 TEST(LayoutRecorderTest, PeriodicFramesStayBoundedAndSpreadOverTheRun) {
