@@ -561,7 +561,8 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
     }
     r.steps_to_oom = static_cast<std::uint64_t>(std::ceil(hi));
   }
-  // Advice: removing the cache's cost (expandable segments: no stranded gaps) if that alone
+  // Advice: removing the cache's cost (expandable segments return freed whole pages to the
+  // driver, so most stranded gaps can be reused; not the pieces of a page) if that alone
   // brings the warning-horizon risk below the warning threshold; else stopping the growth if
   // the trend more than doubles the watch-horizon risk; otherwise a shape cap.
   const double warn_h = static_cast<double>(o.warning_horizon);
@@ -581,7 +582,8 @@ std::optional<OomRisk> OomRiskModel::Estimate() const {
       risk_at(warn_h, -(cost_now_ + cost_slope_ * warn_h)) < o.warning_probability) {
     r.advice = fmt::format(
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the cache's {} of stranded bytes "
-        "are what makes the coming steps not fit",
+        "are what makes the coming steps not fit (it returns only whole free 20 MiB pages: "
+        "check it with replay --alloc-conf before relying on it)",
         RiskBytes(cost_now_));
   } else if (slope_ > 0 && r.steps_to_oom && risk_at(watch_h, 0) > 2 * flat_risk()) {
     r.advice = fmt::format(
