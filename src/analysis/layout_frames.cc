@@ -9,8 +9,8 @@
 
 #include "analysis/metrics.h"
 #include "analysis/size_profile.h"
-#include "model/address_index.h"
 #include "model/memory_model.h"
+#include "model/u64_map.h"
 
 namespace fragscope::analysis {
 
@@ -57,43 +57,7 @@ struct LayoutRecorder::Impl {
     };
     // By address: one open-addressing probe per event and per shown block (a node-based map
     // cost the report 10x analyze's time on snapshots of millions of blocks; issue 34).
-    class LiveTable {
-     public:
-      Live* Find(std::uint64_t addr) {
-        const std::uint32_t slot = index_.Find(addr);
-        return slot == model::AddressIndex::kNotFound ? nullptr : &slots_[slot];
-      }
-      void InsertOrAssign(std::uint64_t addr, const Live& l) {
-        // The index's empty key is no block start: the model refuses a block there.
-        if (addr == UINT64_MAX) return;
-        if (Live* known = Find(addr)) {
-          *known = l;
-          return;
-        }
-        std::uint32_t slot;
-        if (!free_.empty()) {
-          slot = free_.back();
-          free_.pop_back();
-          slots_[slot] = l;
-        } else {
-          slot = static_cast<std::uint32_t>(slots_.size());
-          slots_.push_back(l);
-        }
-        index_.Insert(addr, slot);
-      }
-      void Erase(std::uint64_t addr) {
-        const std::uint32_t slot = index_.Find(addr);
-        if (slot == model::AddressIndex::kNotFound) return;
-        index_.Erase(addr);
-        free_.push_back(slot);
-      }
-
-     private:
-      model::AddressIndex index_;
-      std::vector<Live> slots_;
-      std::vector<std::uint32_t> free_;
-    };
-    LiveTable live;
+    model::U64MapOf<Live> live;
   };
 
   Impl(model::AllocatorRules r, const LayoutFramesOptions& o)
@@ -135,11 +99,17 @@ struct LayoutRecorder::Impl {
       if (l.bytes > 0) {
         d.frames.site_changes.push_back({events, e.frame, static_cast<std::int64_t>(l.bytes)});
       }
-      d.live.InsertOrAssign(e.addr, l);
+      // The index's empty key is no block start: the model refuses a block there.
+      if (e.addr == UINT64_MAX) return;
+      if (Device::Live* known = d.live.Get(e.addr)) {
+        *known = l;
+      } else {
+        d.live.Insert(e.addr, l);
+      }
       return;
     }
     if (e.action != Action::kFreeRequested && e.action != Action::kFreeCompleted) return;
-    Device::Live* found = d.live.Find(e.addr);
+    Device::Live* found = d.live.Get(e.addr);
     if (found == nullptr) return;
     Device::Live& l = *found;
     if (l.what.free_event < 0 && !start_state) {
@@ -195,7 +165,7 @@ struct LayoutRecorder::Impl {
   // -1 for a free block.
   static std::int32_t Recorded(Device& d, const model::Block& b) {
     if (b.state == model::BlockState::kFree) return -1;
-    Device::Live* l = d.live.Find(b.addr);
+    Device::Live* l = d.live.Get(b.addr);
     if (l == nullptr) return -1;
     if (l->recorded < 0) {
       l->recorded = static_cast<std::int32_t>(d.frames.allocations.size());

@@ -1,6 +1,6 @@
-// U64Map: uint64 -> uint64 for ids chosen by a program (request-trace ids, addresses), built
-// on AddressIndex plus a slot array with a free list. Lookups are one hash probe; memory is
-// proportional to live entries.
+// U64Map: uint64 -> uint64 (U64MapOf<V>: -> V) for ids chosen by a program (request-trace ids,
+// addresses), built on AddressIndex plus a slot array with a free list. Lookups are one hash probe;
+// memory is proportional to live entries.
 //
 // Thread safety: none.
 #ifndef FRAGSCOPE_MODEL_U64_MAP_H_
@@ -14,16 +14,23 @@
 
 namespace fragscope::model {
 
-class U64Map {
+/// Keys to values of type V (default uint64). Find returns a copy; Get a pointer that stays
+/// valid until the next Insert.
+template <typename V = std::uint64_t>
+class U64MapOf {
  public:
   bool Contains(std::uint64_t key) const { return index_.Find(key) != AddressIndex::kNotFound; }
-  std::optional<std::uint64_t> Find(std::uint64_t key) const {
+  std::optional<V> Find(std::uint64_t key) const {
     const std::uint32_t slot = index_.Find(key);
     if (slot == AddressIndex::kNotFound) return std::nullopt;
     return values_[slot];
   }
+  V* Get(std::uint64_t key) {
+    const std::uint32_t slot = index_.Find(key);
+    return slot == AddressIndex::kNotFound ? nullptr : &values_[slot];
+  }
   /// REQUIRES: !Contains(key) and key != UINT64_MAX (AddressIndex's empty marker).
-  void Insert(std::uint64_t key, std::uint64_t value) {
+  void Insert(std::uint64_t key, const V& value) {
     std::uint32_t slot;
     if (!free_slots_.empty()) {
       slot = free_slots_.back();
@@ -36,7 +43,7 @@ class U64Map {
     index_.Insert(key, slot);
   }
   /// Removes `key`; returns its value, or nullopt if absent.
-  std::optional<std::uint64_t> Erase(std::uint64_t key) {
+  std::optional<V> Erase(std::uint64_t key) {
     const std::uint32_t slot = index_.Find(key);
     if (slot == AddressIndex::kNotFound) return std::nullopt;
     index_.Erase(key);
@@ -47,9 +54,11 @@ class U64Map {
 
  private:
   AddressIndex index_;
-  std::vector<std::uint64_t> values_;
+  std::vector<V> values_;
   std::vector<std::uint32_t> free_slots_;
 };
+
+using U64Map = U64MapOf<>;
 
 }  // namespace fragscope::model
 
