@@ -75,7 +75,9 @@ class TraceHistory {
   /// REQUIRES: map covers every stack the entries name; nothing is appended afterwards.
   void MapStacks(std::shared_ptr<const std::vector<std::int32_t>> map);
 
-  /// Forward iteration, a chunk decoded at a time.
+  /// Forward iteration, a chunk decoded at a time. A reference from `*it` lives in the
+  /// iterator's chunk buffer: it is overwritten when the iterator moves into the next chunk,
+  /// so copy the entry to keep it past `++it`.
   class const_iterator {
    public:
     using iterator_category = std::input_iterator_tag;
